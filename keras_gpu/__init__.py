@@ -1,0 +1,60 @@
+"""keras-gpu: GPU strategies, device configuration and monitoring callbacks for Keras 3.
+
+Importing this package is cheap and side-effect free: it does not import
+TensorFlow, does not initialise any device and changes no global state, so it
+is safe to import before :func:`configure_devices`. Public names are loaded on
+first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from keras_gpu._version import __version__
+
+if importlib.util.find_spec("tensorflow") is None:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "keras-gpu needs TensorFlow, which is not installed: run "
+        "`pip install 'keras-gpu[cpu]'` for CPU or `pip install 'keras-gpu[cuda]'` for NVIDIA GPUs "
+        "(or install the TensorFlow build of your choice)."
+    )
+
+# Public name -> defining module. Loaded lazily (PEP 562) so that `import keras_gpu`
+# neither imports TensorFlow nor touches a device.
+_EXPORTS: dict[str, str] = {
+    "configure_devices": "keras_gpu.devices",
+    "DeviceConfig": "keras_gpu.devices",
+    "make_strategy": "keras_gpu.strategy",
+    "ClusterInfo": "keras_gpu.cluster",
+    "resolve_cluster": "keras_gpu.cluster",
+    "is_chief": "keras_gpu.cluster",
+    "worker_index": "keras_gpu.cluster",
+    "callbacks": "keras_gpu.callbacks",
+    "ThroughputLogger": "keras_gpu.callbacks",
+    "MemoryLogger": "keras_gpu.callbacks",
+    "PlacementLogger": "keras_gpu.callbacks",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'keras_gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks
+    from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index
+    from keras_gpu.devices import DeviceConfig, configure_devices
+    from keras_gpu.strategy import make_strategy
