@@ -1,0 +1,408 @@
+"""Where a multi-worker cluster comes from: TF_CONFIG, SLURM or an explicit host list.
+
+:func:`resolve_cluster` turns one of those sources into a validated
+:class:`ClusterInfo`. Validation happens here, before any strategy exists, so
+that bad cluster input fails fast with a `ValueError` instead of leaving a
+worker waiting for peers that will never arrive.
+
+The helpers :func:`is_chief` and :func:`worker_index` answer the two questions
+callbacks ask most: "do I write the shared artefacts?" and "which worker am I?".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ClusterInfo",
+    "SOURCES",
+    "resolve_cluster",
+    "is_chief",
+    "worker_index",
+    "task_info",
+]
+
+SOURCES = ("auto", "tf_config", "slurm", "explicit")
+"""Accepted values of the ``source`` argument of :func:`resolve_cluster`."""
+
+_TASK_TYPES = ("chief", "worker", "evaluator", "ps")
+_WORKER_TYPES = ("chief", "worker")
+_HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
+_SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A validated cluster description and this process's place in it.
+
+    Attributes:
+        source: Where it came from: `"tf_config"`, `"slurm"`, `"explicit"`,
+            or `"local"` when no cluster is configured (a single process).
+        cluster: Task type to the tuple of its `host:port` addresses.
+        task_type: This process's task type (`"chief"`, `"worker"`, ...).
+        task_index: This process's index within its task type.
+        rpc_layer: The RPC protocol, `"grpc"` unless the source says otherwise.
+    """
+
+    source: str
+    cluster: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    task_type: str = "worker"
+    task_index: int = 0
+    rpc_layer: str = "grpc"
+
+    @property
+    def num_workers(self) -> int:
+        """Number of processes that train: chief plus workers (1 when local)."""
+        if not self.cluster:
+            return 1
+        return sum(len(self.cluster.get(t, ())) for t in _WORKER_TYPES)
+
+    @property
+    def is_multi_worker(self) -> bool:
+        """Whether more than one process trains together."""
+        return self.num_workers > 1
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process is the chief.
+
+        The chief is the `"chief"` task when the cluster has one, otherwise
+        worker 0. An evaluator or parameter server is never the chief.
+        """
+        if not self.cluster:
+            return True
+        if "chief" in self.cluster:
+            return self.task_type == "chief"
+        return self.task_type == "worker" and self.task_index == 0
+
+    @property
+    def worker_index(self) -> int | None:
+        """This process's rank among the training processes.
+
+        The chief (when there is one) is rank 0 and workers follow it. `None`
+        for a task that does not train (evaluator, ps).
+        """
+        if self.task_type == "chief":
+            return 0
+        if self.task_type == "worker":
+            return self.task_index + (1 if self.cluster.get("chief") else 0)
+        return None
+
+    def tf_config(self) -> dict[str, Any]:
+        """The equivalent TF_CONFIG dictionary."""
+        return {
+            "cluster": {k: list(v) for k, v in self.cluster.items()},
+            "task": {"type": self.task_type, "index": self.task_index},
+        }
+
+    def cluster_resolver(self):
+        """A `tf.distribute.cluster_resolver.SimpleClusterResolver` for this cluster."""
+        import tensorflow as tf
+
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({k: list(v) for k, v in self.cluster.items()}),
+            task_type=self.task_type,
+            task_id=self.task_index,
+            rpc_layer=self.rpc_layer,
+        )
+
+    def describe(self) -> str:
+        """A one-line human description, for logs and `keras-gpu env`."""
+        if not self.is_multi_worker:
+            return f"single process (source: {self.source})"
+        role = "chief" if self.is_chief else "not chief"
+        return (
+            f"{self.num_workers} workers from {self.source}; this process is "
+            f"{self.task_type}:{self.task_index} (rank {self.worker_index}, {role})"
+        )
+
+
+def resolve_cluster(
+    source: str = "auto",
+    *,
+    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
+    task_index: int | None = None,
+    task_type: str = "worker",
+    slurm_port_base: int = 8888,
+    slurm_gpus_per_task: int | None = None,
+    slurm_assign_gpus: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> ClusterInfo:
+    """Find and validate the cluster this process belongs to.
+
+    Args:
+        source: `"auto"` (explicit `cluster` if given, else TF_CONFIG if set,
+            else SLURM if this is a multi-task SLURM step, else a single
+            local process), `"tf_config"`, `"slurm"` or `"explicit"`.
+        cluster: For `"explicit"`: `{"worker": ["host:port", ...]}` (optionally
+            with a `"chief"` entry), or just the list of worker addresses.
+        task_index: For `"explicit"`: this process's index within `task_type`.
+        task_type: For `"explicit"`: this process's task type.
+        slurm_port_base: For SLURM: the first port on each node; a task's port
+            is this plus its slot on its node.
+        slurm_gpus_per_task: For SLURM: GPUs per task. `None` reads the node's
+            GPU count from `CUDA_VISIBLE_DEVICES` or `nvidia-smi` when there is
+            one; with no GPU the cluster is resolved without GPU assignment.
+        slurm_assign_gpus: For SLURM: let TensorFlow's resolver set
+            `CUDA_VISIBLE_DEVICES` so that each task on a node sees only its
+            own GPUs. Only :func:`make_strategy` turns this on, because it
+            changes the process environment.
+        environ: The environment to read (default `os.environ`).
+
+    Returns:
+        The validated :class:`ClusterInfo`.
+
+    Raises:
+        ValueError: The cluster description is malformed, names an unknown
+            task type, or this process's task is missing or out of range.
+    """
+    env = os.environ if environ is None else environ
+    if source not in SOURCES:
+        raise ValueError(f"`source` must be one of {SOURCES}. Received: source={source!r}")
+    if source == "auto":
+        if cluster is not None:
+            source = "explicit"
+        elif env.get("TF_CONFIG", "").strip():
+            source = "tf_config"
+        elif _slurm_step_tasks(env) > 1:
+            source = "slurm"
+        else:
+            return ClusterInfo(source="local")
+    if source != "explicit" and (cluster is not None or task_index is not None):
+        raise ValueError(
+            "`cluster` and `task_index` only apply to source='explicit'. "
+            f"Received: source={source!r}, cluster={cluster!r}, task_index={task_index!r}"
+        )
+    if source == "explicit":
+        return _from_explicit(cluster, task_type, task_index)
+    if source == "tf_config":
+        return _from_tf_config(env.get("TF_CONFIG"))
+    return _from_slurm(env, slurm_port_base, slurm_gpus_per_task, slurm_assign_gpus)
+
+
+def _from_explicit(
+    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None, task_type: str, task_index: int | None
+) -> ClusterInfo:
+    if cluster is None:
+        raise ValueError(
+            "source='explicit' needs `cluster`, e.g. cluster={'worker': ['host1:2222', 'host2:2222']}. "
+            "Received: cluster=None"
+        )
+    if not isinstance(cluster, Mapping):
+        if isinstance(cluster, (str, bytes)) or not isinstance(cluster, Sequence):
+            raise TypeError(
+                "`cluster` must be a dict like {'worker': ['host:port', ...]} or a list of 'host:port' "
+                f"strings. Received: cluster={cluster!r}"
+            )
+        cluster = {"worker": list(cluster)}
+    if task_index is None:
+        raise ValueError(
+            "An explicit `cluster` needs `task_index`, this process's index among its task type. "
+            "Received: task_index=None"
+        )
+    spec = _validate_spec(cluster, "cluster")
+    return _validate_task(ClusterInfo("explicit", spec, task_type, task_index), "task_type/task_index")
+
+
+def _from_tf_config(raw: str | None) -> ClusterInfo:
+    if raw is None or not raw.strip():
+        raise ValueError("source='tf_config' but the TF_CONFIG environment variable is not set or empty.")
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos}). Received: TF_CONFIG={raw!r}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"TF_CONFIG must be a JSON object with 'cluster' and 'task'. Received: TF_CONFIG={raw!r}")
+    if "cluster" not in config:
+        raise ValueError(f"TF_CONFIG has no 'cluster' entry. Received: TF_CONFIG={raw!r}")
+    spec = _validate_spec(config["cluster"], "TF_CONFIG['cluster']")
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task:
+        raise ValueError(
+            "TF_CONFIG has no 'task' entry saying which task this process is, e.g. "
+            f'"task": {{"type": "worker", "index": 0}}. Received: TF_CONFIG={raw!r}'
+        )
+    index = task.get("index", 0)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise ValueError(f"TF_CONFIG['task']['index'] must be an integer. Received: {index!r}")
+    rpc = config.get("rpc_layer", "grpc")
+    if not isinstance(rpc, str):
+        raise ValueError(f"TF_CONFIG['rpc_layer'] must be a string. Received: {rpc!r}")
+    return _validate_task(ClusterInfo("tf_config", spec, task["type"], index, rpc), "TF_CONFIG['task']")
+
+
+def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | None, assign_gpus: bool) -> ClusterInfo:
+    missing = [v for v in _SLURM_VARS if not env.get(v)]
+    if missing:
+        raise ValueError(
+            f"source='slurm' but {', '.join(missing)} is not set: run the script as a SLURM job step "
+            "(`srun python train.py`), not with plain `python`."
+        )
+    if not isinstance(port_base, int) or isinstance(port_base, bool) or not 1 <= port_base <= 65535:
+        raise ValueError(f"`slurm_port_base` must be a port number in 1..65535. Received: slurm_port_base={port_base!r}")
+    if gpus_per_task is not None and (not isinstance(gpus_per_task, int) or isinstance(gpus_per_task, bool) or gpus_per_task < 0):
+        raise ValueError(f"`slurm_gpus_per_task` must be a non-negative int or None. Received: slurm_gpus_per_task={gpus_per_task!r}")
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
+
+    try:
+        procid = int(env["SLURM_PROCID"])
+        num_tasks = int(env["SLURM_STEP_NUM_TASKS"])
+        hosts = slurm.expand_hostlist(env["SLURM_STEP_NODELIST"])
+        per_node = slurm.expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"])
+    except ValueError as exc:
+        raise ValueError(f"The SLURM step variables cannot be parsed: {exc}") from None
+    if len(hosts) != len(per_node):
+        raise ValueError(
+            f"SLURM_STEP_NODELIST expands to {len(hosts)} hosts but SLURM_STEP_TASKS_PER_NODE to "
+            f"{len(per_node)} entries. Received: {env['SLURM_STEP_NODELIST']!r}, {env['SLURM_STEP_TASKS_PER_NODE']!r}"
+        )
+    if sum(per_node) != num_tasks or not 0 <= procid < num_tasks:
+        raise ValueError(
+            f"Inconsistent SLURM step: SLURM_STEP_NUM_TASKS={num_tasks}, tasks per node {per_node}, "
+            f"SLURM_PROCID={procid}."
+        )
+    max_per_node = max(per_node)
+    if port_base + max_per_node - 1 > 65535:
+        raise ValueError(f"`slurm_port_base` leaves no room for {max_per_node} tasks per node. Received: slurm_port_base={port_base}")
+    # TensorFlow's own resolver does the host/port layout. Two of its defaults do
+    # not fit CPU-only nodes: with no nvidia-smi it raises FileNotFoundError, and
+    # with gpus_per_node=0 cluster_spec() divides by a zero step. On such nodes
+    # hand it one notional "GPU" per task and turn GPU assignment off.
+    kwargs: dict[str, Any] = {"port_base": port_base, "rpc_layer": "grpc"}
+    if gpus_per_task is None:
+        gpus_per_task = _node_gpu_count(env) // max_per_node
+    if gpus_per_task == 0:
+        kwargs.update(gpus_per_node=max_per_node, gpus_per_task=1, auto_set_gpu=False)
+    else:
+        kwargs.update(gpus_per_node=gpus_per_task * max_per_node, gpus_per_task=gpus_per_task, auto_set_gpu=assign_gpus)
+    saved = {k: os.environ.get(k) for k in _SLURM_VARS}
+    try:
+        os.environ.update({k: env[k] for k in _SLURM_VARS})
+        resolver = slurm.SlurmClusterResolver(**kwargs)
+        spec = resolver.cluster_spec().as_dict()
+        task_type, task_id = resolver.task_type, resolver.task_id
+    except RuntimeError as exc:
+        raise ValueError(f"The SLURM step cannot be turned into a cluster: {exc}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    spec = {k: tuple(v) for k, v in spec.items()}
+    return ClusterInfo("slurm", spec, task_type, int(task_id))
+
+
+def _node_gpu_count(env: Mapping[str, str]) -> int:
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
+def _validate_spec(spec: Any, name: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(spec, Mapping) or not spec:
+        raise ValueError(f"{name} must be a non-empty mapping of task type to a list of 'host:port'. Received: {spec!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for task_type, addresses in spec.items():
+        if task_type not in _TASK_TYPES:
+            raise ValueError(f"{name} has unknown task type {task_type!r}; allowed: {_TASK_TYPES}. Received: {dict(spec)!r}")
+        if isinstance(addresses, str) or not isinstance(addresses, Sequence) or not addresses:
+            raise ValueError(f"{name}[{task_type!r}] must be a non-empty list of 'host:port' strings. Received: {addresses!r}")
+        for address in addresses:
+            match = _HOSTPORT.match(address) if isinstance(address, str) else None
+            if match is None or not 1 <= int(match.group(1)) <= 65535:
+                raise ValueError(f"{name}[{task_type!r}] has an address that is not 'host:port'. Received: {address!r}")
+            if address in seen:
+                raise ValueError(f"{name} lists {address!r} twice ({seen[address]} and {task_type}); every task needs its own port.")
+            seen[address] = task_type
+        out[task_type] = tuple(addresses)
+    if "chief" in out and len(out["chief"]) != 1:
+        raise ValueError(f"{name}['chief'] must hold exactly one address. Received: {list(out['chief'])!r}")
+    if not any(t in out for t in _WORKER_TYPES):
+        raise ValueError(f"{name} has no 'worker' or 'chief' task. Received: {dict(spec)!r}")
+    return out
+
+
+def _validate_task(info: ClusterInfo, name: str) -> ClusterInfo:
+    if info.task_type not in _TASK_TYPES:
+        raise ValueError(f"{name} has unknown task type {info.task_type!r}; allowed: {_TASK_TYPES}.")
+    if info.task_type not in info.cluster:
+        raise ValueError(
+            f"{name} says this process is a {info.task_type!r} task, but the cluster has no such task type "
+            f"(it has {sorted(info.cluster)})."
+        )
+    if not isinstance(info.task_index, int) or isinstance(info.task_index, bool):
+        raise TypeError(f"{name} index must be an int. Received: {info.task_index!r}")
+    count = len(info.cluster[info.task_type])
+    if not 0 <= info.task_index < count:
+        raise ValueError(
+            f"{name} index {info.task_index} is out of range: the cluster has {count} {info.task_type!r} "
+            f"task(s), so the index must be in 0..{count - 1}."
+        )
+    return info
+
+
+def _slurm_step_tasks(env: Mapping[str, str]) -> int:
+    try:
+        return int(env.get("SLURM_STEP_NUM_TASKS", "0"))
+    except ValueError:
+        return 0
+
+
+def task_info(strategy: Any = None) -> ClusterInfo:
+    """This process's place in the cluster, as seen by a strategy.
+
+    Reads the strategy's cluster resolver when it is a multi-worker strategy
+    (so explicit and SLURM clusters are honoured), otherwise TF_CONFIG, and
+    falls back to a single local process. Never raises for a missing cluster.
+
+    Args:
+        strategy: A `tf.distribute.Strategy`, or `None` for the strategy in
+            scope (which is the default strategy outside any scope).
+    """
+    if strategy is None:
+        import tensorflow as tf
+
+        strategy = tf.distribute.get_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is not None and getattr(resolver, "task_type", None) is not None:
+        spec = {k: tuple(v) for k, v in resolver.cluster_spec().as_dict().items()}
+        if spec:
+            return ClusterInfo("strategy", spec, resolver.task_type, int(resolver.task_id or 0))
+    if os.environ.get("TF_CONFIG", "").strip():
+        try:
+            return _from_tf_config(os.environ["TF_CONFIG"])
+        except ValueError:
+            pass
+    return ClusterInfo(source="local")
+
+
+def is_chief(strategy: Any = None) -> bool:
+    """Whether this process is the chief: the one that writes shared artefacts.
+
+    True for a single process, for the `"chief"` task, and for worker 0 of a
+    cluster without a chief task.
+    """
+    return task_info(strategy).is_chief
+
+
+def worker_index(strategy: Any = None) -> int:
+    """This process's rank among the training processes (0 when single or chief)."""
+    index = task_info(strategy).worker_index
+    return 0 if index is None else index

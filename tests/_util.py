@@ -1,0 +1,75 @@
+"""Shared test helpers: free loopback ports and TensorFlow code run in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_ports(n: int) -> list[int]:
+    """Return ``n`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A quiet environment for a child Python that imports TensorFlow."""
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    for key in [k for k in env if k.startswith("SLURM_")]:
+        env.pop(key)
+    env.update(
+        {
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", ""),
+            "KERAS_BACKEND": "tensorflow",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_python(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+    cwd: str | os.PathLike | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run ``code`` (dedented) in a fresh interpreter and return the finished process.
+
+    With ``check=True`` a non-zero exit raises an AssertionError carrying the
+    child's stdout and stderr, so failures explain themselves.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=subprocess_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"child exited {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+        )
+    return proc

@@ -1,0 +1,115 @@
+"""The per-worker run directory layout and the shared, fault-tolerant summary writer."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from keras_gpu.callbacks import _writer
+from keras_gpu.callbacks._base import check_log_dir, check_positive
+from keras_gpu.cluster import ClusterInfo
+
+TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
+WITH_CHIEF = {"chief": ("h:1",), "worker": ("h:2", "h:3"), "evaluator": ("h:4",)}
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        (ClusterInfo("local"), "logs/train"),
+        (ClusterInfo("tf_config", TWO, "worker", 0), "logs/train"),
+        (ClusterInfo("tf_config", TWO, "worker", 1), "logs/worker_1/train"),
+        (ClusterInfo("tf_config", WITH_CHIEF, "chief", 0), "logs/train"),
+        (ClusterInfo("tf_config", WITH_CHIEF, "worker", 0), "logs/worker_1/train"),
+        (ClusterInfo("tf_config", WITH_CHIEF, "worker", 1), "logs/worker_2/train"),
+        (ClusterInfo("tf_config", WITH_CHIEF, "evaluator", 0), "logs/evaluator_0/train"),
+    ],
+)
+def test_run_dir_gives_every_process_its_own_directory(info, expected):
+    assert _writer.run_dir("logs", info) == os.path.join(*expected.split("/"))
+
+
+def test_check_writable_creates_the_directory(tmp_path):
+    target = tmp_path / "a" / "b"
+    _writer.check_writable(str(target))
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+def test_check_writable_explains_an_unwritable_path(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(RuntimeError, match=r"Cannot write TensorBoard logs to .*file/sub.*Pass a writable directory as `log_dir`"):
+        _writer.check_writable(str(blocker / "sub"))
+
+
+@pytest.mark.parametrize("bad", [None, 3, True, b"x"])
+def test_check_log_dir_rejects_non_paths(bad):
+    with pytest.raises(TypeError, match="log_dir"):
+        check_log_dir(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "   "])
+def test_check_log_dir_rejects_empty(bad):
+    with pytest.raises(ValueError, match="Received: log_dir="):
+        check_log_dir(bad)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), True, "5"])
+def test_check_positive_rejects(bad):
+    with pytest.raises(ValueError, match="every_s"):
+        check_positive("every_s", bad)
+
+
+def test_check_positive_integer_and_none():
+    assert check_positive("n", 3, integer=True) == 3
+    assert check_positive("n", None, allow_none=True) is None
+    with pytest.raises(ValueError, match="positive integer"):
+        check_positive("n", 2.5, integer=True)
+
+
+def _read_scalars(path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    import tensorflow as tf
+
+    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+
+
+def test_writers_are_shared_per_directory_and_closed_by_the_last_user(tmp_path):
+    path = str(tmp_path / "train")
+    a = _writer.acquire(path)
+    b = _writer.acquire(path)
+    assert a is b
+    a.scalars({"x/a": 1.0}, step=3)
+    _writer.release(a)
+    assert not b.closed
+    b.scalars({"x/b": 2.5}, step=4)
+    _writer.release(b)
+    assert b.closed
+    assert len([f for f in os.listdir(path) if "tfevents" in f]) == 1
+    assert _read_scalars(path) == {"x/a": [(3, 1.0)], "x/b": [(4, 2.5)]}
+    c = _writer.acquire(path)
+    assert c is not a
+    _writer.release(c)
+
+
+def test_a_storage_failure_turns_logging_off_with_one_error(tmp_path, caplog, monkeypatch):
+    writer = _writer.SummaryWriter(str(tmp_path / "train"))
+
+    def broken():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_get", broken)
+    with caplog.at_level(logging.ERROR, logger="keras_gpu"):
+        assert writer.scalars({"a": 1.0}, step=1) is False
+        assert writer.scalars({"a": 2.0}, step=2) is False
+        assert writer.text("t", "x", step=2) is False
+    assert writer.disabled
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "No space left on device" in errors[0].getMessage()
+    writer.close()
+    assert writer.closed
