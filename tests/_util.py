@@ -29,7 +29,12 @@ def free_ports(n: int) -> list[int]:
 
 
 def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A quiet environment for a child Python that imports TensorFlow."""
+    """A quiet environment for a child Python that imports TensorFlow.
+
+    Unless the caller's environment already sets `CUDA_VISIBLE_DEVICES`, GPUs
+    are hidden so that CPU tests behave the same on a GPU machine; tests marked
+    `gpu` pass their own environment.
+    """
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
     for key in [k for k in env if k.startswith("SLURM_")]:
