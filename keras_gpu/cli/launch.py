@@ -1,0 +1,578 @@
+"""`keras-gpu launch`: run N local copies of a script as one multi-worker TensorFlow job.
+
+```
+keras-gpu launch -n 2 train.py --epochs 3
+keras-gpu launch -n 2 --cpu-replicas 2 -m mypackage.train --epochs 3
+```
+
+Each worker is `python train.py ...` (or `python -m module ...`) in its own
+process group, with these environment variables set:
+
+- `TF_CONFIG`: `{"cluster": {"worker": ["127.0.0.1:p0", ...]}, "task":
+  {"type": "worker", "index": i}}` on free loopback ports, which
+  `keras_gpu.make_strategy()` and `tf.distribute.MultiWorkerMirroredStrategy`
+  read;
+- `KERAS_GPU_WORKER_INDEX`: the worker's rank `i` (0 is the chief);
+- `KERAS_GPU_NUM_WORKERS`: the number of workers `N`;
+- `PYTHONUNBUFFERED=1` (unless already set), so output arrives line by line.
+
+Every line a worker writes to stdout or stderr is echoed to the launcher's
+stdout or stderr with a `[worker i] ` prefix; lines are never mixed.
+
+The job fails as a whole: when one worker exits non-zero or is killed, the
+others get SIGTERM, then SIGKILL after `--grace-period` seconds, and the
+launcher exits with that worker's status (`128 + signal` for a signal). A
+SIGINT, SIGTERM or SIGHUP to the launcher is forwarded to every worker's
+process group with the same escalation, and the launcher exits with
+`128 + signal`. Processes a worker started in its process group are stopped
+with it, and any still running when the job ends are killed. On Linux each
+worker also gets SIGKILL when the launcher dies, even by SIGKILL, so no worker
+outlives it (processes the worker started are then its own business).
+
+`WorkerGroup` holds the process management on its own so that a restart loop
+can start a fresh group after a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TextIO
+
+from keras_gpu._log import logger
+from keras_gpu.cli import UsageError
+
+__all__ = [
+    "ENV_NUM_WORKERS",
+    "ENV_WORKER_INDEX",
+    "WorkerExit",
+    "WorkerGroup",
+    "add_parser",
+    "free_loopback_ports",
+    "run",
+    "worker_command",
+    "worker_env",
+]
+
+ENV_WORKER_INDEX = "KERAS_GPU_WORKER_INDEX"
+"""Environment variable holding a launched worker's rank (0 to N-1)."""
+ENV_NUM_WORKERS = "KERAS_GPU_NUM_WORKERS"
+"""Environment variable holding the number of launched workers."""
+
+_LOOPBACK = "127.0.0.1"
+_MAX_LINE = 1 << 16  # longer lines are passed on in chunks of this many bytes
+_PR_SET_PDEATHSIG = 1
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_FORWARDED_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `keras-gpu launch`."""
+    parser = subparsers.add_parser(
+        "launch",
+        help="run N local workers of a script as one multi-worker job",
+        usage="%(prog)s -n N [--cpu-replicas K] [--grace-period SECONDS] (SCRIPT | -m MODULE) [ARGS ...]",
+        description=(
+            "Start N worker processes of a Python script (or `-m module`) on this machine, each with its "
+            "own TF_CONFIG on free 127.0.0.1 ports, and stop all of them when one fails. Workers also get "
+            f"{ENV_WORKER_INDEX} (their rank) and {ENV_NUM_WORKERS} (N) in their environment."
+        ),
+        epilog=(
+            "Everything after the script (or the module name) is passed to the workers unchanged. "
+            "Each worker's output lines are prefixed with `[worker i]`. When a worker fails the others are "
+            "stopped and the exit status is that worker's (128 + signal if a signal killed it); SIGINT or "
+            "SIGTERM to the launcher is forwarded to all workers and gives 128 + signal; 0 means every worker "
+            "exited 0."
+        ),
+    )
+    parser.add_argument(
+        "-n", "--nproc", type=_int_at_least(1, "-n"), required=True, metavar="N", help="number of workers (>= 1)"
+    )
+    parser.add_argument(
+        "--cpu-replicas",
+        type=_int_at_least(1, "--cpu-replicas"),
+        default=None,
+        metavar="K",
+        help="split each worker's CPU into K logical devices before the script runs",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=_float_at_least(0.0, "--grace-period"),
+        default=5.0,
+        metavar="SECONDS",
+        help="how long stopped workers get after SIGTERM (or the forwarded signal) before SIGKILL (default: 5)",
+    )
+    parser.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        default=None,
+        metavar="MODULE",
+        help="run a module as `python -m MODULE` instead of a script",
+    )
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]", help="the script and its arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `keras-gpu launch` and return its exit status."""
+    target, is_module, script_args = _resolve_target(args)
+    n = args.nproc
+    ports = free_loopback_ports(n)
+    command = worker_command(target, script_args, module=is_module, cpu_replicas=args.cpu_replicas)
+    if os.environ.get("TF_CONFIG", "").strip():
+        logger.warning("TF_CONFIG is set in the environment; each worker gets its own TF_CONFIG instead.")
+    envs = [worker_env(os.environ, i, ports) for i in range(n)]
+    group = WorkerGroup([command] * n, envs)
+    received: list[int] = []
+    stop_requested = threading.Event()
+    force = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        (force if stop_requested.is_set() else stop_requested).set()
+
+    with _signal_handlers(_FORWARDED_SIGNALS, on_signal):
+        try:
+            group.start()
+            logger.info(
+                "started %d worker(s) (pids %s) on %s",
+                n,
+                ", ".join(str(pid) for pid in group.pids),
+                ", ".join(f"{_LOOPBACK}:{p}" for p in ports),
+            )
+            failure = group.wait(stop_requested)
+            if received:
+                signum = received[0]
+                logger.warning(
+                    "received %s; stopping %d worker(s) (SIGKILL after %gs)",
+                    _signal_name(signum),
+                    n,
+                    args.grace_period,
+                )
+                group.stop(signum, args.grace_period, force=force)
+                return 128 + signum
+            if failure is not None:
+                others = n - 1
+                logger.error(
+                    "%s; stopping the other %d worker(s)%s",
+                    failure.describe(),
+                    others,
+                    f" (SIGTERM, then SIGKILL after {args.grace_period:g}s)" if others else "",
+                )
+                group.stop(signal.SIGTERM, args.grace_period, force=force)
+                return failure.exit_code
+            group.stop(signal.SIGTERM, args.grace_period, force=force)  # reaps leftover children, if any
+            logger.info("all %d worker(s) finished successfully", n)
+            return 0
+        finally:
+            group.stop(signal.SIGKILL, 0.0)  # no-op after a clean stop; kills everything on an error
+
+
+def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
+    """Return `(script or module, is_module, arguments)` from the parsed command line."""
+    target = list(args.target)
+    if target and target[0] == "--":
+        target = target[1:]
+    if args.module is not None:  # `-m` takes the rest of the command line, so `target` is empty here
+        if not args.module:
+            raise UsageError("`-m` needs a module name, e.g. `keras-gpu launch -n 2 -m mypackage.train`.")
+        name, *rest = args.module
+        if not _MODULE_NAME.match(name):
+            raise UsageError(f"`-m` needs a dotted module name like `mypackage.train`. Received: -m {name!r}")
+        return name, True, rest
+    if not target:
+        raise UsageError("no script given: use `keras-gpu launch -n N script.py [args...]` or `-m MODULE`.")
+    script, *rest = target
+    if script.startswith("-"):
+        raise UsageError(f"unknown option {script!r}; options go before the script. Received: {script!r}")
+    if not Path(script).exists():
+        raise UsageError(f"the script does not exist (looked in {os.getcwd()}). Received: script={script!r}")
+    return script, False, rest
+
+
+def _int_at_least(minimum: int, name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name}={text}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name}={text}")
+        return value
+
+    return parse
+
+
+def _float_at_least(minimum: float, name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value >= minimum or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {minimum:g}. Received: {name}={text}")
+        return value
+
+    return parse
+
+
+@contextlib.contextmanager
+def _signal_handlers(signums: Sequence[int], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """Install `handler` for `signums` (main thread only) and restore the old handlers on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, old in saved.items():
+            signal.signal(s, old)
+
+
+# ------------------------------------------------------------- job description
+
+
+def free_loopback_ports(n: int) -> list[int]:
+    """Return `n` distinct TCP ports that were free on 127.0.0.1 a moment ago.
+
+    All `n` sockets are bound at once, so the ports are distinct; they are
+    closed before returning, so another process could take one in between.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(s)
+            s.bind((_LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def worker_command(
+    target: str,
+    args: Sequence[str] = (),
+    *,
+    module: bool = False,
+    cpu_replicas: int | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """The command line of one worker.
+
+    Args:
+        target: The script path, or the module name when `module` is True.
+        args: Arguments passed to the script.
+        module: Run `target` like `python -m target`.
+        cpu_replicas: When set, run through the `keras_gpu.cli._worker`
+            bootstrap, which splits the CPU into this many logical devices
+            before the script starts.
+        python: The interpreter (default `sys.executable`).
+    """
+    python = python or sys.executable
+    run_target = ["-m", target] if module else [target]
+    if cpu_replicas is None:
+        return [python, *run_target, *args]
+    return [python, "-m", "keras_gpu.cli._worker", "--cpu-replicas", str(cpu_replicas), "--", *run_target, *args]
+
+
+def worker_env(base: Mapping[str, str], index: int, ports: Sequence[int]) -> dict[str, str]:
+    """The environment of worker `index` in a job on loopback `ports` (one per worker)."""
+    env = dict(base)
+    env["TF_CONFIG"] = json.dumps(
+        {
+            "cluster": {"worker": [f"{_LOOPBACK}:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+    )
+    env[ENV_WORKER_INDEX] = str(index)
+    env[ENV_NUM_WORKERS] = str(len(ports))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+# --------------------------------------------------------- process management
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """How one worker ended.
+
+    Attributes:
+        index: The worker's rank.
+        returncode: As in `subprocess.Popen.returncode`: the exit status, or
+            `-N` when signal `N` killed it.
+    """
+
+    index: int
+    returncode: int
+
+    @property
+    def exit_code(self) -> int:
+        """The status a shell would report: the exit status, or `128 + N` for signal `N`."""
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
+
+    def describe(self) -> str:
+        """E.g. `"worker 1 exited with code 3"` or `"worker 1 was killed by SIGKILL"`."""
+        if self.returncode < 0:
+            return f"worker {self.index} was killed by {_signal_name(-self.returncode)}"
+        return f"worker {self.index} exited with code {self.returncode}"
+
+
+class WorkerGroup:
+    """Worker processes that are started, watched and stopped together.
+
+    Each worker runs in its own process group (so a signal reaches the
+    processes it started too), with stdin from `/dev/null`. On Linux it also
+    receives SIGKILL if the thread that called `start()` dies, so call
+    `start()` from a thread that lives as long as the workers (the main
+    thread). Every stdout/stderr line of worker `i` is written to `stdout` /
+    `stderr` with the prefix `[worker i] `, one whole line at a time.
+
+    A group runs once: to restart a job, `stop()` it and build a new one.
+
+    Args:
+        commands: One command line per worker.
+        envs: One environment per worker.
+        cwd: Working directory of the workers (default: the current one).
+        stdout: Where worker stdout lines go (default: `sys.stdout` at `start()`).
+        stderr: Where worker stderr lines go (default: `sys.stderr` at `start()`).
+    """
+
+    def __init__(
+        self,
+        commands: Sequence[Sequence[str]],
+        envs: Sequence[Mapping[str, str]],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        if not commands:
+            raise ValueError(f"`commands` must hold at least one command. Received: commands={commands!r}")
+        if len(envs) != len(commands):
+            raise ValueError(
+                f"`envs` must hold one environment per command: got {len(envs)} for {len(commands)} commands."
+            )
+        self._commands = [list(c) for c in commands]
+        self._envs = [dict(e) for e in envs]
+        self._cwd = cwd
+        self._stdout = stdout
+        self._stderr = stderr
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._readers: list[threading.Thread] = []
+        self._write_lock = threading.Lock()
+        self._started = False
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the started workers, by rank."""
+        return [p.pid for p in self._procs]
+
+    def start(self) -> None:
+        """Start every worker, then the threads that copy their output.
+
+        If a worker cannot be started, the ones already running are killed and
+        the error is raised.
+        """
+        if self._started:
+            raise RuntimeError("This WorkerGroup was already started; create a new one to run the job again.")
+        self._started = True
+        stdout = self._stdout or sys.stdout
+        stderr = self._stderr or sys.stderr
+        preexec = _make_preexec(os.getpid())
+        try:
+            # All processes are forked before any reader thread exists, so no
+            # thread holds a lock while a child runs `preexec`.
+            for command, env in zip(self._commands, self._envs):
+                self._procs.append(
+                    subprocess.Popen(
+                        command,
+                        env=env,
+                        cwd=self._cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        preexec_fn=preexec,
+                    )
+                )
+        except BaseException:
+            self.stop(signal.SIGKILL, 0.0)
+            raise
+        for index, proc in enumerate(self._procs):
+            for pipe, out in ((proc.stdout, stdout), (proc.stderr, stderr)):
+                thread = threading.Thread(
+                    target=self._pump,
+                    args=(pipe, out, f"[worker {index}] "),
+                    name=f"keras-gpu-launch-output-{index}",
+                    daemon=True,
+                )
+                thread.start()
+                self._readers.append(thread)
+
+    def poll(self) -> list[int | None]:
+        """Each worker's `returncode`, or `None` while it runs. Does not reap them."""
+        return [_peek_returncode(p) for p in self._procs]
+
+    def wait(self, stop_event: threading.Event | None = None, poll_interval: float = 0.05) -> WorkerExit | None:
+        """Block until a worker fails, all succeed, or `stop_event` is set.
+
+        Returns:
+            The failed worker (the lowest rank if several are found failed at
+            once), or `None` when every worker exited 0 or `stop_event` was set.
+        """
+        if not self._procs:
+            raise RuntimeError("WorkerGroup.wait() was called before start().")
+        while True:
+            codes = self.poll()
+            for index, code in enumerate(codes):
+                if code is not None and code != 0:
+                    return WorkerExit(index, code)
+            if all(code == 0 for code in codes):
+                return None
+            if stop_event is not None:
+                if stop_event.wait(poll_interval):
+                    return None
+            else:
+                time.sleep(poll_interval)
+
+    def stop(
+        self, sig: int = signal.SIGTERM, grace_period: float = 5.0, *, force: threading.Event | None = None
+    ) -> list[WorkerExit]:
+        """Stop every worker and the processes in its group, and reap them.
+
+        Sends `sig` to each worker's process group, waits up to
+        `grace_period` seconds (less if `force` gets set) for the workers to
+        exit, then sends SIGKILL to every group. Safe to call more than once.
+
+        Returns:
+            How each worker ended, by rank.
+        """
+        live = [p for p in self._procs if p.returncode is None]
+        if live:
+            for proc in live:
+                _signal_group(proc, sig)
+            deadline = time.monotonic() + grace_period
+            while time.monotonic() < deadline and not (force is not None and force.is_set()):
+                if all(_peek_returncode(p) is not None for p in live):
+                    break
+                time.sleep(0.02)
+            for proc in live:  # also catches processes a worker started and left behind
+                _signal_group(proc, signal.SIGKILL)
+            for proc in live:
+                proc.wait()
+        deadline = time.monotonic() + 5.0  # a pipe a runaway grandchild holds open must not block us
+        for thread in self._readers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return [WorkerExit(i, p.returncode) for i, p in enumerate(self._procs) if p.returncode is not None]
+
+    def __enter__(self) -> WorkerGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop(signal.SIGKILL, 0.0)
+
+    def _pump(self, pipe: IO[bytes], out: TextIO | None, prefix: str) -> None:
+        """Copy `pipe` to `out` line by line with `prefix`; keep draining if `out` breaks."""
+        try:
+            while True:
+                chunk = pipe.readline(_MAX_LINE)
+                if not chunk:
+                    return
+                if out is None:
+                    continue
+                text = chunk.decode("utf-8", "replace")
+                if not text.endswith("\n"):
+                    text += "\n"
+                try:
+                    with self._write_lock:
+                        out.write(prefix + text)
+                        out.flush()
+                except (OSError, ValueError):
+                    out = None  # e.g. the launcher's stdout was a pipe that closed
+        except (OSError, ValueError):
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _peek_returncode(proc: subprocess.Popen[bytes]) -> int | None:
+    """The returncode of `proc` if it has exited, without reaping it.
+
+    Leaving an exited worker unreaped keeps its pid, and so its process-group
+    id, reserved until `WorkerGroup.stop`, so signalling the group never hits
+    an unrelated process that reused the id.
+    """
+    if proc.returncode is not None:
+        return proc.returncode
+    if not hasattr(os, "waitid"):  # pragma: no cover - platforms without waitid
+        return proc.poll()
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # pragma: no cover - reaped elsewhere
+        return proc.poll()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Send `sig` to the process group that `proc` leads, unless it was already reaped."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _make_preexec(parent_pid: int) -> Callable[[], None]:
+    """The function a worker runs between fork and exec: new process group, parent-death signal."""
+    prctl = _load_prctl()
+
+    def preexec() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent_pid:  # the launcher died before the signal was armed
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """`prctl(2)` from the C library on Linux, resolved in the parent; `None` elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

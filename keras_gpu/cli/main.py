@@ -1,0 +1,105 @@
+"""Entry point of the `keras-gpu` command: argument parsing and subcommand dispatch.
+
+Each subcommand is one module that exposes two functions:
+
+- `add_parser(subparsers) -> None` adds its parser with
+  `subparsers.add_parser("<name>", help=..., description=...)`;
+- `run(args: argparse.Namespace) -> int` does the work and returns the exit
+  status.
+
+To add a subcommand, write such a module and add its import path to
+`SUBCOMMANDS` below; nothing else needs to change. Subcommand modules must be
+cheap to import (no TensorFlow at module level): every one of them is imported
+to build the parser, whichever command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from keras_gpu._version import __version__
+from keras_gpu.cli import UsageError
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+SUBCOMMANDS: tuple[str, ...] = (
+    "keras_gpu.cli.env",
+    "keras_gpu.cli.launch",
+    "keras_gpu.cli.demo",
+    "keras_gpu.cli.report",
+)
+"""Import paths of the subcommand modules, in the order `--help` lists them."""
+
+_PROG = "keras-gpu"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` that reports a usage error as one line on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `keras-gpu` parser with every module of `SUBCOMMANDS` registered."""
+    parser = _Parser(
+        prog=_PROG,
+        description="GPU strategies, device configuration and monitoring for Keras 3 on TensorFlow.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="<command>", dest="command")
+    subparsers.required = True
+    for module_name in SUBCOMMANDS:
+        module = importlib.import_module(module_name)
+        before = set(subparsers.choices)
+        module.add_parser(subparsers)
+        added = set(subparsers.choices) - before
+        if not added:
+            raise RuntimeError(f"Subcommand module {module_name!r} did not add a parser in add_parser().")
+        for name in added:
+            subparsers.choices[name].set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `keras-gpu` with `argv` (default `sys.argv[1:]`) and return the exit status.
+
+    Usage errors print one line to stderr and return 2; `--help` and
+    `--version` return 0. Messages from the `keras_gpu` logger go to stderr
+    while the command runs.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse reports --help, --version and usage errors this way.
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    logger = logging.getLogger("keras_gpu")
+    saved_level = logger.level
+    handler = _attach_log_handler(logger)
+    try:
+        return int(args._run(args))
+    except UsageError as exc:
+        sys.stderr.write(f"{_PROG} {args.command}: error: {exc} (see `{_PROG} {args.command} --help`)\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{_PROG} {args.command}: interrupted\n")
+        return 130
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved_level)
+
+
+def _attach_log_handler(logger: logging.Logger) -> logging.Handler:
+    """Send `logger`'s records of level INFO and above to the current stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{_PROG}: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler

@@ -1,0 +1,118 @@
+"""`keras-gpu report LOGDIR [--json]`: a terminal summary of a run, for servers without a browser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from keras_gpu.cli import UsageError
+
+__all__ = ["add_parser", "run", "print_report", "render"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="summarise a finished or running run from its event files",
+        description="Summarise throughput per worker, peak memory per device, CPU fallbacks and hints from LOGDIR.",
+    )
+    p.add_argument("log_dir", metavar="LOGDIR", help="the log_dir given to keras_gpu.callbacks()")
+    p.add_argument("--json", action="store_true", help="print the same content as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_gpu.report import summarize
+
+    try:
+        data = summarize(args.log_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    render(data)
+    return 0
+
+
+def print_report(log_dir: str) -> None:
+    """Print the report of `log_dir` to standard output."""
+    from keras_gpu.report import summarize
+
+    render(summarize(log_dir))
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _num(stats: dict[str, float] | None, key: str = "mean", fmt: str = "{:,.1f}") -> str:
+    return "-" if not stats else fmt.format(stats[key])
+
+
+def render(data: dict[str, Any], console: Any = None) -> None:
+    """Render a :func:`keras_gpu.report.summarize` result as tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    runs = data["runs"]
+    if not runs:
+        console.print(f"No keras-gpu data under {data['log_dir']} yet.")
+        return
+
+    table = Table(title=f"Throughput  ({data['log_dir']})", title_justify="left")
+    for col in ("worker", "run", "samples/s mean", "samples/s median", "steps/s median", "TFLOP/s", "MFU", "last step"):
+        table.add_column(col, justify="left" if col in ("worker", "run") else "right")
+    slowest = (data.get("slowest_worker") or {}).get("label")
+    for r in runs:
+        t = r["throughput"]
+        label = r["label"] + ("  (slowest)" if r["label"] == slowest else "")
+        table.add_row(
+            label, r["run"], _num(t.get("samples_per_sec")), _num(t.get("samples_per_sec"), "median"),
+            _num(t.get("steps_per_sec"), "median", "{:,.2f}"), _num(t.get("tflops_per_sec"), "mean", "{:.3f}"),
+            _num(t.get("mfu"), "mean", "{:.1%}"), str(r["steps"]),
+        )
+    console.print(table)
+
+    mem = Table(title="Peak memory", title_justify="left")
+    for col in ("worker", "device", "allocator peak", "GPU: this process", "GPU: all processes", "GPU util mean"):
+        mem.add_column(col, justify="left" if col in ("worker", "device") else "right")
+    for r in runs:
+        m = r["memory"]
+        for device, peak in sorted(m["allocator_peak_bytes"].items()):
+            mem.add_row(r["label"], device, _bytes(peak), "", "", "")
+        for gpu, metrics in sorted(m["gpus"].items()):
+            mem.add_row(
+                r["label"], f"GPU {gpu} (NVML)", "",
+                _bytes((metrics.get("process_memory_bytes") or {}).get("max")),
+                _bytes((metrics.get("memory_used_bytes") or {}).get("max")),
+                _num(metrics.get("utilization_percent"), "mean", "{:.0f}%"),
+            )
+        if m["host_rss_peak_bytes"] is not None:
+            mem.add_row(r["label"], "host RSS", _bytes(m["host_rss_peak_bytes"]), "", "", "")
+    if mem.row_count:
+        console.print(mem)
+
+    place = Table(title="Placement of the training step", title_justify="left")
+    for col in ("worker", "ops per device", "CPU fallbacks", "top fallback op types"):
+        place.add_column(col)
+    for r in runs:
+        p = r.get("placement")
+        if p:
+            per_device = ", ".join(f"{d.split('device:')[-1]}: {n}" for d, n in sorted(p["ops_per_device"].items()))
+            top = ", ".join(f"{t} x{n}" for t, n in p["top_fallbacks"][:5]) or "-"
+            place.add_row(r["label"], per_device or "-", str(p["cpu_fallback_ops"]), top)
+    if place.row_count:
+        console.print(place)
+
+    if data["hints"]:
+        console.print("[bold]Hints[/bold]")
+        for hint in data["hints"]:
+            console.print(f"  - {hint}")
