@@ -61,7 +61,10 @@ def render(data: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
+            console = Console(width=140)
     runs = data["runs"]
     if not runs:
         console.print(f"No keras-gpu data under {data['log_dir']} yet.")
