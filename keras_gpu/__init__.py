@@ -27,6 +27,8 @@ _EXPORTS: dict[str, str] = {
     "configure_devices": "keras_gpu.devices",
     "DeviceConfig": "keras_gpu.devices",
     "make_strategy": "keras_gpu.strategy",
+    "plan_strategy": "keras_gpu.strategy",
+    "StrategyPlan": "keras_gpu.strategy",
     "ClusterInfo": "keras_gpu.cluster",
     "resolve_cluster": "keras_gpu.cluster",
     "is_chief": "keras_gpu.cluster",
@@ -57,4 +59,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks
     from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index
     from keras_gpu.devices import DeviceConfig, configure_devices
-    from keras_gpu.strategy import make_strategy
+    from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy

@@ -42,7 +42,8 @@ class ClusterInfo:
 
     Attributes:
         source: Where it came from: `"tf_config"`, `"slurm"`, `"explicit"`,
-            or `"local"` when no cluster is configured (a single process).
+            `"strategy"` (read back from a strategy by :func:`task_info`), or
+            `"local"` when no cluster is configured (a single process).
         cluster: Task type to the tuple of its `host:port` addresses.
         task_type: This process's task type (`"chief"`, `"worker"`, ...).
         task_index: This process's index within its task type.
@@ -100,15 +101,28 @@ class ClusterInfo:
             "task": {"type": self.task_type, "index": self.task_index},
         }
 
-    def cluster_resolver(self):
-        """A `tf.distribute.cluster_resolver.SimpleClusterResolver` for this cluster."""
+    def cluster_resolver(self, num_gpus: int | None = None):
+        """A `tf.distribute.cluster_resolver.SimpleClusterResolver` for this cluster.
+
+        Args:
+            num_gpus: GPUs this process trains on. `None` counts the visible
+                GPUs (logical ones where a GPU is split) without initialising
+                TensorFlow, which a multi-worker strategy needs to be created
+                first. `MultiWorkerMirroredStrategy` takes its local devices
+                from this number; without it, it would train on the CPU.
+        """
         import tensorflow as tf
 
+        if num_gpus is None:
+            num_gpus = _visible_gpu_count()
+        elif not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 0:
+            raise ValueError(f"`num_gpus` must be a non-negative int or None. Received: num_gpus={num_gpus!r}")
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec({k: list(v) for k, v in self.cluster.items()}),
             task_type=self.task_type,
             task_id=self.task_index,
             rpc_layer=self.rpc_layer,
+            num_accelerators={"GPU": num_gpus} if num_gpus else None,
         )
 
     def describe(self) -> str:
@@ -246,7 +260,9 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
     if not isinstance(port_base, int) or isinstance(port_base, bool) or not 1 <= port_base <= 65535:
         raise ValueError(f"`slurm_port_base` must be a port number in 1..65535. Received: slurm_port_base={port_base!r}")
     if gpus_per_task is not None and (not isinstance(gpus_per_task, int) or isinstance(gpus_per_task, bool) or gpus_per_task < 0):
-        raise ValueError(f"`slurm_gpus_per_task` must be a non-negative int or None. Received: slurm_gpus_per_task={gpus_per_task!r}")
+        raise ValueError(
+            f"`slurm_gpus_per_task` must be a non-negative int or None. Received: slurm_gpus_per_task={gpus_per_task!r}"
+        )
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
     try:
@@ -268,7 +284,9 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
         )
     max_per_node = max(per_node)
     if port_base + max_per_node - 1 > 65535:
-        raise ValueError(f"`slurm_port_base` leaves no room for {max_per_node} tasks per node. Received: slurm_port_base={port_base}")
+        raise ValueError(
+            f"`slurm_port_base` leaves no room for {max_per_node} tasks per node. Received: slurm_port_base={port_base}"
+        )
     # TensorFlow's own resolver does the host/port layout. Two of its defaults do
     # not fit CPU-only nodes: with no nvidia-smi it raises FileNotFoundError, and
     # with gpus_per_node=0 cluster_spec() divides by a zero step. On such nodes
@@ -329,26 +347,34 @@ def _validate_spec(spec: Any, name: str) -> dict[str, tuple[str, ...]]:
             if match is None or not 1 <= int(match.group(1)) <= 65535:
                 raise ValueError(f"{name}[{task_type!r}] has an address that is not 'host:port'. Received: {address!r}")
             if address in seen:
-                raise ValueError(f"{name} lists {address!r} twice ({seen[address]} and {task_type}); every task needs its own port.")
+                raise ValueError(
+                    f"{name} lists {address!r} twice ({seen[address]} and {task_type}); every task needs its own port."
+                )
             seen[address] = task_type
         out[task_type] = tuple(addresses)
-    if "chief" in out and len(out["chief"]) != 1:
-        raise ValueError(f"{name}['chief'] must hold exactly one address. Received: {list(out['chief'])!r}")
+    for single in ("chief", "evaluator"):
+        if single in out and len(out[single]) != 1:
+            raise ValueError(f"{name}[{single!r}] must hold exactly one address. Received: {list(out[single])!r}")
     if not any(t in out for t in _WORKER_TYPES):
         raise ValueError(f"{name} has no 'worker' or 'chief' task. Received: {dict(spec)!r}")
     return out
 
 
 def _validate_task(info: ClusterInfo, name: str) -> ClusterInfo:
-    if info.task_type not in _TASK_TYPES:
+    if not isinstance(info.task_type, str) or info.task_type not in _TASK_TYPES:
         raise ValueError(f"{name} has unknown task type {info.task_type!r}; allowed: {_TASK_TYPES}.")
+    if not isinstance(info.task_index, int) or isinstance(info.task_index, bool):
+        raise TypeError(f"{name} index must be an int. Received: {info.task_index!r}")
+    if info.task_type == "evaluator" and "evaluator" not in info.cluster:
+        # TensorFlow lets the evaluator stay out of the cluster it watches.
+        if info.task_index != 0:
+            raise ValueError(f"{name} index must be 0 for the single evaluator. Received: {info.task_index!r}")
+        return info
     if info.task_type not in info.cluster:
         raise ValueError(
             f"{name} says this process is a {info.task_type!r} task, but the cluster has no such task type "
             f"(it has {sorted(info.cluster)})."
         )
-    if not isinstance(info.task_index, int) or isinstance(info.task_index, bool):
-        raise TypeError(f"{name} index must be an int. Received: {info.task_index!r}")
     count = len(info.cluster[info.task_type])
     if not 0 <= info.task_index < count:
         raise ValueError(
@@ -356,6 +382,17 @@ def _validate_task(info: ClusterInfo, name: str) -> ClusterInfo:
             f"task(s), so the index must be in 0..{count - 1}."
         )
     return info
+
+
+def _visible_gpu_count() -> int:
+    """Visible GPUs, counting each logical GPU of a split one, without initialising TensorFlow."""
+    import tensorflow as tf
+
+    count = 0
+    for gpu in tf.config.get_visible_devices("GPU"):
+        logical = tf.config.get_logical_device_configuration(gpu)
+        count += len(logical) if logical else 1
+    return count
 
 
 def _slurm_step_tasks(env: Mapping[str, str]) -> int:

@@ -1,0 +1,230 @@
+"""Fixes and guards for known Keras 3 / TensorFlow defects, each citing its upstream issue.
+
+This is the one module that works around upstream bugs. Every entry names the
+issue it answers, the narrowest change that fixes it, and the test that
+reproduces the stock failure, so that the workaround can be removed once
+upstream is fixed.
+
+keras-team/keras#20585: Keras 3 `fit` with `MultiWorkerMirroredStrategy`
+    :class:`KerasMultiWorkerMirroredStrategy` carries the fix (see its docstring).
+    Stock failure: `tests/test_multiworker.py::test_stock_multiworker_strategy_still_fails_in_fit`.
+
+keras-team/keras#19246: mirrored training with `steps_per_execution > 1`
+    Keras 3 fails with `You must feed a value for placeholder tensor
+    '...while/cond/Placeholder'`. Cause: Keras calls its one-step
+    `tf.function` inside the `tf.cond` of its multi-step `tf.while_loop`. When
+    the strategy all-reduces gradients with TensorFlow's collective ops
+    (`CollectiveAllReduce`, the default cross-device ops of
+    `tf.distribute.MirroredStrategy` and the only ones of
+    `tf.distribute.MultiWorkerMirroredStrategy`), each collective's instance key
+    is a call-time capture (`capture_call_time_value`). Such captures are not
+    threaded through control-flow graphs, so the branch keeps an unfed `int32`
+    placeholder for every collective.
+
+    Mirrored strategies built by `keras_gpu.make_strategy` always get an
+    explicit cross-device ops object (`NcclAllReduce`,
+    `HierarchicalCopyAllReduce` or `ReductionToOneDevice`), none of which uses
+    call-time captures, so they train with any `steps_per_execution` and give
+    the same weights as `steps_per_execution=1`. Two cases stay affected and
+    are only guarded: multi-worker strategies, which have no other all-reduce,
+    and XLA-compiled models on GPU-only mirrored strategies, where TensorFlow
+    switches to collectives itself. :func:`warn_steps_per_execution` says so
+    once per process. Stock failures:
+    `tests/test_strategy.py::test_stock_mirrored_with_steps_per_execution_still_fails`
+    and `tests/test_multiworker.py::test_multiworker_steps_per_execution_still_fails_and_is_flagged`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from keras_gpu._log import log_once
+
+__all__ = [
+    "KerasMultiWorkerMirroredStrategy",
+    "steps_per_execution_affected",
+    "warn_steps_per_execution",
+]
+
+_ISSUE_STEPS_PER_EXECUTION = "keras-team/keras#19246"
+
+
+class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """`tf.distribute.MultiWorkerMirroredStrategy` whose `reduce` accepts what Keras 3 passes.
+
+    Fixes keras-team/keras#20585: with a stock multi-worker strategy, Keras 3
+    `fit`, `evaluate` and `predict` fail in two places in
+    `keras/src/backend/tensorflow/trainer.py`:
+
+    1. `_maybe_symbolic_build` calls `strategy.reduce("MEAN", batch,
+       axis=None)` with the whole nested `(x, y)` structure of `PerReplica`
+       values, which the stock `reduce` cannot convert to a tensor.
+    2. `reduce_per_replica` calls `strategy.reduce("MEAN", v, axis=0)` on
+       scalar (rank-0) losses and metrics, which fails with
+       `Invalid reduction dimension 0 for input with 0 dimensions`.
+
+    `reduce` here differs from the stock one in exactly those two cases, both
+    of which raise in the stock strategy:
+
+    - a nested structure (list, tuple, dict, namedtuple) that holds at least
+      one `tf.distribute.DistributedValues` is reduced leaf by leaf, with the
+      same `reduce_op` and `axis`, and returned in the same structure;
+    - an `axis` (an int, or a non-empty list or tuple) given for a value whose
+      every local component has static rank 0 is treated as `axis=None`,
+      i.e. the per-replica scalars are reduced across replicas only.
+
+    Everything else, rank >= 1 values with any `axis` included, goes to the
+    stock `reduce` unchanged. The object is a real
+    `tf.distribute.MultiWorkerMirroredStrategy` (same constructor, same
+    `scope()`, `run()` and `extended`), so `isinstance` checks in Keras and
+    TensorFlow see it as one.
+    """
+
+    def reduce(self, reduce_op: Any, value: Any, axis: Any) -> Any:
+        """Reduce `value` across replicas; see the class docstring for what differs from stock."""
+        return _compat_reduce(super().reduce, self.experimental_local_results, reduce_op, value, axis)
+
+
+def _compat_reduce(
+    stock_reduce: Callable[[Any, Any, Any], Any],
+    local_results: Callable[[Any], Sequence[Any]],
+    reduce_op: Any,
+    value: Any,
+    axis: Any,
+) -> Any:
+    """The logic of `KerasMultiWorkerMirroredStrategy.reduce`, with the stock pieces passed in.
+
+    Args:
+        stock_reduce: The unpatched `Strategy.reduce(reduce_op, value, axis)`.
+        local_results: `Strategy.experimental_local_results`.
+        reduce_op: As for `Strategy.reduce`.
+        value: A `DistributedValues`, a tensor, or a nest of them.
+        axis: As for `Strategy.reduce`.
+    """
+    if _is_nest_of_distributed(value):
+        return tf.nest.map_structure(
+            lambda leaf: _reduce_leaf(stock_reduce, local_results, reduce_op, leaf, axis), value
+        )
+    return _reduce_leaf(stock_reduce, local_results, reduce_op, value, axis)
+
+
+def _reduce_leaf(
+    stock_reduce: Callable[[Any, Any, Any], Any],
+    local_results: Callable[[Any], Sequence[Any]],
+    reduce_op: Any,
+    value: Any,
+    axis: Any,
+) -> Any:
+    if _has_axis(axis) and _all_rank0(local_results(value)):
+        axis = None
+    return stock_reduce(reduce_op, value, axis)
+
+
+def _is_nest_of_distributed(value: Any) -> bool:
+    if not tf.nest.is_nested(value):
+        return False
+    return any(isinstance(leaf, tf.distribute.DistributedValues) for leaf in tf.nest.flatten(value))
+
+
+def _has_axis(axis: Any) -> bool:
+    if axis is None:
+        return False
+    if isinstance(axis, (list, tuple)):
+        return len(axis) > 0
+    return True
+
+
+def _all_rank0(components: Sequence[Any]) -> bool:
+    ranks = [getattr(getattr(c, "shape", None), "rank", None) for c in components]
+    return bool(ranks) and all(r == 0 for r in ranks)
+
+
+def steps_per_execution_affected(strategy: Any, *, jit_compile: bool = False) -> bool:
+    """Whether `strategy` hits keras-team/keras#19246 when `steps_per_execution > 1`.
+
+    True for a strategy with more than one replica whose gradient all-reduce
+    uses TensorFlow's collective ops: any `MultiWorkerMirroredStrategy`, a
+    `MirroredStrategy` built with its default (collective) cross-device ops,
+    and a `MirroredStrategy` over GPUs only when the model is XLA-compiled
+    (`jit_compile=True` makes TensorFlow use collectives whatever the
+    cross-device ops). Mirrored strategies from `keras_gpu.make_strategy` are
+    not affected unless compiled with XLA.
+
+    Args:
+        strategy: A `tf.distribute.Strategy`.
+        jit_compile: Whether the model's train step is XLA-compiled.
+    """
+    if not isinstance(strategy, tf.distribute.Strategy) or strategy.num_replicas_in_sync <= 1:
+        return False
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    if not isinstance(strategy, tf.distribute.MirroredStrategy):
+        return False
+    from tensorflow.python.distribute import cross_device_ops as _cdo
+
+    extended = strategy.extended
+    if isinstance(getattr(extended, "_cross_device_ops", None), _cdo.CollectiveAllReduce):
+        return True
+    devices = getattr(extended, "worker_devices", ())
+    return bool(jit_compile) and bool(devices) and all("GPU" in d.upper() for d in devices)
+
+
+def warn_steps_per_execution(strategy: Any, steps_per_execution: int | None, *, jit_compile: bool = False) -> bool:
+    """Log, once per process, that `strategy` with `steps_per_execution > 1` hits keras-team/keras#19246.
+
+    With an int `steps_per_execution > 1` and an affected strategy (see
+    :func:`steps_per_execution_affected`), logs one WARNING naming the issue
+    and the workaround (`steps_per_execution=1`). With
+    `steps_per_execution=None` (not known yet, as in `make_strategy`), logs
+    one INFO note for an affected strategy instead. Callbacks call this again
+    with the model's real value at `on_train_begin`.
+
+    Args:
+        strategy: A `tf.distribute.Strategy`.
+        steps_per_execution: The model's `steps_per_execution`, or `None`.
+        jit_compile: Whether the model's train step is XLA-compiled.
+
+    Returns:
+        True when the combination is affected (for `None`: when the strategy
+        would be affected by any `steps_per_execution > 1`), whether or not a
+        message was logged this time.
+
+    Raises:
+        TypeError: `steps_per_execution` is not a positive int or `None`.
+    """
+    if steps_per_execution is not None and (
+        not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1
+    ):
+        raise TypeError(
+            "`steps_per_execution` must be a positive int or None. "
+            f"Received: steps_per_execution={steps_per_execution!r}"
+        )
+    if not steps_per_execution_affected(strategy, jit_compile=jit_compile):
+        return False
+    name = type(strategy).__name__
+    if steps_per_execution is None:
+        log_once(
+            logging.INFO,
+            "keras-19246-note",
+            "Note: with %s, Keras 3 fails when `steps_per_execution` > 1 (%s); keep steps_per_execution=1.",
+            name,
+            _ISSUE_STEPS_PER_EXECUTION,
+        )
+        return True
+    if steps_per_execution == 1:
+        return False
+    log_once(
+        logging.WARNING,
+        "keras-19246-warning",
+        "steps_per_execution=%d with %s fails in Keras 3 with \"You must feed a value for placeholder tensor "
+        "'...while/cond/Placeholder'\" (%s). Workaround: compile the model with steps_per_execution=1.",
+        steps_per_execution,
+        name,
+        _ISSUE_STEPS_PER_EXECUTION,
+    )
+    return True
+

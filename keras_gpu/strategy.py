@@ -1,0 +1,573 @@
+"""`make_strategy()`: one call that picks and builds the right `tf.distribute` strategy.
+
+The decision is a pure function, :func:`plan_strategy`, so that it can be shown
+without building anything (`keras-gpu env` prints it). :func:`make_strategy`
+validates every argument through it, then builds the strategy the plan names
+and logs one INFO line saying what it built and why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from keras_gpu._log import logger
+from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+__all__ = [
+    "KINDS",
+    "CROSS_DEVICE_OPS",
+    "COMMUNICATIONS",
+    "LocalDevices",
+    "StrategyPlan",
+    "plan_strategy",
+    "make_strategy",
+]
+
+KINDS = ("auto", "default", "one_device", "mirrored", "multiworker")
+"""Accepted values of `kind`."""
+
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one_device")
+"""Accepted values of `cross_device_ops` (the gradient all-reduce of a mirrored strategy)."""
+
+COMMUNICATIONS = ("auto", "ring", "nccl")
+"""Accepted values of `communication` (the collective implementation of a multi-worker strategy)."""
+
+_LOCAL_KINDS = ("default", "one_device", "mirrored")
+_DEVICE = re.compile(r"^(?:/job:localhost)?(?:/replica:0)?(?:/task:0)?(?:/?device:|/)?(CPU|GPU):(\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LocalDevices:
+    """The logical devices of this process, as the strategy decision sees them.
+
+    Attributes:
+        gpus: Logical GPU names, e.g. `("/device:GPU:0", "/device:GPU:1")`.
+        cpus: Logical CPU names; more than one when the CPU was split.
+        physical_gpus: Physical GPUs behind `gpus`; fewer than `len(gpus)`
+            when a GPU was split into logical GPUs. `None` means `len(gpus)`.
+        nccl: Whether this TensorFlow build has NCCL all-reduce kernels.
+    """
+
+    gpus: tuple[str, ...] = ()
+    cpus: tuple[str, ...] = ("/device:CPU:0",)
+    physical_gpus: int | None = None
+    nccl: bool = True
+
+    @classmethod
+    def detect(cls) -> LocalDevices:
+        """List this process's logical devices.
+
+        This initialises TensorFlow's runtime context: afterwards, logical
+        devices can no longer be configured and a multi-worker strategy can no
+        longer be created in this process.
+        """
+        import tensorflow as tf
+        from tensorflow.python.framework import kernels
+
+        gpus = tuple(d.name for d in tf.config.list_logical_devices("GPU"))
+        cpus = tuple(d.name for d in tf.config.list_logical_devices("CPU"))
+        physical = len(tf.config.get_visible_devices("GPU"))
+        nccl = bool(kernels.get_registered_kernels_for_op("NcclAllReduce").kernel)
+        return cls(gpus=gpus, cpus=cpus, physical_gpus=physical, nccl=nccl)
+
+    @property
+    def split_gpus(self) -> bool:
+        """Whether some physical GPU was split into several logical GPUs."""
+        return self.physical_gpus is not None and len(self.gpus) > self.physical_gpus
+
+
+@dataclass(frozen=True)
+class StrategyPlan:
+    """Which strategy to build, on which devices, and why.
+
+    Attributes:
+        kind: `"default"`, `"one_device"`, `"mirrored"` or `"multiworker"`.
+        devices: The local devices the strategy replicates over, as
+            `/device:TYPE:N`. Empty for `"default"` and for `"multiworker"`,
+            which trains on all of each worker's visible GPUs, else its CPU.
+        cross_device_ops: The mirrored all-reduce (`"nccl"`,
+            `"hierarchical_copy"` or `"reduce_to_one_device"`), else `None`.
+        communication: The multi-worker collective implementation (`"auto"`,
+            `"ring"` or `"nccl"`), else `None`.
+        collective_timeout: Multi-worker collective timeout in seconds, or `None`.
+        reason: Why this kind was chosen, in words.
+        cluster: The resolved cluster (single local process when none).
+        notes: Things the caller should be warned about, e.g. a cluster that
+            a local kind ignores.
+    """
+
+    kind: str
+    devices: tuple[str, ...]
+    cross_device_ops: str | None
+    communication: str | None
+    collective_timeout: float | None
+    reason: str
+    cluster: ClusterInfo
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        """One line: the strategy, its devices and options, and the reason."""
+        if self.kind == "default":
+            what = "default strategy"
+        elif self.kind == "one_device":
+            what = f"one_device on {self.devices[0]}"
+        elif self.kind == "mirrored":
+            what = f"mirrored over {len(self.devices)} devices ({', '.join(self.devices)}), {self.cross_device_ops}"
+        else:
+            timeout = "" if self.collective_timeout is None else f", timeout {self.collective_timeout:g}s"
+            what = f"multiworker ({self.cluster.describe()}; communication {self.communication}{timeout})"
+        return f"{what}: {self.reason}"
+
+
+def plan_strategy(
+    kind: str = "auto",
+    *,
+    devices: Sequence[str] | None = None,
+    cross_device_ops: str = "auto",
+    communication: str = "auto",
+    collective_timeout: float | None = None,
+    cluster_source: str = "auto",
+    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
+    task_index: int | None = None,
+    task_type: str = "worker",
+    slurm_port_base: int = 8888,
+    slurm_gpus_per_task: int | None = None,
+    slurm_assign_gpus: bool = False,
+    local_devices: LocalDevices | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> StrategyPlan:
+    """Decide which strategy :func:`make_strategy` builds, without building it.
+
+    `kind="auto"` picks, in order:
+
+    1. `"multiworker"` when the cluster (TF_CONFIG, a multi-task SLURM step,
+       or `cluster=`) has more than one training task;
+    2. `"mirrored"` over all logical GPUs when there are two or more;
+    3. `"one_device"` when there is exactly one GPU;
+    4. `"mirrored"` over the logical CPUs when the CPU was split;
+    5. otherwise the default strategy.
+
+    With `devices`, `"auto"` picks `"one_device"` for one device and
+    `"mirrored"` for several. Options that do not apply to the kind `"auto"`
+    picks are ignored, and the reason says so.
+
+    When `local_devices` is `None` and the decision needs the local devices
+    (any kind but `"multiworker"` and `"default"`), this lists TensorFlow's
+    logical devices, which initialises TensorFlow's runtime context: logical
+    devices can no longer be configured afterwards. Pass `local_devices` to
+    decide without touching TensorFlow.
+
+    Args:
+        kind: One of `KINDS`.
+        devices: For `"one_device"` (exactly one) or `"mirrored"`: device
+            names such as `"GPU:0"` or `"/device:CPU:1"`. Must exist.
+        cross_device_ops: For `"mirrored"`, one of `CROSS_DEVICE_OPS`.
+            `"auto"` is NCCL over physical GPUs, otherwise
+            `"reduce_to_one_device"`. `"nccl"` needs GPUs only.
+        communication: For `"multiworker"`, one of `COMMUNICATIONS`.
+        collective_timeout: For `"multiworker"`: seconds after which a
+            collective that waits on a peer fails, or `None` for no timeout.
+        cluster_source: Where the cluster comes from: one of
+            `keras_gpu.cluster.SOURCES`.
+        cluster: For `cluster_source="explicit"` (or `"auto"`):
+            `{"worker": ["host:port", ...]}` or the list of worker addresses.
+        task_index: With `cluster`: this process's index within `task_type`.
+        task_type: With `cluster`: this process's task type.
+        slurm_port_base: For SLURM: the first port on each node.
+        slurm_gpus_per_task: For SLURM: GPUs per task (`None`: detect).
+        slurm_assign_gpus: For SLURM: set `CUDA_VISIBLE_DEVICES` per task.
+        local_devices: The local devices to decide with (`None`: detect).
+        environ: The environment to read (default `os.environ`).
+
+    Returns:
+        The :class:`StrategyPlan`.
+
+    Raises:
+        ValueError: An argument has a bad value, arguments contradict each
+            other, a device does not exist, or the cluster is malformed.
+        TypeError: An argument has the wrong type.
+    """
+    _check_choice("kind", kind, KINDS)
+    _check_choice("cross_device_ops", cross_device_ops, CROSS_DEVICE_OPS)
+    _check_choice("communication", communication, COMMUNICATIONS)
+    _check_choice("cluster_source", cluster_source, SOURCES)
+    collective_timeout = _check_timeout(collective_timeout)
+    wanted = _normalize_devices(devices)
+    if local_devices is not None and not isinstance(local_devices, LocalDevices):
+        raise TypeError(f"`local_devices` must be a LocalDevices or None. Received: local_devices={local_devices!r}")
+    _check_combinations(kind, wanted, cross_device_ops, communication, collective_timeout, cluster_source, cluster, task_index)
+
+    info = resolve_cluster(
+        cluster_source,
+        cluster=cluster,
+        task_index=task_index,
+        task_type=task_type,
+        slurm_port_base=slurm_port_base,
+        slurm_gpus_per_task=slurm_gpus_per_task,
+        slurm_assign_gpus=slurm_assign_gpus,
+        environ=environ,
+    )
+    if "ps" in info.cluster:
+        raise ValueError(
+            "The cluster has 'ps' (parameter server) tasks, which MultiWorkerMirroredStrategy does not "
+            "support; use tf.distribute.experimental.ParameterServerStrategy for such a cluster, or "
+            f"remove the 'ps' entry. Received: cluster={ {k: list(v) for k, v in info.cluster.items()} !r}"
+        )
+    trains_together = info.is_multi_worker and info.task_type != "evaluator"
+
+    if kind == "multiworker" or (kind == "auto" and trains_together):
+        if wanted is not None:
+            raise ValueError(
+                "`devices` cannot be chosen for a multi-worker strategy: each worker trains on all its "
+                f"visible GPUs (or its CPU). Limit them with CUDA_VISIBLE_DEVICES. Received: devices={devices!r}"
+            )
+        return _plan_multiworker(kind, info, communication, collective_timeout, cross_device_ops, local_devices)
+
+    notes: list[str] = []
+    if trains_together:
+        notes.append(
+            f"The cluster from {info.source} has {info.num_workers} training tasks, but kind={kind!r} "
+            "trains this process alone; use kind='multiworker' (or 'auto') to train together."
+        )
+    if kind == "default":
+        return StrategyPlan("default", (), None, None, None, "kind='default' was asked for", info, tuple(notes))
+
+    ld = LocalDevices.detect() if local_devices is None else local_devices
+    available = (*ld.gpus, *ld.cpus)
+    if wanted is not None:
+        missing = [d for d in wanted if d not in available]
+        if missing:
+            raise ValueError(
+                f"`devices` names devices this process does not have: {missing}. Available logical devices: "
+                f"{list(available)}. Received: devices={devices!r}"
+            )
+
+    if kind == "auto":
+        kind, chosen, reason = _auto_local(ld, wanted)
+        if info.task_type == "evaluator" and info.is_multi_worker:
+            reason = f"this process is the evaluator of a {info.num_workers}-worker cluster, so it runs alone; {reason}"
+        ignored = _ignored_options(kind, cross_device_ops, communication, collective_timeout)
+        if ignored:
+            reason = f"{reason} ({ignored})"
+    elif kind == "one_device":
+        chosen = wanted if wanted is not None else ((ld.gpus or ld.cpus)[0],)
+        reason = "kind='one_device' was asked for"
+    else:  # mirrored
+        chosen = wanted if wanted is not None else (ld.gpus or ld.cpus)
+        reason = "kind='mirrored' was asked for"
+
+    if kind == "mirrored":
+        cdo = _resolve_cross_device_ops(cross_device_ops, chosen, ld)
+        return StrategyPlan("mirrored", tuple(chosen), cdo, None, None, reason, info, tuple(notes))
+    if cross_device_ops == "nccl" and not ld.gpus:
+        raise ValueError(
+            "cross_device_ops='nccl' needs GPUs, and this process has none. Use cross_device_ops='auto' or "
+            "'reduce_to_one_device'. Received: cross_device_ops='nccl'"
+        )
+    if kind == "one_device":
+        return StrategyPlan("one_device", tuple(chosen), None, None, None, reason, info, tuple(notes))
+    return StrategyPlan("default", (), None, None, None, reason, info, tuple(notes))
+
+
+def make_strategy(
+    kind: str = "auto",
+    *,
+    devices: Sequence[str] | None = None,
+    cross_device_ops: str = "auto",
+    communication: str = "auto",
+    collective_timeout: float | None = None,
+    cluster_source: str = "auto",
+    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
+    task_index: int | None = None,
+    task_type: str = "worker",
+    slurm_port_base: int = 8888,
+    slurm_gpus_per_task: int | None = None,
+) -> tf.distribute.Strategy:
+    """Build the `tf.distribute.Strategy` for this process and log why in one INFO line.
+
+    See :func:`plan_strategy` for the arguments and for what `kind="auto"`
+    picks. Every argument is validated before anything is created.
+
+    - `"mirrored"` always gets an explicit cross-device all-reduce (never
+      TensorFlow's collective default), which keeps `steps_per_execution > 1`
+      working (keras-team/keras#19246).
+    - `"multiworker"` returns a
+      `keras_gpu._keras_compat.KerasMultiWorkerMirroredStrategy`, a
+      `tf.distribute.MultiWorkerMirroredStrategy` that Keras 3 `fit`,
+      `evaluate` and `predict` can use (keras-team/keras#20585). Explicit and
+      SLURM clusters are passed through a `SimpleClusterResolver`;
+      TF_CONFIG is read but never written. Under SLURM each task's
+      `CUDA_VISIBLE_DEVICES` is narrowed to its own GPUs. Create it before
+      TensorFlow runs anything in the process. With a single-task cluster or
+      no cluster, `kind="multiworker"` is allowed and trains alone.
+
+    Returns:
+        A `tf.distribute.Strategy`.
+
+    Raises:
+        ValueError: Bad or contradictory arguments, missing devices, or a
+            malformed cluster (raised before any peer is contacted).
+        TypeError: An argument has the wrong type.
+        RuntimeError: A multi-worker strategy was asked for after
+            TensorFlow's runtime was initialised in this process, or the
+            default strategy inside another strategy's scope.
+    """
+    plan = plan_strategy(
+        kind,
+        devices=devices,
+        cross_device_ops=cross_device_ops,
+        communication=communication,
+        collective_timeout=collective_timeout,
+        cluster_source=cluster_source,
+        cluster=cluster,
+        task_index=task_index,
+        task_type=task_type,
+        slurm_port_base=slurm_port_base,
+        slurm_gpus_per_task=slurm_gpus_per_task,
+    )
+    if plan.kind == "multiworker" and plan.cluster.source == "slurm":
+        # Resolved again, now letting TensorFlow's resolver narrow CUDA_VISIBLE_DEVICES
+        # to this task's GPUs; the first pass validated everything without side effects.
+        plan = replace(
+            plan,
+            cluster=resolve_cluster(
+                "slurm",
+                slurm_port_base=slurm_port_base,
+                slurm_gpus_per_task=slurm_gpus_per_task,
+                slurm_assign_gpus=True,
+            ),
+        )
+    strategy = _build(plan)
+    for note in plan.notes:
+        logger.warning(note)
+    prefix = "auto chose " if kind == "auto" else ""
+    logger.info("make_strategy: %s%s", prefix, plan.describe())
+    if plan.kind in ("mirrored", "multiworker"):
+        from keras_gpu._keras_compat import warn_steps_per_execution
+
+        warn_steps_per_execution(strategy, None)
+    return strategy
+
+
+def _build(plan: StrategyPlan) -> tf.distribute.Strategy:
+    import tensorflow as tf
+
+    if plan.kind == "default":
+        if tf.distribute.has_strategy():
+            raise RuntimeError(
+                "make_strategy('default') was called inside another strategy's scope, where the default "
+                "strategy is not reachable; call it outside `with strategy.scope():`."
+            )
+        return tf.distribute.get_strategy()
+    if plan.kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(plan.devices[0])
+    if plan.kind == "mirrored":
+        # Always an explicit cross-device ops object, never TensorFlow's collective default,
+        # which breaks Keras 3 with steps_per_execution > 1 (keras-team/keras#19246).
+        ops = {
+            "nccl": tf.distribute.NcclAllReduce,
+            "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+            "reduce_to_one_device": tf.distribute.ReductionToOneDevice,
+        }[plan.cross_device_ops]
+        return tf.distribute.MirroredStrategy(devices=list(plan.devices), cross_device_ops=ops())
+    return _build_multiworker(plan)
+
+
+def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
+    import tensorflow as tf
+
+    from keras_gpu._keras_compat import KerasMultiWorkerMirroredStrategy
+    from keras_gpu.cluster import _visible_gpu_count
+
+    num_gpus = _visible_gpu_count()
+    if plan.communication == "nccl" and num_gpus == 0:
+        raise ValueError(
+            "communication='nccl' needs GPUs, and this process sees none. Use communication='auto' or 'ring'. "
+            "Received: communication='nccl'"
+        )
+    implementation = {
+        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+        "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+    }[plan.communication]
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=plan.collective_timeout
+    )
+    resolver = plan.cluster.cluster_resolver(num_gpus=num_gpus) if plan.cluster.cluster else None
+    try:
+        return KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    except RuntimeError as exc:
+        if "startup" not in str(exc):
+            raise
+        raise RuntimeError(
+            "A multi-worker strategy must be created before TensorFlow runs anything in this process "
+            "(before creating tensors or models, or listing logical devices). Call "
+            "keras_gpu.make_strategy() near the top of the program, right after configure_devices()."
+        ) from exc
+
+
+def _plan_multiworker(
+    kind: str,
+    info: ClusterInfo,
+    communication: str,
+    collective_timeout: float | None,
+    cross_device_ops: str,
+    local_devices: LocalDevices | None,
+) -> StrategyPlan:
+    if info.task_type == "evaluator":
+        raise ValueError(
+            "kind='multiworker' was asked for, but this process is the cluster's evaluator, which does not "
+            "train; use kind='auto' (or a local kind) for the evaluator."
+        )
+    if cross_device_ops != "auto" and kind == "multiworker":
+        raise ValueError(
+            "`cross_device_ops` applies to kind='mirrored'; a multi-worker strategy takes `communication` "
+            f"instead. Received: cross_device_ops={cross_device_ops!r}"
+        )
+    if communication == "nccl" and local_devices is not None and not local_devices.gpus:
+        raise ValueError(
+            "communication='nccl' needs GPUs, and this process has none. Use communication='auto' or 'ring'. "
+            "Received: communication='nccl'"
+        )
+    if kind == "auto":
+        reason = f"{info.source} describes {info.num_workers} training tasks"
+        if cross_device_ops != "auto":
+            reason += f" (cross_device_ops={cross_device_ops!r} ignored: it applies to mirrored)"
+    elif info.is_multi_worker:
+        reason = "kind='multiworker' was asked for"
+    elif info.cluster:
+        reason = f"kind='multiworker' was asked for; the cluster from {info.source} has a single task, which trains alone"
+    else:
+        reason = "kind='multiworker' was asked for; no cluster is configured, so this process trains alone"
+    return StrategyPlan("multiworker", (), None, communication, collective_timeout, reason, info)
+
+
+def _auto_local(ld: LocalDevices, wanted: tuple[str, ...] | None) -> tuple[str, tuple[str, ...], str]:
+    if wanted is not None:
+        if len(wanted) == 1:
+            return "one_device", wanted, "one device was given"
+        return "mirrored", wanted, f"{len(wanted)} devices were given"
+    if len(ld.gpus) >= 2:
+        return "mirrored", ld.gpus, f"{len(ld.gpus)} GPUs are visible"
+    if len(ld.gpus) == 1:
+        return "one_device", ld.gpus, "exactly one GPU is visible"
+    if len(ld.cpus) > 1:
+        return "mirrored", ld.cpus, f"no GPU is visible and the CPU is split into {len(ld.cpus)} logical devices"
+    return "default", (), "no GPU is visible and the CPU is not split"
+
+
+def _ignored_options(kind: str, cross_device_ops: str, communication: str, collective_timeout: float | None) -> str:
+    ignored = []
+    if kind != "mirrored" and cross_device_ops != "auto":
+        ignored.append(f"cross_device_ops={cross_device_ops!r}")
+    if communication != "auto":
+        ignored.append(f"communication={communication!r}")
+    if collective_timeout is not None:
+        ignored.append(f"collective_timeout={collective_timeout!r}")
+    if not ignored:
+        return ""
+    return f"{', '.join(ignored)} ignored: not applicable to {kind}"
+
+
+def _resolve_cross_device_ops(requested: str, devices: Sequence[str], ld: LocalDevices) -> str:
+    gpu_only = all(":GPU:" in d for d in devices)
+    if requested == "nccl":
+        if not gpu_only:
+            raise ValueError(
+                "cross_device_ops='nccl' needs GPUs only, but the mirrored devices include "
+                f"{[d for d in devices if ':GPU:' not in d]}. Use cross_device_ops='auto' or 'reduce_to_one_device'. "
+                "Received: cross_device_ops='nccl'"
+            )
+        if not ld.nccl:
+            raise ValueError(
+                "cross_device_ops='nccl' needs NCCL, which this TensorFlow build lacks. Use "
+                "cross_device_ops='hierarchical_copy' or 'reduce_to_one_device'. Received: cross_device_ops='nccl'"
+            )
+        return "nccl"
+    if requested != "auto":
+        return requested
+    if gpu_only and ld.nccl and not ld.split_gpus:
+        return "nccl"
+    return "reduce_to_one_device"
+
+
+def _check_combinations(
+    kind: str,
+    wanted: tuple[str, ...] | None,
+    cross_device_ops: str,
+    communication: str,
+    collective_timeout: float | None,
+    cluster_source: str,
+    cluster: Any,
+    task_index: Any,
+) -> None:
+    if wanted is not None and kind == "default":
+        raise ValueError(f"`devices` does not apply to kind='default'. Received: devices={list(wanted)!r}")
+    if wanted is not None and kind == "one_device" and len(wanted) != 1:
+        raise ValueError(
+            "kind='one_device' needs exactly one device; use kind='mirrored' for several. "
+            f"Received: devices={list(wanted)!r}"
+        )
+    if kind in ("default", "one_device") and cross_device_ops != "auto":
+        raise ValueError(
+            f"`cross_device_ops` applies to kind='mirrored' only. Received: kind={kind!r}, "
+            f"cross_device_ops={cross_device_ops!r}"
+        )
+    if kind in _LOCAL_KINDS:
+        if communication != "auto" or collective_timeout is not None:
+            raise ValueError(
+                "`communication` and `collective_timeout` apply to kind='multiworker' (or 'auto') only. "
+                f"Received: kind={kind!r}, communication={communication!r}, collective_timeout={collective_timeout!r}"
+            )
+        if cluster_source != "auto" or cluster is not None or task_index is not None:
+            raise ValueError(
+                "`cluster_source`, `cluster` and `task_index` apply to kind='multiworker' (or 'auto') only. "
+                f"Received: kind={kind!r}, cluster_source={cluster_source!r}, cluster={cluster!r}, "
+                f"task_index={task_index!r}"
+            )
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
+
+
+def _check_timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`collective_timeout` must be a number of seconds or None. Received: collective_timeout={value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"`collective_timeout` must be a positive, finite number of seconds (or None for no timeout). "
+            f"Received: collective_timeout={value!r}"
+        )
+    return float(value)
+
+
+def _normalize_devices(devices: Any) -> tuple[str, ...] | None:
+    if devices is None:
+        return None
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence):
+        raise TypeError(f"`devices` must be a list of device names such as ['GPU:0', 'GPU:1']. Received: devices={devices!r}")
+    if not devices:
+        raise ValueError("`devices` must name at least one device, or be None to use them all. Received: devices=[]")
+    out = []
+    for device in devices:
+        match = _DEVICE.match(device) if isinstance(device, str) else None
+        if match is None:
+            raise ValueError(
+                f"`devices` entries must be local device names like 'GPU:0', '/gpu:1' or '/device:CPU:0'. "
+                f"Received: {device!r} in devices={devices!r}"
+            )
+        out.append(f"/device:{match.group(1).upper()}:{int(match.group(2))}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"`devices` lists a device twice. Received: devices={devices!r}")
+    return tuple(out)
