@@ -55,8 +55,8 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks
-    from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index
-    from keras_gpu.devices import DeviceConfig, configure_devices
-    from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy
+if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
+    from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks  # noqa: F401
+    from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
+    from keras_gpu.devices import DeviceConfig, configure_devices  # noqa: F401
+    from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401

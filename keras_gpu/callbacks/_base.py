@@ -8,9 +8,10 @@ from typing import Any
 import keras
 
 from keras_gpu.callbacks import _writer
+from keras_gpu.callbacks._layout import write_layout
 from keras_gpu.cluster import ClusterInfo, task_info
 
-__all__ = ["LoggingCallback", "check_log_dir", "check_positive"]
+__all__ = ["LoggingCallback", "check_log_dir", "check_positive", "read_step"]
 
 
 def check_log_dir(log_dir: Any) -> str:
@@ -33,6 +34,24 @@ def check_positive(name: str, value: Any, *, integer: bool = False, allow_none: 
         suffix = " or None" if allow_none else ""
         raise ValueError(f"`{name}` must be {what}{suffix}. Received: {name}={value!r}")
     return value
+
+
+def read_step(model: Any, fallback: int = 0) -> int:
+    """The optimizer's iteration count (the global step), or `fallback` when it has none yet.
+
+    Reads the backend variable directly: one small device-to-host copy, safe
+    from any thread.
+    """
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    if iterations is None:
+        return fallback
+    try:
+        value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
+        if hasattr(value, "numpy"):
+            return int(value.numpy())
+        return int(keras.ops.convert_to_numpy(iterations))
+    except Exception:  # noqa: BLE001 - an unbuilt optimizer has no value yet
+        return fallback
 
 
 class LoggingCallback(keras.callbacks.Callback):
@@ -62,6 +81,7 @@ class LoggingCallback(keras.callbacks.Callback):
         self.run_dir = _writer.run_dir(self.log_dir, self._task)
         _writer.check_writable(self.run_dir)
         self._writer = _writer.acquire(self.run_dir)
+        write_layout(self._writer)
         return self._writer
 
     def _close(self) -> None:
@@ -71,11 +91,4 @@ class LoggingCallback(keras.callbacks.Callback):
 
     def _initial_step(self) -> int:
         """The optimizer's iteration count: the global step this `fit` starts from."""
-        optimizer = getattr(self.model, "optimizer", None)
-        iterations = getattr(optimizer, "iterations", None)
-        if iterations is None:
-            return 0
-        try:
-            return int(keras.ops.convert_to_numpy(iterations))
-        except Exception:  # noqa: BLE001 - an unbuilt optimizer has no value yet
-            return 0
+        return read_step(self.model)

@@ -118,16 +118,22 @@ class SummaryWriter:
                 return False
 
     def scalars(self, values: Mapping[str, float], step: int) -> bool:
-        """Write each `tag -> value` at `step`. Returns False if nothing could be written."""
+        """Write each `tag -> value` at `step`. Returns False if nothing could be written.
+
+        The records are exactly what `tf.summary.scalar` writes (a float32
+        scalar tensor with the `scalars` plugin's metadata), but all values
+        go out as one serialized `Summary`: one raw write per window costs
+        about a tenth of one eager `tf.summary.scalar` call per tag.
+        """
         if not values:
             return True
+        serialized = _scalars_pb(values)
 
         def write() -> None:
             import tensorflow as tf
 
-            with self._get().as_default(step=int(step)):
-                for tag, value in values.items():
-                    tf.summary.scalar(tag, float(value))
+            with self._get().as_default():
+                tf.summary.experimental.write_raw_pb(serialized, step=int(step))
 
         return self._guard(write)
 
@@ -172,6 +178,27 @@ class SummaryWriter:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _scalars_pb(values: Mapping[str, float]) -> bytes:
+    """One serialized `Summary` holding every value the way `tf.summary.scalar` records it."""
+    from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    )
+    shape = tensor_shape_pb2.TensorShapeProto()
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=tag,
+                metadata=metadata,
+                tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[float(value)]),
+            )
+            for tag, value in values.items()
+        ]
+    ).SerializeToString()
 
 
 _registry: dict[str, tuple[SummaryWriter, int]] = {}

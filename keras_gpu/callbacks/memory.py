@@ -1,0 +1,515 @@
+"""`MemoryLogger`: TensorFlow allocator, GPU (NVML) and host memory in TensorBoard."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+from keras_gpu import nvml as _nvml
+from keras_gpu._log import log_once, logger
+from keras_gpu.callbacks import _writer
+from keras_gpu.callbacks._base import LoggingCallback, check_positive, read_step
+
+__all__ = ["MemoryLogger"]
+
+_WATCH_PERIOD_S = 0.5
+"""How often the background thread checks that the `fit` which started it is still running."""
+
+_JOIN_TIMEOUT_S = 10.0
+
+_MIN_EPOCH_WINDOW_S = 1.0
+"""An epoch-end window is skipped when the previous window ended less than this long ago (or `every_s`, if shorter)."""
+
+
+class MemoryLogger(LoggingCallback):
+    """Logs memory (TensorFlow allocator, GPU, host) and GPU activity to TensorBoard.
+
+    Everything is measured and written on background threads; the callback
+    defines no per-batch hook, and nothing runs on the training thread's
+    per-batch path. A *window* is written at the optimizer's current step
+    every `every_s` seconds, at the end of each epoch (the training thread
+    only raises a flag; an epoch that ends less than a second, or
+    `every_s` if shorter, after the previous window is left to the next
+    one, which bounds the cost of very short epochs) and at the end of
+    training (on the training thread, once
+    the background threads have stopped):
+
+    TensorFlow's allocator, for each device this worker trains on (from the
+    model's distribution strategy; logical CPU devices share one allocator,
+    so it is logged once, as `CPU_0`):
+
+    - `memory/allocator/<device>/current_bytes`: bytes allocated at the end
+      of the window.
+    - `memory/allocator/<device>/peak_bytes`: the most bytes allocated at
+      once within the window (the allocator's peak is reset with
+      `tf.config.experimental.reset_memory_stats` at the start of `fit` and
+      after each window, so other readers of that peak see it reset too).
+    - `memory/allocator/<device>/run_peak_bytes`: the largest `peak_bytes` so
+      far in this `fit`; also in the summary line logged at the end.
+
+    On CPU, TensorFlow's allocator statistics leave small allocations out (a
+    40 KB tensor is not counted, a 400 KB one is), so a tiny model may show
+    0 there. The allocator is read, and its peak reset, on the background
+    thread: both are cheap, thread-safe calls.
+
+    The host:
+
+    - `memory/host/rss_bytes`: this process's resident set size, in bytes
+      (`/proc/self/statm`; absent where there is no `/proc`).
+    - `memory/host/peak_rss_bytes`: the largest resident set size since the
+      process started, in bytes (`resource.getrusage`).
+
+    Each GPU this process trains on, from NVML, sampled every
+    `sample_interval_s` seconds by a background thread. `<i>` is
+    TensorFlow's physical GPU index (a CUDA ordinal of this process; see
+    `keras_gpu.nvml` for how it maps to NVML). The plain tag is the mean of
+    the window's samples and the `_max` tag their maximum:
+
+    - `gpu/<i>/memory_used_bytes`, `gpu/<i>/memory_used_bytes_max`: device
+      memory used by every process, in bytes.
+    - `gpu/<i>/memory_total_bytes`: device memory, in bytes (no `_max`).
+    - `gpu/<i>/process_memory_bytes`, `gpu/<i>/process_memory_bytes_max`:
+      device memory used by this process, in bytes (absent when the driver
+      does not list this process, e.g. in a container's PID namespace).
+    - `gpu/<i>/utilization_percent`, `gpu/<i>/utilization_percent_max`: time
+      a kernel was running, in percent.
+    - `gpu/<i>/memory_utilization_percent`,
+      `gpu/<i>/memory_utilization_percent_max`: time device memory was read
+      or written, in percent.
+    - `gpu/<i>/power_watts`, `gpu/<i>/power_watts_max`: power draw, in
+      watts.
+    - `gpu/<i>/temperature_c`, `gpu/<i>/temperature_c_max`: GPU temperature,
+      in degrees Celsius.
+    - `gpu/<i>/sm_clock_mhz`, `gpu/<i>/sm_clock_mhz_max`: SM clock, in MHz.
+
+    Without NVML (no driver, no `nvidia-ml-py`) or without a GPU, only the
+    allocator and host metrics are logged, after one INFO line. A metric a
+    GPU does not support is turned off for that GPU with one WARNING; if
+    NVML fails during the run (a lost GPU), GPU sampling stops with one
+    WARNING and training continues.
+
+    The threads stop and are joined at the end of `fit`. If `fit` ends
+    without calling `on_train_end` (an exception, Ctrl-C), they notice
+    within about half a second that the `fit` that started them is no
+    longer running, write a last window and stop; the next `fit` with the
+    same callback also replaces anything left over.
+
+    Args:
+        log_dir: The TensorBoard log directory, shared with the other
+            callbacks; each worker writes to its own run under it.
+        every_s: Seconds between windows.
+        sample_interval_s: Seconds between NVML samples (at most `every_s`).
+        nvml: Log the NVML GPU metrics.
+        allocator: Log TensorFlow's allocator metrics.
+        host: Log the host metrics.
+        gpus: TensorFlow GPU indices to monitor with NVML, or `None` for the
+            GPUs the model's distribution strategy uses.
+
+    Raises:
+        TypeError, ValueError: An argument is malformed.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        every_s: float = 10.0,
+        sample_interval_s: float = 0.5,
+        nvml: bool = True,
+        allocator: bool = True,
+        host: bool = True,
+        gpus: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__(log_dir)
+        self.every_s = float(check_positive("every_s", every_s))
+        self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s))
+        if self.sample_interval_s > self.every_s:
+            raise ValueError(
+                "`sample_interval_s` must not exceed `every_s`, or windows would hold no sample. "
+                f"Received: sample_interval_s={sample_interval_s!r}, every_s={every_s!r}"
+            )
+        for name, value in (("nvml", nvml), ("allocator", allocator), ("host", host)):
+            if not isinstance(value, bool):
+                raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+        if not (nvml or allocator or host):
+            raise ValueError(
+                "MemoryLogger has nothing to log: set at least one of `nvml`, `allocator`, `host` to True. "
+                "Received: nvml=False, allocator=False, host=False"
+            )
+        self.nvml = nvml
+        self.allocator = allocator
+        self.host = host
+        self.gpus = _check_gpus(gpus)
+        self._run: _Run | None = None
+
+    # -- Keras hooks (no per-batch hook on purpose)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._end_run(abandoned=True)
+        writer = self._open()
+        watch = _FitWatch.capture()
+        devices = _allocator_devices(self._strategy())
+        gpus = self._gpu_indices(devices) if self.nvml else []
+        run = _Run(self, writer, devices if self.allocator else [], gpus, watch)
+        run.start()
+        self._run = run
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        run = self._run
+        if run is not None:
+            run.request_window()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        try:
+            self._end_run(abandoned=False)
+        finally:
+            self._close()
+
+    # -- helpers
+
+    def _end_run(self, *, abandoned: bool) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.finish(abandoned=abandoned)
+
+    def _gpu_indices(self, devices: list[tuple[str, str]]) -> list[int]:
+        """The physical GPUs to sample: `gpus`, or those behind the strategy's logical GPUs."""
+        if self.gpus is not None:
+            return list(self.gpus)
+        logical = [int(dev.split(":")[1]) for dev, _ in devices if dev.startswith("GPU:")]
+        physical = _physical_gpus(logical)
+        if not physical:
+            log_once(
+                logging.INFO,
+                "memory:no-gpu",
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs TensorFlow allocator "
+                "and host memory only.",
+            )
+        return physical
+
+
+class _Run:
+    """The state of one `fit`: devices, peaks, the sampler and the window thread."""
+
+    def __init__(
+        self,
+        owner: MemoryLogger,
+        writer: _writer.SummaryWriter,
+        allocators: list[tuple[str, str]],
+        gpus: list[int],
+        watch: _FitWatch,
+    ) -> None:
+        self.model = owner.model
+        self.writer = writer
+        self.every_s = owner.every_s
+        self.host = owner.host
+        self.allocators = allocators
+        self.watch = watch
+        self.sampler = (
+            _nvml.GpuSampler(gpus, owner.sample_interval_s, alive=watch.alive, max_idle_s=None) if gpus else None
+        )
+        self.run_peaks: dict[str, int] = {}
+        self.gpu_peaks: dict[tuple[int, str], float] = {}
+        self.host_peak: int | None = None
+        self.windows = 0
+        self._step = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._requested = False
+        self._finished = False
+        self._thread = threading.Thread(target=self._loop, name="keras-gpu-memory-logger", daemon=True)
+
+    def start(self) -> None:
+        import tensorflow as tf
+
+        usable = []
+        for device, tag in self.allocators:
+            try:
+                tf.config.experimental.get_memory_info(device)
+                tf.config.experimental.reset_memory_stats(device)
+            except Exception as exc:  # noqa: BLE001 - some devices have no allocator statistics
+                log_once(
+                    logging.INFO,
+                    f"memory:no-allocator:{device}",
+                    "keras-gpu: TensorFlow keeps no allocator statistics for %s (%s); it is not logged.",
+                    device,
+                    exc,
+                )
+                continue
+            usable.append((device, tag))
+        self.allocators = usable
+        self._step = read_step(self.model, 0)
+        if self.sampler is not None:
+            self.sampler.start()
+        self._thread.start()
+
+    def request_window(self) -> None:
+        """Ask the window thread to write a window now (cheap; called on the training thread)."""
+        self._requested = True
+        self._wake.set()
+
+    def finish(self, *, abandoned: bool) -> None:
+        """Stop the threads, write the last window and log the summary (once)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_TIMEOUT_S)
+        self._final(abandoned)
+
+    # -- the window thread
+
+    def _loop(self) -> None:
+        try:
+            min_gap = min(self.every_s, _MIN_EPOCH_WINDOW_S)
+            last_window = time.monotonic()
+            next_window = last_window + self.every_s
+            while True:
+                self._wake.wait(min(max(next_window - time.monotonic(), 0.0), _WATCH_PERIOD_S))
+                self._wake.clear()
+                if self._stopping:
+                    return
+                if not self.watch.alive():
+                    self._final(abandoned=True)
+                    return
+                now = time.monotonic()
+                requested, self._requested = self._requested, False
+                if now >= next_window or (requested and now - last_window >= min_gap):
+                    self.write_window()
+                    last_window = time.monotonic()
+                    next_window = last_window + self.every_s
+        except Exception as exc:  # noqa: BLE001 - monitoring must never take training down
+            logger.warning("keras-gpu: MemoryLogger stopped after an unexpected error: %s: %s", type(exc).__name__, exc)
+            if self.sampler is not None:
+                self.sampler.stop(timeout=0)
+
+    def _final(self, abandoned: bool) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        if self.sampler is not None:
+            self.sampler.stop(timeout=_JOIN_TIMEOUT_S, final_sample=not abandoned)
+        self.write_window()
+        self.writer.flush()
+        if abandoned:
+            logger.info(
+                "keras-gpu: MemoryLogger: `fit` ended without `on_train_end` (interrupted); monitoring stopped. %s",
+                self.summary(),
+            )
+        else:
+            logger.info("keras-gpu: MemoryLogger: %s", self.summary())
+
+    # -- one window
+
+    def write_window(self) -> None:
+        """Measure and write one window at the optimizer's current step."""
+        with self._lock:
+            values: dict[str, float] = {}
+            self._allocator_window(values)
+            if self.host:
+                self._host_window(values)
+            if self.sampler is not None:
+                self._gpu_window(values)
+            self._step = max(self._step, read_step(self.model, self._step))
+            if values:
+                self.writer.scalars(values, self._step)
+            self.windows += 1
+
+    def _allocator_window(self, values: dict[str, float]) -> None:
+        import tensorflow as tf
+
+        for device, tag in self.allocators:
+            try:
+                info = tf.config.experimental.get_memory_info(device)
+                tf.config.experimental.reset_memory_stats(device)
+            except Exception:  # noqa: BLE001 - a device that went away: skip it this window
+                continue
+            peak = int(info["peak"])
+            self.run_peaks[device] = max(self.run_peaks.get(device, 0), peak)
+            values[f"memory/allocator/{tag}/current_bytes"] = int(info["current"])
+            values[f"memory/allocator/{tag}/peak_bytes"] = peak
+            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[device]
+
+    def _host_window(self, values: dict[str, float]) -> None:
+        rss, peak = _host_rss_bytes(), _host_peak_rss_bytes()
+        if rss is None and peak is None:
+            log_once(logging.INFO, "memory:no-host", "keras-gpu: host memory is not measurable on this platform.")
+        if rss is not None:
+            values["memory/host/rss_bytes"] = rss
+        if peak is not None:
+            values["memory/host/peak_rss_bytes"] = peak
+            self.host_peak = max(self.host_peak or 0, peak)
+
+    def _gpu_window(self, values: dict[str, float]) -> None:
+        for gpu, metrics in sorted(self.sampler.drain().items()):
+            for name, stat in metrics.items():
+                values[f"gpu/{gpu}/{name}"] = stat.mean
+                if name != "memory_total_bytes":
+                    values[f"gpu/{gpu}/{name}_max"] = stat.max
+                key = (gpu, name)
+                self.gpu_peaks[key] = max(self.gpu_peaks.get(key, 0.0), stat.max)
+
+    def summary(self) -> str:
+        """One line: the run's peaks."""
+        parts = [
+            f"peak TensorFlow allocator memory on {dev}: {_fmt_bytes(peak)}" for dev, peak in self.run_peaks.items()
+        ]
+        gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
+        for gpu in gpus:
+            used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
+            mine = self.gpu_peaks.get((gpu, "process_memory_bytes"))
+            bits = []
+            if mine is not None:
+                bits.append(f"this process {_fmt_bytes(mine)}")
+            if used is not None:
+                bits.append(f"all processes {_fmt_bytes(used)}")
+            if bits:
+                parts.append(f"peak memory on GPU {gpu}: " + ", ".join(bits))
+        if self.host_peak is not None:
+            parts.append(f"host peak RSS: {_fmt_bytes(self.host_peak)}")
+        return "; ".join(parts) + "." if parts else "no memory figures were available."
+
+
+class _FitWatch:
+    """Tells whether the `fit` call that started a run is still on its thread's stack.
+
+    Keras does not call `on_train_end` when `fit` raises, so the background
+    threads cannot wait for it. At `on_train_begin` this records the frame of
+    the enclosing `fit` (or, when the hook is called by hand, of the first
+    caller outside Keras and keras-gpu) and the thread running it; the run is
+    alive while that frame is on that thread's stack. Checking costs a walk
+    of one stack, on the background thread.
+    """
+
+    def __init__(self, frame: Any, ident: int) -> None:
+        self._frame = frame
+        self._ident = ident
+
+    @classmethod
+    def capture(cls) -> _FitWatch:
+        caller = sys._getframe(1)
+        frame = caller
+        while frame is not None and frame.f_code.co_name != "fit":
+            frame = frame.f_back
+        if frame is None:
+            frame = caller
+            while frame is not None and frame.f_globals.get("__name__", "").startswith(("keras.", "keras_gpu.")):
+                frame = frame.f_back
+        return cls(frame, threading.get_ident())
+
+    def alive(self) -> bool:
+        target = self._frame
+        if target is None:
+            return False
+        frame = sys._current_frames().get(self._ident)
+        while frame is not None:
+            if frame is target:
+                return True
+            frame = frame.f_back
+        self._frame = None  # let the finished frame (and its locals) go
+        return False
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def _allocator_devices(strategy: Any) -> list[tuple[str, str]]:
+    """`(device, tag)` of each distinct allocator the strategy's devices on this worker use."""
+    import tensorflow as tf
+
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except Exception:  # noqa: BLE001 - the default strategy has no worker_devices
+        devices = []
+    if not devices:
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [gpus[0].name] if gpus else ["/device:CPU:0"]
+    result: list[tuple[str, str]] = []
+    for name in devices:
+        spec = tf.DeviceSpec.from_string(name)
+        kind = (spec.device_type or "CPU").upper()
+        index = 0 if kind == "CPU" else (spec.device_index or 0)  # logical CPUs share one allocator
+        entry = (f"{kind}:{index}", f"{kind}_{index}")
+        if entry not in result:
+            result.append(entry)
+    return result
+
+
+def _logical_to_physical(layout: Sequence[tuple[int, int]], logical: Sequence[int]) -> list[int]:
+    """Physical GPU indices behind logical GPU indices.
+
+    Args:
+        layout: For each visible physical GPU in order, `(physical index,
+            number of logical devices on it)`; TensorFlow numbers logical GPUs
+            in that order.
+        logical: Logical GPU indices.
+    """
+    order = [physical for physical, count in layout for _ in range(max(count, 1))]
+    result: list[int] = []
+    for index in logical:
+        if 0 <= index < len(order) and order[index] not in result:
+            result.append(order[index])
+    return result
+
+
+def _physical_gpus(logical: Sequence[int]) -> list[int]:
+    if not logical:
+        return []
+    import tensorflow as tf
+
+    layout = []
+    for device in tf.config.get_visible_devices("GPU"):
+        configs = tf.config.get_logical_device_configuration(device)
+        layout.append((int(device.name.rsplit(":", 1)[1]), len(configs) if configs else 1))
+    return _logical_to_physical(layout, logical)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _host_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _host_peak_rss_bytes() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB elsewhere
+
+
+def _fmt_bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # pragma: no cover
+
+
+def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
+    if gpus is None:
+        return None
+    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence):
+        raise TypeError(
+            "`gpus` must be a list of TensorFlow GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
+            f"Received: gpus={gpus!r}"
+        )
+    if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
+        raise ValueError(f"`gpus` must hold non-negative ints (TensorFlow GPU indices). Received: gpus={gpus!r}")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"`gpus` must not repeat a GPU. Received: gpus={gpus!r}")
+    return tuple(gpus)
