@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_check_log_dir_rejects_empty(bad):
         check_log_dir(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), True, "5"])
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
 def test_check_positive_rejects(bad):
     with pytest.raises(ValueError, match="every_s"):
         check_positive("every_s", bad)
@@ -113,3 +114,25 @@ def test_a_storage_failure_turns_logging_off_with_one_error(tmp_path, caplog, mo
     assert len(errors) == 1 and "No space left on device" in errors[0].getMessage()
     writer.close()
     assert writer.closed
+
+
+def test_custom_scalars_layout_is_written_once_per_writer(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+    from keras_gpu.callbacks._layout import CHARTS, write_layout
+
+    path = str(tmp_path / "train")
+    writer = _writer.acquire(path)
+    assert write_layout(writer) and write_layout(writer)
+    _writer.release(writer)
+    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    events = acc.Tensors(metadata.CONFIG_SUMMARY_TAG)
+    assert len(events) == 1
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(events[0].tensor_proto.string_val[0])
+    regexes = [tag for cat in layout.category for chart in cat.chart for tag in chart.multiline.tag]
+    assert regexes == [regex for _, _, regex in CHARTS]
+    assert any(re.match(r, "throughput/replica_1_GPU_1/samples_per_sec") for r in regexes)
+    assert any(re.match(r, "gpu/0/power_watts_max") for r in regexes)

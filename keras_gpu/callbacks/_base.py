@@ -25,12 +25,12 @@ def check_log_dir(log_dir: Any) -> str:
 
 
 def check_positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> Any:
-    """Validate a positive number argument; returns it unchanged."""
+    """Validate a positive, finite number argument; returns it unchanged."""
     if value is None and allow_none:
         return None
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0 or value != value:
-        what = "a positive integer" if integer else "a positive number"
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < float("inf"):
+        what = "a positive integer" if integer else "a positive, finite number"
         suffix = " or None" if allow_none else ""
         raise ValueError(f"`{name}` must be {what}{suffix}. Received: {name}={value!r}")
     return value

@@ -182,23 +182,13 @@ class SummaryWriter:
 
 def _scalars_pb(values: Mapping[str, float]) -> bytes:
     """One serialized `Summary` holding every value the way `tf.summary.scalar` records it."""
-    from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.plugins.scalar import summary_v2
 
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
-    )
-    shape = tensor_shape_pb2.TensorShapeProto()
-    return summary_pb2.Summary(
-        value=[
-            summary_pb2.Summary.Value(
-                tag=tag,
-                metadata=metadata,
-                tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[float(value)]),
-            )
-            for tag, value in values.items()
-        ]
-    ).SerializeToString()
+    summary = summary_pb2.Summary()
+    for tag, value in values.items():
+        summary.value.extend(summary_v2.scalar_pb(tag, float(value)).value)
+    return summary.SerializeToString()
 
 
 _registry: dict[str, tuple[SummaryWriter, int]] = {}

@@ -1,0 +1,193 @@
+"""What the running `fit` feeds: batch size, batches per pass, the short last batch.
+
+Keras does not tell callbacks the batch size. This module finds the `fit`
+call that is running on a model (by walking the Python stack up from the
+callback to the frame of `model.fit`) and reads its epoch iterator's data
+adapter:
+
+* array adapters (NumPy arrays, tensors) know `batch_size`, the number of
+  batches and the size of the short last batch;
+* `tf.data` adapters know the number of batches (the dataset's cardinality,
+  when it is known) and the static batch dimension, if any: a static batch
+  dimension means every batch is full (`drop_remainder=True`);
+* other inputs (generators, `PyDataset`, ...) report nothing.
+
+This reads private Keras state (checked on Keras 3.15): everything is wrapped
+so that a different Keras yields `None` fields, never an exception.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from keras_gpu._log import logger
+
+__all__ = ["FitData", "inspect_fit"]
+
+_MAX_FRAMES = 64
+
+
+@dataclass(frozen=True)
+class FitData:
+    """What the running `fit` call feeds per step, as far as it can be known.
+
+    Attributes:
+        adapter: Class name of the data adapter (for messages).
+        batch_size: Samples per step, all replicas together; `None` if unknown.
+        last_batch_size: Samples in the last batch of a pass; equals
+            `batch_size` when all batches are full; `None` if unknown.
+        batches_per_pass: Batches in one pass over the data; `None` if
+            unknown or infinite.
+        infinite: The data repeats forever.
+        samples_per_pass: Samples in one pass, when known.
+        steps_per_epoch: The `steps_per_epoch` passed to `fit`.
+        steps_per_execution: The model's `steps_per_execution`.
+        x_spec: The (nested) `tf.TensorSpec` of the model input `x`, or `None`.
+    """
+
+    adapter: str = "unknown"
+    batch_size: int | None = None
+    last_batch_size: int | None = None
+    batches_per_pass: int | None = None
+    infinite: bool = False
+    samples_per_pass: int | None = None
+    steps_per_epoch: int | None = None
+    steps_per_execution: int = 1
+    x_spec: Any = None
+
+
+def _find_epoch_iterator(model: Any) -> Any:
+    """The epoch iterator of the `fit` currently running on `model`, or None."""
+    frame = sys._getframe(1)  # noqa: SLF001 - stack walk is the only way to reach fit's locals
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "fit":
+            local = frame.f_locals
+            if local.get("self") is model and local.get("epoch_iterator") is not None:
+                return local["epoch_iterator"]
+        frame = frame.f_back
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        if value is None or isinstance(value, bool):
+            return None
+        value = int(value)
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def _unpack_x(structure: Any) -> Any:
+    """`x` from an `(x, y, sample_weight)` element, as Keras unpacks it."""
+    if isinstance(structure, list):
+        structure = tuple(structure)
+    if isinstance(structure, tuple) and 1 <= len(structure) <= 3:
+        return structure[0]
+    return structure
+
+
+def _array_spec(x: Any) -> Any:
+    import tensorflow as tf
+
+    def leaf(a: Any) -> Any:
+        shape = getattr(a, "shape", None)
+        dtype = getattr(a, "dtype", None)
+        if shape is None or dtype is None:
+            raise TypeError(f"not an array: {type(a).__name__}")
+        return tf.TensorSpec([None, *tuple(shape)[1:]], tf.as_dtype(getattr(dtype, "name", dtype)))
+
+    return tf.nest.map_structure(leaf, x)
+
+
+def _from_array_adapter(adapter: Any) -> dict[str, Any]:
+    batch = _int_or_none(getattr(adapter, "batch_size", None))
+    batches = _int_or_none(getattr(adapter, "num_batches", None))
+    partial = getattr(adapter, "partial_batch_size", None)
+    samples = _int_or_none(getattr(adapter, "_num_samples", None))
+    out: dict[str, Any] = {"batch_size": batch, "batches_per_pass": batches}
+    if batch is not None:
+        out["last_batch_size"] = _int_or_none(partial) or batch
+    if batch is not None and batches is not None:
+        out["samples_per_pass"] = (batches - 1) * batch + out["last_batch_size"]
+        if samples is not None and samples != out["samples_per_pass"]:
+            return {}  # the adapter's fields disagree: trust none of them
+    inputs = getattr(adapter, "_inputs", None)
+    if inputs is not None:
+        try:
+            out["x_spec"] = _array_spec(_unpack_x(inputs))
+        except Exception:  # noqa: BLE001 - the spec is optional
+            pass
+    return out
+
+
+def _from_tf_dataset_adapter(adapter: Any) -> dict[str, Any]:
+    import tensorflow as tf
+
+    dataset = getattr(adapter, "_dataset", None)
+    if not isinstance(dataset, tf.data.Dataset):
+        return {}  # a user-distributed dataset: per-replica specs, batch unknown
+    out: dict[str, Any] = {}
+    cardinality = int(dataset.cardinality())
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        out["infinite"] = True
+    elif cardinality > 0:
+        out["batches_per_pass"] = cardinality
+    spec = dataset.element_spec
+    x_spec = _unpack_x(spec)
+    leaves = [s for s in tf.nest.flatten(spec) if hasattr(s, "shape")]
+    firsts = set()
+    for s in leaves:
+        shape = tf.TensorShape(s.shape)
+        if shape.rank is None or shape.rank == 0:
+            firsts.add(None)
+        else:
+            firsts.add(shape[0])
+    if len(firsts) == 1:
+        batch = _int_or_none(firsts.pop())
+        if batch is not None:
+            out["batch_size"] = batch
+            out["last_batch_size"] = batch  # a static batch dimension: every batch is full
+            if "batches_per_pass" in out:
+                out["samples_per_pass"] = batch * out["batches_per_pass"]
+    if all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(x_spec)):
+        out["x_spec"] = x_spec
+    return out
+
+
+def inspect_fit(model: Any) -> FitData | None:
+    """Describe the data of the `fit` call running on `model`.
+
+    Call it from a callback hook running inside `model.fit` (for example
+    `on_train_begin`).
+
+    Returns:
+        A :class:`FitData` (fields it cannot know are `None`), or `None` when
+        no running `fit` on `model` is found. Never raises.
+    """
+    try:
+        iterator = _find_epoch_iterator(model)
+        if iterator is None:
+            return None
+        adapter = getattr(iterator, "data_adapter", None)
+        name = type(adapter).__name__ if adapter is not None else "unknown"
+        fields: dict[str, Any] = {}
+        if name == "ArrayDataAdapter":
+            fields = _from_array_adapter(adapter)
+        elif name == "TFDatasetAdapter":
+            fields = _from_tf_dataset_adapter(adapter)
+        spe = _int_or_none(getattr(iterator, "steps_per_execution", None))
+        spe = spe or _int_or_none(getattr(model, "steps_per_execution", None)) or 1
+        return FitData(
+            adapter=name,
+            steps_per_epoch=_int_or_none(getattr(iterator, "steps_per_epoch", None)),
+            steps_per_execution=spe,
+            **fields,
+        )
+    except Exception as exc:  # noqa: BLE001 - introspection must never break fit
+        logger.debug("keras-gpu: could not inspect the running fit: %s: %s", type(exc).__name__, exc)
+        return None

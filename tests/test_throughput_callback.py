@@ -1,0 +1,414 @@
+"""`ThroughputLogger` in real `fit` runs on CPU, read back with TensorBoard's own event reader."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import textwrap
+
+import numpy as np
+import pytest
+
+from tests._util import run_python
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from keras_gpu import flops  # noqa: E402
+from keras_gpu._fit_introspection import FitData, inspect_fit  # noqa: E402
+from keras_gpu.callbacks.throughput import ThroughputLogger  # noqa: E402
+
+N, BATCH = 1000, 64  # 16 batches per epoch, the last one holds 40 samples
+MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()
+
+
+def read_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in a run directory, as `tag -> [(step, value), ...]` in write order."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
+    acc.Reload()
+    out = {}
+    for tag in acc.Tags()["tensors"]:
+        if tag.startswith("throughput/"):
+            out[tag] = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    return out
+
+
+def _mlp(steps_per_execution=1):
+    inp = keras.Input((32,))
+    x = keras.layers.Dense(64, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(10)(x))
+    model.compile("sgd", "mse", steps_per_execution=steps_per_execution)
+    return model
+
+
+def _data(n=N):
+    rng = np.random.default_rng(0)
+    return rng.random((n, 32), dtype=np.float32), rng.random((n, 10), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def array_runs(tmp_path_factory):
+    """Three fits of one model on 1000 samples, batch 64, steps_per_execution=4."""
+    root = tmp_path_factory.mktemp("throughput")
+    traces = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = flops._trace_forward_graph
+
+        def counting(model, signature):
+            traces.append(model.name)
+            return real(model, signature)
+
+        mp.setattr(flops, "_trace_forward_graph", counting)
+        model = _mlp(steps_per_execution=4)
+        x, y = _data()
+        auto = ThroughputLogger(root / "auto", every_n_steps=8)
+        explicit = ThroughputLogger(root / "explicit", every_n_steps=8, flops_per_sample=1e6, peak_flops=2e9)
+        model.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[auto, explicit])
+        first = dict(auto.summary)
+        iterations_1 = int(model.optimizer.iterations)
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[auto])
+        second = dict(auto.summary)
+        other = ThroughputLogger(root / "other", every_n_steps=8)
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[other])
+    return {
+        "auto": read_scalars(root / "auto" / "train"),
+        "explicit": read_scalars(root / "explicit" / "train"),
+        "explicit_summary": explicit.summary,
+        "other_summary": other.summary,
+        "first": first,
+        "second": second,
+        "iterations": (iterations_1, int(model.optimizer.iterations)),
+        "traces": traces,
+    }
+
+
+def test_tags_and_global_step_axis(array_runs):
+    s = array_runs["auto"]
+    assert set(s) == {
+        "throughput/first_step_sec",
+        "throughput/steps_per_sec",
+        "throughput/samples_per_sec",
+        "throughput/samples_per_sec_per_replica",
+        "throughput/replica_0_CPU_0/samples_per_sec",
+        "throughput/tflops_per_sec",
+    }  # no mfu: no peak is known for a CPU
+    # Epochs of 16 steps; the first execution (4 steps) is kept apart, windows of
+    # 8 steps follow and the epoch's end closes the partial one. The second fit
+    # continues the axis from the optimizer's 48 iterations.
+    assert [step for step, _ in s["throughput/first_step_sec"]] == [4, 20, 36, 52]
+    assert [step for step, _ in s["throughput/steps_per_sec"]] == [12, 16, 28, 32, 44, 48, 60, 64]
+    assert array_runs["iterations"] == (48, 80)
+    assert all(v > 0 for _, v in s["throughput/first_step_sec"])
+
+
+def test_samples_counted_exactly_with_short_last_batch(array_runs):
+    first, second = array_runs["first"], array_runs["second"]
+    assert (first["steps"], first["samples"], first["epochs"]) == (48, 3 * N, 3)
+    assert (second["steps"], second["samples"], second["epochs"]) == (16, N, 1)
+    assert (first["measured_steps"], first["measured_samples"]) == (36, 3 * (N - 4 * BATCH))
+    s = array_runs["auto"]
+    # Within a window samples/s over steps/s is the samples per step: 64 for the
+    # full-batch window, (3 * 64 + 40) / 4 for the one holding the short batch.
+    per_step = [a / b for (_, a), (_, b) in zip(s["throughput/samples_per_sec"], s["throughput/steps_per_sec"])]
+    assert per_step == pytest.approx([64, 58] * 4)
+
+
+def test_per_replica_series_and_tflops(array_runs):
+    s = array_runs["auto"]
+    samples = s["throughput/samples_per_sec"]
+    assert s["throughput/samples_per_sec_per_replica"] == samples
+    assert s["throughput/replica_0_CPU_0/samples_per_sec"] == samples
+    tflops = [v for _, v in s["throughput/tflops_per_sec"]]
+    assert tflops == pytest.approx([MLP_FLOPS * v / 1e12 for _, v in samples], rel=1e-6)
+    assert array_runs["first"]["flops_per_sample"] == MLP_FLOPS
+
+
+def test_flops_counted_once_per_model(array_runs):
+    # Three fits and two callbacks on one model: traced once, by the first fit.
+    assert len(array_runs["traces"]) == 1
+    assert array_runs["other_summary"]["flops_per_sample"] == MLP_FLOPS
+
+
+def test_explicit_flops_and_peak_give_mfu(array_runs):
+    s = array_runs["explicit"]
+    samples = [v for _, v in s["throughput/samples_per_sec"]]
+    assert [v for _, v in s["throughput/tflops_per_sec"]] == pytest.approx([1e6 * v / 1e12 for v in samples], rel=1e-6)
+    assert [v for _, v in s["throughput/mfu"]] == pytest.approx([1e6 * v / 2e9 for v in samples], rel=1e-6)
+    summary = array_runs["explicit_summary"]
+    assert summary["mfu"] == pytest.approx(1e6 * summary["samples_per_sec"] / 2e9)
+    assert (summary["samples"], summary["peak_flops"]) == (3 * N, 2e9)
+
+
+def test_summary_line_is_logged(tmp_path, caplog):
+    model = _mlp()
+    x, y = _data(256)
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[ThroughputLogger(tmp_path, every_n_steps=2)])
+    lines = [r.getMessage() for r in caplog.records if "mean over the run" in r.getMessage()]
+    assert len(lines) == 1
+    assert "8 steps, 256 samples" in lines[0] and "samples/s" in lines[0] and "steps/s" in lines[0]
+    no_mfu = [r for r in caplog.records if "no throughput/mfu" in r.getMessage()]
+    assert len(no_mfu) == 1 and no_mfu[0].levelno == logging.INFO and "peak_flops=" in no_mfu[0].getMessage()
+
+
+def test_dataset_without_static_batch_warns_once_and_logs_steps_only(tmp_path, caplog):
+    model = _mlp()
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    model.fit(ds, epochs=2, verbose=0, callbacks=[cb])
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "batch_size=" in warnings[0].getMessage() and "samples_per_epoch=" in warnings[0].getMessage()
+    s = read_scalars(tmp_path / "train")
+    assert set(s) == {"throughput/steps_per_sec", "throughput/first_step_sec"}
+    assert [step for step, _ in s["throughput/steps_per_sec"]] == [5, 9, 13, 16, 21, 25, 29, 32]
+    assert cb.summary["samples"] is None and cb.summary["steps"] == 32
+
+
+def test_dataset_with_explicit_batch_and_samples(tmp_path, caplog):
+    model = _mlp()
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    cb = ThroughputLogger(tmp_path, every_n_steps=100, batch_size=BATCH, samples_per_epoch=N)
+    caplog.set_level(logging.WARNING, logger="keras_gpu")
+    model.fit(ds, epochs=2, verbose=0, callbacks=[cb])
+    assert not caplog.records
+    assert (cb.summary["steps"], cb.summary["samples"]) == (32, 2 * N)
+    s = read_scalars(tmp_path / "train")
+    per_step = [a / b for (_, a), (_, b) in zip(s["throughput/samples_per_sec"], s["throughput/steps_per_sec"])]
+    assert per_step == pytest.approx([(14 * 64 + 40) / 15] * 2)
+
+
+def test_dataset_of_unknown_length_with_steps_per_execution(tmp_path):
+    # `filter` hides the cardinality; `drop_remainder` gives a static batch of 64.
+    # 15 batches per epoch in executions of 4: the last one runs 3 steps although
+    # its batch index says 15.
+    model = _mlp(steps_per_execution=4)
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(BATCH, drop_remainder=True)
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    model.fit(ds, epochs=2, verbose=0, callbacks=[cb])
+    assert (cb.summary["steps"], cb.summary["samples"]) == (30, 30 * BATCH)
+    assert int(model.optimizer.iterations) == 30
+    s = read_scalars(tmp_path / "train")
+    assert s["throughput/steps_per_sec"][-1][0] == 30
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
+    code = f"""
+    import json, numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from keras_gpu.callbacks.throughput import ThroughputLogger
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        inp = keras.Input((32,))
+        x = keras.layers.Dense(64, activation="relu")(inp)
+        model = keras.Model(inp, keras.layers.Dense(10)(x))
+        model.compile("sgd", "mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.random(({N}, 32), dtype=np.float32), rng.random(({N}, 10), dtype=np.float32)
+    cb = ThroughputLogger({str(tmp_path)!r}, every_n_steps=8)
+    model.fit(x, y, batch_size={BATCH}, epochs=2, verbose=0, callbacks=[cb])
+    print("SUMMARY", json.dumps(cb.summary))
+    """
+    proc = run_python(textwrap.dedent(code), timeout=240)
+    summary = json.loads(proc.stdout.split("SUMMARY", 1)[1])
+    assert (summary["num_replicas"], summary["steps"], summary["samples"]) == (2, 32, 2 * N)
+    assert summary["flops_per_sample"] == MLP_FLOPS
+    s = read_scalars(tmp_path / "train")
+    assert "throughput/replica_0_CPU_0/samples_per_sec" in s
+    assert "throughput/replica_1_CPU_1/samples_per_sec" in s
+    total = [v for _, v in s["throughput/samples_per_sec"]]
+    for tag in (
+        "throughput/samples_per_sec_per_replica",
+        "throughput/replica_0_CPU_0/samples_per_sec",
+        "throughput/replica_1_CPU_1/samples_per_sec",
+    ):
+        assert [v for _, v in s[tag]] == pytest.approx([t / 2 for t in total])
+    assert [step for step, _ in s["throughput/steps_per_sec"]] == [9, 16, 25, 32]
+
+
+def test_time_spent_writing_is_not_counted_as_training(tmp_path, monkeypatch):
+    import time
+
+    real = ThroughputLogger._emit
+
+    def slow_emit(self, events):
+        time.sleep(0.2)  # a slow disk
+        real(self, events)
+
+    monkeypatch.setattr(ThroughputLogger, "_emit", slow_emit)
+    model = _mlp()
+    x, y = _data(512)
+    cb = ThroughputLogger(tmp_path, every_n_steps=2)
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cb])
+    # Each window holds 2 steps; were the 0.2 s writes counted, no window could
+    # exceed 10 steps/s. A small MLP runs hundreds of steps per second.
+    rates = [v for _, v in read_scalars(tmp_path / "train")["throughput/steps_per_sec"]]
+    assert len(rates) == 4 and min(rates) > 20
+
+
+def test_subclassed_model_flops_from_the_data_spec(tmp_path):
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = keras.layers.Dense(16)
+            self.out = keras.layers.Dense(10)
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    model = Sub()
+    model.compile("sgd", "mse")
+    x, y = _data(128)
+    cb = ThroughputLogger(tmp_path, every_n_steps=2)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.summary["flops_per_sample"] == 3 * 2 * (32 * 16 + 16 * 10)
+    assert "throughput/tflops_per_sec" in read_scalars(tmp_path / "train")
+
+
+class _Probe(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.data = inspect_fit(self.model)
+        self.model.stop_training = True
+
+
+def _inspect(x, y=None, **fit_kwargs) -> FitData:
+    model = _mlp(steps_per_execution=fit_kwargs.pop("steps_per_execution", 1))
+    probe = _Probe()
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[probe], **fit_kwargs)
+    return probe.data
+
+
+def test_introspection_of_arrays():
+    x, y = _data()
+    data = _inspect(x, y, batch_size=BATCH, steps_per_execution=2)
+    assert data.adapter == "ArrayDataAdapter"
+    assert (data.batch_size, data.last_batch_size, data.batches_per_pass, data.samples_per_pass) == (64, 40, 16, N)
+    assert (data.infinite, data.steps_per_epoch, data.steps_per_execution) == (False, None, 2)
+    assert data.x_spec == tf.TensorSpec([None, 32], tf.float32)
+    data = _inspect(x[:640], y[:640], batch_size=BATCH)
+    assert (data.batch_size, data.last_batch_size, data.batches_per_pass) == (64, 64, 10)
+
+
+def test_introspection_of_datasets():
+    x, y = _data()
+    base = tf.data.Dataset.from_tensor_slices((x, y))
+    data = _inspect(base.batch(BATCH))
+    assert (data.adapter, data.batch_size, data.last_batch_size, data.batches_per_pass) == ("TFDatasetAdapter", None, None, 16)
+    assert data.x_spec == tf.TensorSpec([None, 32], tf.float32)
+    data = _inspect(base.batch(BATCH, drop_remainder=True))
+    assert (data.batch_size, data.last_batch_size, data.batches_per_pass, data.samples_per_pass) == (64, 64, 15, 960)
+    data = _inspect(base.batch(BATCH, drop_remainder=True).repeat(), steps_per_epoch=5)
+    assert (data.infinite, data.batches_per_pass, data.steps_per_epoch, data.batch_size) == (True, None, 5, 64)
+    data = _inspect(base.filter(lambda a, b: True).batch(BATCH))
+    assert (data.infinite, data.batches_per_pass, data.batch_size) == (False, None, None)
+
+
+def test_introspection_outside_fit_is_none():
+    assert inspect_fit(_mlp()) is None
+
+
+def test_generator_input_needs_batch_size(tmp_path, caplog):
+    x, y = _data(256)
+
+    def gen():
+        for i in range(0, 256, 32):
+            yield x[i : i + 32], y[i : i + 32]
+
+    caplog.set_level(logging.WARNING, logger="keras_gpu")
+    cb = ThroughputLogger(tmp_path, every_n_steps=2)
+    _mlp().fit(gen(), epochs=1, verbose=0, callbacks=[cb])
+    assert sum("batch_size=" in r.getMessage() for r in caplog.records) == 1
+    assert cb.summary["samples"] is None and cb.summary["steps"] == 8
+    cb = ThroughputLogger(tmp_path / "given", every_n_steps=2, batch_size=32, samples_per_epoch=256)
+    _mlp().fit(gen(), epochs=1, verbose=0, callbacks=[cb])
+    assert (cb.summary["steps"], cb.summary["samples"]) == (8, 256)
+
+
+def test_hooks_exist_on_keras_callback_with_exact_signatures():
+    defined = [name for name in vars(ThroughputLogger) if name.startswith("on_")]
+    assert defined, "ThroughputLogger defines no hooks"
+    for name in defined:
+        assert hasattr(keras.callbacks.Callback, name), f"{name} is not a Keras hook"
+        ours = list(inspect.signature(getattr(ThroughputLogger, name)).parameters)
+        theirs = list(inspect.signature(getattr(keras.callbacks.Callback, name)).parameters)
+        assert ours == theirs, name
+    # The only per-batch hook: the one cheap batch-end check.
+    batch_hooks = [n for n in defined if "batch" in n]
+    assert batch_hooks == ["on_train_batch_end"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"every_n_steps": 0}, ValueError, r"Received: every_n_steps=0"),
+        ({"every_n_steps": 2.5}, ValueError, r"Received: every_n_steps=2.5"),
+        ({"every_s": -1.0}, ValueError, r"Received: every_s=-1.0"),
+        ({"every_s": float("inf")}, ValueError, r"Received: every_s=inf"),
+        ({"every_n_steps": 10, "every_s": 2.0}, ValueError, r"only one of .*Received: every_n_steps=10, every_s=2.0"),
+        ({"batch_size": 0}, ValueError, r"Received: batch_size=0"),
+        ({"batch_size": True}, ValueError, r"Received: batch_size=True"),
+        ({"samples_per_epoch": -5}, ValueError, r"Received: samples_per_epoch=-5"),
+        ({"flops_per_sample": "1e9"}, ValueError, r"Received: flops_per_sample='1e9'"),
+        ({"peak_flops": 0}, ValueError, r"Received: peak_flops=0"),
+    ],
+)
+def test_bad_arguments(tmp_path, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ThroughputLogger(tmp_path, **kwargs)
+
+
+def test_bad_log_dir():
+    with pytest.raises(TypeError, match=r"Received: log_dir=5"):
+        ThroughputLogger(5)
+
+
+def test_replica_tags_use_global_index_and_device():
+    from keras_gpu.callbacks.throughput import _replica_tags
+
+    devices = ["/job:worker/replica:0/task:1/device:GPU:0", "/job:worker/replica:0/task:1/device:GPU:1"]
+    assert _replica_tags(1, devices) == (
+        "throughput/replica_2_GPU_0/samples_per_sec",
+        "throughput/replica_3_GPU_1/samples_per_sec",
+    )
+    assert _replica_tags(0, ["/device:CPU:0"]) == ("throughput/replica_0_CPU_0/samples_per_sec",)
+
+
+def test_gpu_peaks_are_summed_per_gpu_in_use():
+    from keras_gpu.callbacks.throughput import _sum_gpu_peaks
+
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+    total, used = _sum_gpu_peaks([0, 1], [h100, a100], 2, "bfloat16")
+    assert total == pytest.approx(989.5e12 + 312e12) and used == [h100, a100]
+    total, _ = _sum_gpu_peaks([1], [h100, a100], 2, "bfloat16")
+    assert total == pytest.approx(312e12)
+    # Four virtual GPUs on two H100s: two GPUs' worth of peak, not four.
+    total, _ = _sum_gpu_peaks([0, 1, 2, 3], [h100, h100], 4, "tf32")
+    assert total == pytest.approx(2 * 494.5e12)
+    assert _sum_gpu_peaks([0], ["Mystery GPU"], 1, "float16") == (None, ["Mystery GPU"])
+    assert _sum_gpu_peaks([0], [], 0, "float16") == (None, [])
+
+
+@pytest.mark.gpu
+def test_mfu_on_a_real_gpu(tmp_path):
+    gpus = tf.config.list_physical_devices("GPU")
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
+    model = _mlp()
+    if flops.peak_flops(name, flops.compute_dtype(model)) is None:
+        pytest.skip(f"{name!r} is not in the peak table")
+    x, y = _data()
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cb])
+    s = read_scalars(tmp_path / "train")
+    assert "throughput/replica_0_GPU_0/samples_per_sec" in s
+    mfu = [v for _, v in s["throughput/mfu"]]
+    assert mfu and all(0 < v < 1 for v in mfu)
+    assert cb.summary["peak_flops"] == pytest.approx(flops.peak_flops(name, flops.compute_dtype(model)))
