@@ -1,0 +1,96 @@
+"""Keras callbacks that log throughput, memory and device placement to TensorBoard.
+
+Add the recommended set to a `fit` call you already have::
+
+    model.fit(x, y, callbacks=keras_gpu.callbacks("runs/exp1"))
+
+or pick single callbacks: :class:`ThroughputLogger`, :class:`MemoryLogger`,
+:class:`PlacementLogger`. Each worker of a cluster writes its own run
+(`log_dir/train` for the chief, `log_dir/worker_k/train` for worker k), so one
+`tensorboard --logdir log_dir` shows them all.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+from keras_gpu.callbacks._base import check_log_dir
+from keras_gpu.callbacks.memory import MemoryLogger
+from keras_gpu.callbacks.placement import PlacementLogger
+from keras_gpu.callbacks.throughput import ThroughputLogger
+
+__all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger"]
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def callbacks(
+    log_dir: str | os.PathLike,
+    *,
+    throughput: bool = True,
+    memory: bool = True,
+    placement: bool = True,
+    every_s: float | None = None,
+    batch_size: int | None = None,
+    samples_per_epoch: int | None = None,
+    flops_per_sample: float | None = None,
+    peak_flops: float | None = None,
+) -> list[keras.callbacks.Callback]:
+    """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
+
+    Only :class:`ThroughputLogger` has a per-batch hook (an integer add and a
+    clock read); memory is sampled on a background thread and placement is
+    analysed once per traced training step. It works beside
+    `keras.callbacks.TensorBoard` writing to the same `log_dir`.
+
+    Args:
+        log_dir: TensorBoard log directory, shared by every worker of a job.
+        throughput: Include :class:`ThroughputLogger`.
+        memory: Include :class:`MemoryLogger`.
+        placement: Include :class:`PlacementLogger`.
+        every_s: Logging window in seconds for throughput and memory
+            (`None`: each callback's default).
+        batch_size: Global batch size, for inputs where it cannot be read
+            from `fit` (for example a `tf.data` dataset without a static batch
+            dimension).
+        samples_per_epoch: Samples per epoch, when the last batch is short and
+            the input does not say so.
+        flops_per_sample: Training FLOPs per sample, to override the count
+            taken from the model's traced graph.
+        peak_flops: Peak FLOP/s of one device, for GPUs not in the built-in
+            table (needed for `throughput/mfu`).
+
+    Returns:
+        A list of callbacks to pass to `fit(callbacks=...)`; extend it with
+        your own.
+    """
+    log_dir = check_log_dir(log_dir)
+    out: list[keras.callbacks.Callback] = []
+    window = {} if every_s is None else {"every_s": every_s}
+    if _flag("throughput", throughput):
+        out.append(
+            ThroughputLogger(
+                log_dir,
+                batch_size=batch_size,
+                samples_per_epoch=samples_per_epoch,
+                flops_per_sample=flops_per_sample,
+                peak_flops=peak_flops,
+                **window,
+            )
+        )
+    if _flag("memory", memory):
+        out.append(MemoryLogger(log_dir, **window))
+    if _flag("placement", placement):
+        out.append(PlacementLogger(log_dir))
+    if not out:
+        raise ValueError(
+            "keras_gpu.callbacks() needs at least one of throughput, memory or placement. "
+            "Received: throughput=False, memory=False, placement=False"
+        )
+    return out

@@ -1,0 +1,270 @@
+"""`PlacementLogger`: where the real training step ran, logged once per traced step."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from keras_gpu import placement as _placement
+from keras_gpu._log import log_once, logger
+from keras_gpu.callbacks._base import LoggingCallback, check_positive
+
+__all__ = ["PlacementLogger"]
+
+JSON_NAME = "placement.json"
+
+
+@dataclass
+class _ModelState:
+    """The last analysis of one model, shared by every `PlacementLogger` that trains it."""
+
+    function: Any  # weak reference to the analysed `model.train_function`
+    report: _placement.PlacementReport | None
+    graph_def: Any = None
+    written_to: set[str] = field(default_factory=set)
+    forced: Any = None  # weak reference to a function retraced to see its placement
+
+
+# Keyed by model, so that a new callback instance on a model that was already
+# analysed (users often build the callback list anew for each `fit`) reuses the
+# analysis instead of retracing.
+_STATES: weakref.WeakKeyDictionary[Any, _ModelState] = weakref.WeakKeyDictionary()
+
+
+def _alive(ref: Any) -> Any:
+    return ref() if ref is not None else None
+
+
+class PlacementLogger(LoggingCallback):
+    """Logs where the training step really ran: strategy, variables, ops, copies and CPU fallbacks.
+
+    The analysis reads the placed, partitioned graphs TensorFlow builds for
+    the training step (see `keras_gpu.placement` for every definition), so it
+    shows real placement, not the devices requested in Python. It runs once per
+    traced training function, right after that function's first step: on the
+    first `fit`, and again only when Keras retraces the step (a new input
+    shape, a new `compile`). A later `fit` on the same model reuses the
+    analysis. The callback defines no batch hook; it wraps
+    `model.train_function` for the first call of each `fit` only and puts the
+    original back before that call runs.
+
+    Logged to this worker's run directory, at the global step of the analysis:
+
+    * Text (Markdown tables, cut at `max_rows` rows):
+      `placement/strategy` (strategy class and keras-gpu kind, replicas in
+      sync, this worker's replica devices, worker index and count, chief),
+      `placement/variables` (each variable's path, group, shape, dtype, kind
+      and component devices, plus a per-device-set summary in bytes),
+      `placement/ops_per_device` (placed ops and compute ops per device, and
+      XLA clusters), `placement/copies` (cross-device transfers per step by
+      kind and by tensor), `placement/cpu_fallbacks` (ops that ran on a CPU
+      while the replicas run on accelerators, by type and by name).
+    * Scalars, counts of ops per training step: `placement/cpu_fallback_ops`,
+      `placement/copy_ops` (all cross-device transfers) and
+      `placement/host_device_copy_ops` (transfers between host and
+      accelerator memory).
+    * The run graph (Graphs dashboard): all placed partitions merged, each
+      node with its device ("Color by device"); `_Recv` nodes are linked to
+      their `_Send`.
+    * `placement.json` in the run directory: the same content, machine
+      readable (`keras_gpu.placement.read_json`), written atomically.
+
+    With `run_eagerly=True` there is no traced step: strategy and variables
+    are logged, op placement is marked unavailable. If the model's training
+    function was compiled before this callback was first attached to it, the
+    capture sees nothing; the callback then asks Keras to retrace the step
+    once (`model.make_train_function(force=True)`) and captures the next
+    call. The capture switches TensorFlow's graph collection on and off around
+    that first call, so a `tf.summary.trace_on(graph=True)` left running
+    across it loses its graphs.
+
+    Args:
+        log_dir: The TensorBoard log directory shared by all workers.
+        max_rows: Rows per Markdown table before "... and N more".
+        write_graph: Write the placed graph to the Graphs dashboard.
+
+    Attributes:
+        report: The latest `keras_gpu.placement.PlacementReport`, or `None`.
+        analysis_count: Analyses this instance made (captures of a newly
+            traced step).
+        overhead_s: Seconds spent in this callback during the last `fit`,
+            the training step itself excluded.
+        last_analysis_s: Seconds the last analysis and its writing took.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, *, max_rows: int = 50, write_graph: bool = True) -> None:
+        super().__init__(log_dir)
+        self.max_rows = check_positive("max_rows", max_rows, integer=True)
+        if not isinstance(write_graph, bool):
+            raise TypeError(f"`write_graph` must be True or False. Received: write_graph={write_graph!r}")
+        self.write_graph = write_graph
+        self.report: _placement.PlacementReport | None = None
+        self.analysis_count = 0
+        self.overhead_s = 0.0
+        self.last_analysis_s: float | None = None
+        self._wrapped: tuple[Any, Any, Any] | None = None  # (model, original, wrapper)
+
+    # ------------------------------------------------------------------ hooks
+
+    def on_train_begin(self, logs=None):
+        start = time.perf_counter()
+        self.overhead_s = 0.0
+        self._unwrap()  # left over from a `fit` that raised before its first step
+        self._open()
+        self._wrap()
+        self.overhead_s += time.perf_counter() - start
+
+    def on_train_end(self, logs=None):
+        start = time.perf_counter()
+        self._unwrap()
+        self._close()
+        self.overhead_s += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ wrapping
+
+    def _wrap(self) -> None:
+        model = self.model
+        original = getattr(model, "train_function", None)
+        if original is None or not callable(original):
+            log_once(
+                logging.WARNING,
+                "placement-no-train-function",
+                "keras-gpu: PlacementLogger found no `model.train_function` at the start of `fit` (a custom "
+                "training loop?); placement is not logged.",
+            )
+            return
+        if getattr(original, "_keras_gpu_placement", False):
+            log_once(
+                logging.WARNING,
+                "placement-twice",
+                "keras-gpu: two PlacementLoggers are attached to the same `fit`; only the first one logs placement.",
+            )
+            return
+        capture = not getattr(model, "run_eagerly", False)
+
+        def first_call(*args: Any, **kwargs: Any) -> Any:
+            # Put the original back before running it, so that nothing of this
+            # wrapper survives the call, even if the step raises.
+            self._unwrap()
+            if not capture:
+                result = original(*args, **kwargs)
+                self._guarded(self._after_first_call, original, None)
+                return result
+            with _placement.capture_graphs() as captured:
+                result = original(*args, **kwargs)
+            self._guarded(self._after_first_call, original, captured)
+            return result
+
+        first_call.__wrapped__ = original  # type: ignore[attr-defined]
+        first_call._keras_gpu_placement = True  # type: ignore[attr-defined]
+        model.train_function = first_call
+        self._wrapped = (model, original, first_call)
+
+    def _unwrap(self) -> None:
+        if self._wrapped is None:
+            return
+        model, original, wrapper = self._wrapped
+        self._wrapped = None
+        if getattr(model, "train_function", None) is wrapper:
+            model.train_function = original
+
+    def _guarded(self, fn, *args) -> None:
+        start = time.perf_counter()
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the analysis must never stop training
+            logger.error(
+                "keras-gpu: the placement analysis failed (%s: %s); training continues without it.",
+                type(exc).__name__,
+                exc,
+                exc_info=logger.isEnabledFor(logging.DEBUG),
+            )
+        self.overhead_s += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ analysis
+
+    def _after_first_call(self, original: Any, captured: _placement.GraphCapture | None) -> None:
+        model = self.model
+        state = _STATES.get(model)
+        if captured is None:  # run_eagerly
+            if state is None or _alive(state.function) is not original:
+                reason = "`run_eagerly=True`: there is no traced training step; each op is placed on its own as it runs"
+                report = self._build(None, reason)
+                state = self._remember(model, original, report, None)
+                self._publish(state)
+            else:
+                self._publish(state)
+            return
+        step_graphs = _placement.step_function_graphs(captured.function_graphs)
+        if step_graphs:
+            started = time.perf_counter()
+            report = self._build(step_graphs, None)
+            graph_def = _placement.placed_graph_def(step_graphs) if self.write_graph else None
+            state = self._remember(model, original, report, graph_def)
+            self.analysis_count += 1
+            self._publish(state)
+            self.last_analysis_s = time.perf_counter() - started
+            logger.debug("keras-gpu: placement analysed in %.3f s", self.last_analysis_s)
+            return
+        if state is not None and state.report is not None and _alive(state.function) is original:
+            self._publish(state)  # nothing retraced: reuse the analysis
+            return
+        if state is None or _alive(state.forced) is not original:
+            # The step was compiled before this callback could watch it: retrace once.
+            logger.info(
+                "keras-gpu: the training step was compiled before PlacementLogger was attached; retracing it "
+                "once to capture its placement."
+            )
+            model.make_train_function(force=True)
+            _STATES[model] = _ModelState(function=None, report=None, forced=weakref.ref(model.train_function))
+            self._wrap()
+            return
+        report = self._build(None, "the training step was compiled before it could be captured")
+        self._publish(self._remember(model, original, report, None))
+
+    def _build(self, step_graphs: list[Any] | None, reason: str | None) -> _placement.PlacementReport:
+        strategy = _placement.strategy_info(self._strategy(), self._task)
+        ops = _placement.analyze_ops(step_graphs, strategy.replica_devices) if step_graphs is not None else None
+        report = _placement.PlacementReport(
+            step=self._initial_step(),
+            strategy=strategy,
+            variables=_placement.variable_info(self.model),
+            ops=ops,
+            ops_unavailable_reason=reason,
+        )
+        self.report = report
+        return report
+
+    def _remember(self, model: Any, function: Any, report: _placement.PlacementReport, graph_def: Any) -> _ModelState:
+        state = _ModelState(function=weakref.ref(function) if function is not None else None, report=report, graph_def=graph_def)
+        _STATES[model] = state
+        return state
+
+    # ------------------------------------------------------------------ output
+
+    def _publish(self, state: _ModelState) -> None:
+        """Write `state.report` to this run directory unless it is already there."""
+        if state.report is None:
+            return
+        self.report = state.report
+        if self.run_dir is None or self._writer is None or self.run_dir in state.written_to:
+            return
+        report, writer = state.report, self._writer
+        for tag, markdown in report.markdown(self.max_rows).items():
+            writer.text(tag, markdown, report.step)
+        writer.scalars(report.scalars(), report.step)
+        if state.graph_def is not None:
+            import tensorflow as tf
+
+            writer.call(tf.summary.graph, state.graph_def)
+        writer.flush()
+        path = os.path.join(self.run_dir, JSON_NAME)
+        try:
+            _placement.write_json(report, path)
+        except Exception as exc:  # noqa: BLE001 - storage failures must not stop training
+            logger.error("keras-gpu: could not write %s (%s: %s); training continues.", path, type(exc).__name__, exc)
+        state.written_to.add(self.run_dir)
