@@ -2,13 +2,15 @@
 
 Run two workers on this machine:
 
-    keras-gpu launch -n 2 examples/multiworker_fit.py --out /tmp/multiworker_fit
+    keras-gpu launch -n 2 examples/multiworker_fit.py --out /tmp/multiworker_fit --log-dir runs/multiworker
 
 `keras_gpu.make_strategy()` reads the TF_CONFIG that `keras-gpu launch` gives
 each worker and returns a multi-worker strategy; the same script also runs as
 a single process (`python examples/multiworker_fit.py --out DIR`). Each worker
 writes `DIR/worker<rank>.json` with its loss history and final weights, which
-must be identical on every worker.
+must be identical on every worker. With `--log-dir`, every worker also logs
+keras-gpu's callbacks: the chief to `LOG_DIR/train`, worker k to
+`LOG_DIR/worker_k/train`; `tensorboard --logdir LOG_DIR` shows them all.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="global batch size")
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-dir", default=None, help="TensorBoard log directory for keras_gpu.callbacks()")
     args = parser.parse_args()
 
     import keras
@@ -51,7 +54,10 @@ def main() -> None:
             [keras.Input(shape=(8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
         )
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
-    history = model.fit(dataset, epochs=args.epochs, shuffle=False, verbose=2 if rank == 0 else 0)
+    callbacks = keras_gpu.callbacks(args.log_dir, batch_size=args.batch_size) if args.log_dir else []
+    history = model.fit(
+        dataset, epochs=args.epochs, shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks
+    )
 
     os.makedirs(args.out, exist_ok=True)
     result = {

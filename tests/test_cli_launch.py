@@ -333,7 +333,10 @@ def test_module_target_without_bootstrap(tmp_path):
 @pytest.mark.slow
 def test_two_worker_fit_trains_identically_on_both_workers(tmp_path):
     out_dir = tmp_path / "run"
-    proc = _launch("-n", "2", str(EXAMPLE), "--out", str(out_dir), "--epochs", "3", timeout=240)
+    log_dir = tmp_path / "logs"
+    proc = _launch(
+        "-n", "2", str(EXAMPLE), "--out", str(out_dir), "--epochs", "3", "--log-dir", str(log_dir), timeout=240
+    )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
     results = [json.loads((out_dir / f"worker{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["worker_index"] for r in results] == [0, 1]
@@ -344,3 +347,18 @@ def test_two_worker_fit_trains_identically_on_both_workers(tmp_path):
     for w0, w1 in zip(results[0]["weights"], results[1]["weights"]):
         np.testing.assert_array_equal(np.asarray(w0), np.asarray(w1))
     assert any(line.startswith("[worker 0] Epoch 3/3") for line in proc.stdout.splitlines())
+
+    # keras-gpu's callbacks: each worker wrote its own run, and no file is shared.
+    from keras_gpu.report import find_runs, read_scalars
+
+    assert find_runs(str(log_dir)) == ["train", os.path.join("worker_1", "train")]
+    for run, replica in (("train", "replica_0_CPU_0"), (os.path.join("worker_1", "train"), "replica_1_CPU_0")):
+        scalars = read_scalars(str(log_dir / run))
+        # 512 samples / global batch 32 = 16 steps per epoch, 3 epochs.
+        assert max(step for step, _ in scalars["throughput/samples_per_sec"]) == 48, run
+        assert f"throughput/{replica}/samples_per_sec" in scalars, (run, sorted(scalars))
+        assert "memory/allocator/CPU_0/current_bytes" in scalars
+        placement = json.loads((log_dir / run / "placement.json").read_text())
+        assert placement["strategy"]["num_replicas_in_sync"] == 2
+    event_files = [p.name for p in log_dir.rglob("*tfevents*")]
+    assert len(event_files) == len(set(event_files)) == 2

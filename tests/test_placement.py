@@ -435,7 +435,11 @@ def test_strategy_and_variables_of_a_default_strategy_model():
     import keras
     import tensorflow as tf
 
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.BatchNormalization()])
+    # Explicit names: Keras numbers default names per process, so they depend on test order.
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(2, name="dense"), keras.layers.BatchNormalization(name="batch_normalization")],
+        name="sequential",
+    )
     model.compile("sgd", "mse")
     info = P.strategy_info(model.distribute_strategy)
     assert (info.class_name, info.kind, info.num_replicas_in_sync) == ("_DefaultDistributionStrategy", "default", 1)

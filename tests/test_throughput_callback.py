@@ -235,6 +235,32 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     assert [step for step, _ in s["throughput/steps_per_sec"]] == [9, 16, 25, 32]
 
 
+def test_mirrored_from_make_strategy_with_steps_per_execution_and_short_last_batch(tmp_path):
+    # keras-team/keras#19246 breaks this combination with a stock MirroredStrategy;
+    # make_strategy's mirrored strategy trains it, and the counts stay exact.
+    code = f"""
+    import json, numpy as np, keras_gpu
+    keras_gpu.configure_devices(cpu_devices=2)
+    import keras
+    strategy = keras_gpu.make_strategy("mirrored")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+        model.compile("sgd", "mse", steps_per_execution=4)
+    rng = np.random.default_rng(0)
+    x, y = rng.random(({N}, 32), dtype=np.float32), rng.random(({N}, 10), dtype=np.float32)
+    cb = keras_gpu.ThroughputLogger({str(tmp_path)!r}, every_n_steps=8)
+    model.fit(x, y, batch_size={BATCH}, epochs=2, verbose=0, callbacks=[cb])
+    print("SUMMARY", json.dumps(cb.summary), int(model.optimizer.iterations.numpy()))
+    """
+    proc = run_python(textwrap.dedent(code), timeout=240)
+    summary_json, iterations = proc.stdout.split("SUMMARY", 1)[1].rsplit(" ", 1)
+    summary = json.loads(summary_json)
+    assert (summary["num_replicas"], summary["steps"], summary["samples"]) == (2, 32, 2 * N)
+    assert int(iterations) == 32
+    s = read_scalars(tmp_path / "train")
+    assert [step for step, _ in s["throughput/steps_per_sec"]] == [12, 16, 28, 32]
+
+
 def test_time_spent_writing_is_not_counted_as_training(tmp_path, monkeypatch):
     import time
 
