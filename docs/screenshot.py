@@ -1,0 +1,403 @@
+"""Take the TensorBoard screenshots in `docs/` from a real run of `keras-gpu demo`.
+
+    python docs/screenshot.py                      # runs the demo into a temporary log dir
+    python docs/screenshot.py --log-dir runs/demo  # uses an existing run instead
+
+It starts a real `tensorboard` server on 127.0.0.1, drives headless Chromium
+(Debian: `apt-get install chromium`) over the DevTools protocol on a pipe, waits
+until every chart that has data has drawn its lines, and writes:
+
+- `tensorboard.png`: the Custom Scalars dashboard, keras-gpu's throughput charts;
+- `tensorboard_scalars.png`: the Time Series dashboard filtered to the
+  `throughput/` and `memory/` tags;
+- `tensorboard_placement.png`: the Text dashboard with the placement tables.
+
+It fails (exit 1) rather than write a screenshot of a spinner or an empty page.
+Needs only the standard library, TensorBoard and Chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+_WIDTH, _HEIGHT = 1600, 1200
+
+# TensorBoard's own UI settings (its localStorage key), set once per browser
+# profile before the dashboards load: the Time Series settings pane closed,
+# raw values (no smoothing), the y-axis not clipped.
+_TB_SETTINGS = {
+    "timeSeriesSettingsPaneOpened": False,
+    "scalarSmoothing": 0,
+    "ignoreOutliers": False,
+    "timeSeriesCardMinWidth": 380,
+}
+
+# Every element of the page, shadow roots included (the Custom Scalars and Text
+# dashboards are Polymer elements).
+_JS_DEEP = """
+const deepAll = (root) => {
+  const out = [];
+  const walk = (r) => { for (const el of r.querySelectorAll('*')) { out.push(el); if (el.shadowRoot) walk(el.shadowRoot); } };
+  walk(root);
+  return out;
+};
+const drawn = (p) => (p.getAttribute('d') || '').length > 20;
+"""
+
+_JS_TIMESERIES_READY = """
+(() => {
+  const expected = %(expected)d;
+  const cards = [...document.querySelectorAll('card-view')];
+  const inView = cards.filter((c) => { const r = c.getBoundingClientRect(); return r.height > 0 && r.top < innerHeight && r.bottom > 0; });
+  const done = inView.filter((c) => [...c.querySelectorAll('.series-view svg path')].some(drawn));
+  return {ready: cards.length >= expected && inView.length > 0 && done.length === inView.length,
+          cards: cards.length, expected, in_view: inView.length, drawn: done.length};
+})()
+"""
+
+_JS_CUSTOM_SCALARS_READY = """
+(() => {
+  const wanted = %(wanted)s;  // chart title -> number of series with data
+  const charts = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-custom-scalar-multi-line-chart-card');
+  const lines = {};
+  for (const c of charts) {
+    const paths = deepAll(c.shadowRoot || c).filter((e) => e.tagName.toLowerCase() === 'path' && (e.getAttribute('class') || '').includes('line'));
+    lines[c.title] = paths.filter(drawn).length;
+  }
+  const missing = Object.entries(wanted).filter(([t, n]) => (lines[t] || 0) < n).map(([t]) => t);
+  return {ready: charts.length > 0 && missing.length === 0, charts: charts.length, missing};
+})()
+"""
+
+_JS_CATEGORY_BOX = """
+(() => {
+  const title = %(title)s;
+  const pane = deepAll(document).find((e) => e.tagName.toLowerCase() === 'tf-category-paginated-view' && e.category && e.category.name === title);
+  if (!pane) return null;
+  const r = pane.getBoundingClientRect();
+  return {top: r.top + scrollY, bottom: r.bottom + scrollY};
+})()
+"""
+
+_JS_TEXT_READY = """
+(() => {
+  const wanted = %(wanted)s;  // tags whose Markdown must be rendered and visible
+  const loaders = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-text-loader' && e.getBoundingClientRect().height > 0);
+  const rendered = loaders.filter((e) => deepAll(e.shadowRoot || e).some((x) => ['table', 'p'].includes(x.tagName.toLowerCase())));
+  const shown = new Set(rendered.map((e) => e.tag));
+  const missing = wanted.filter((t) => !shown.has(t));
+  return {ready: missing.length === 0, visible: loaders.length, missing};
+})()
+"""
+
+
+# ----------------------------------------------------------------- the demo
+
+
+def _run_demo(log_dir: str, epochs: int, samples: int) -> None:
+    cmd = [
+        sys.executable, "-m", "keras_gpu.cli", "demo", "--cpu-replicas", "2",
+        "--epochs", str(epochs), "--samples", str(samples), "--log-dir", log_dir,
+    ]
+    print(f"running: {' '.join(cmd)}", flush=True)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"keras-gpu demo failed with exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+# -------------------------------------------------------------- tensorboard
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@contextlib.contextmanager
+def _tensorboard(log_dir: str, timeout: float) -> Iterator[str]:
+    """Start `tensorboard` on 127.0.0.1, wait until it serves keras-gpu's data, stop it by its pid."""
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "tensorboard.main", "--logdir", log_dir, "--host", "127.0.0.1",
+        "--port", str(port), "--load_fast", "false",
+    ]
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        try:
+            deadline = time.monotonic() + timeout
+            while not _serves_keras_gpu_data(base):
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"tensorboard exited with {proc.returncode}:\n{log.read().decode()[-3000:]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"tensorboard at {base} showed no keras-gpu data within {timeout:.0f} s")
+                time.sleep(0.5)
+            print(f"tensorboard serving {log_dir} at {base} (pid {proc.pid})", flush=True)
+            yield base
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+
+def _serves_keras_gpu_data(base: str) -> bool:
+    """Whether the server already lists keras-gpu's throughput scalars and placement texts."""
+    try:
+        scalars = _get_json(f"{base}/data/plugin/scalars/tags")
+        texts = _get_json(f"{base}/data/plugin/text/tags")
+    except (urllib.error.URLError, ConnectionError, OSError, ValueError):
+        return False
+    scalar_tags = {t for run in scalars.values() for t in run}
+    text_tags = {t for tags in texts.values() for t in tags}
+    return any(t.startswith("throughput/") for t in scalar_tags) and any(t.startswith("placement/") for t in text_tags)
+
+
+# ------------------------------------------------------------------ browser
+
+
+def _high_fd(fd: int) -> int:
+    """Move `fd` to a number >= 10, clear of the 3 and 4 the child needs."""
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return new
+
+
+class _Browser:
+    """Headless Chromium driven over the DevTools protocol on a pipe (fd 3: commands in, fd 4: replies out)."""
+
+    def __init__(self, chromium: str, profile: str) -> None:
+        cmd_read, self._cmd_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        cmd_read, reply_write = _high_fd(cmd_read), _high_fd(reply_write)
+        args = [
+            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={profile}",
+            f"--window-size={_WIDTH},{_HEIGHT}", "about:blank",
+        ]
+        # bash puts the pipe ends on fds 3 and 4 and closes the originals.
+        redirect = f'exec "$0" "$@" 3<&{cmd_read} 4>&{reply_write} {cmd_read}<&- {reply_write}>&-'
+        self._proc = subprocess.Popen(
+            ["bash", "-c", redirect, *args], pass_fds=(cmd_read, reply_write),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(cmd_read)
+        os.close(reply_write)
+        self._buffer = b""
+        self._next_id = 0
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Page.enable", session=True)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": _WIDTH, "height": _HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
+
+    def call(self, method: str, params: dict | None = None, *, session: bool = False, timeout: float = 60) -> dict:
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = self._session
+        os.write(self._cmd_write, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._next_id:
+                    if "error" in reply:
+                        raise RuntimeError(f"Chromium: {method} failed: {reply['error']}")
+                    return reply["result"]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"Chromium did not answer {method} within {timeout:.0f} s")
+            readable, _, _ = select.select([self._reply_read], [], [], left)
+            if readable:
+                chunk = os.read(self._reply_read, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(f"Chromium exited (status {self._proc.poll()}) during {method}")
+                self._buffer += chunk
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call(
+            "Runtime.evaluate",
+            {"expression": f"(() => {{ {_JS_DEEP}\nreturn ({expression.strip()}); }})()", "returnByValue": True},
+            session=True,
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def open(self, url: str, timeout: float) -> None:
+        """Load `url` as a fresh document (never a same-page hash change) and wait until it has loaded."""
+        self.call("Page.navigate", {"url": "about:blank"}, session=True)
+        self.call("Page.navigate", {"url": url}, session=True)
+        self.wait_until(
+            f"({{ready: location.origin === new URL({json.dumps(url)}).origin && document.readyState === 'complete'}})",
+            timeout,
+            url,
+        )
+
+    def wait_until(self, expression: str, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        state: dict = {}
+        while time.monotonic() < deadline:
+            state = self.evaluate(expression) or {}
+            if state.get("ready"):
+                time.sleep(1.0)  # let the last transitions finish
+                return state
+            time.sleep(0.5)
+        raise TimeoutError(f"{what} was not fully drawn within {timeout:.0f} s: {state}")
+
+    def screenshot(self, path: str, clip: dict | None = None) -> None:
+        params: dict[str, Any] = {"format": "png"}
+        if clip:
+            params.update(clip={**clip, "scale": 1}, captureBeyondViewport=True)
+        data = base64.b64decode(self.call("Page.captureScreenshot", params, session=True)["data"])
+        with open(path, "wb") as f:
+            f.write(data)
+        print(f"wrote {path} ({len(data) // 1024} KiB)", flush=True)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=10)
+        os.close(self._cmd_write)
+        os.close(self._reply_read)
+
+
+# -------------------------------------------------------------- the shots
+
+
+def _scalar_tags(base: str) -> set[str]:
+    return {t for run in _get_json(f"{base}/data/plugin/scalars/tags").values() for t in run}
+
+
+def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float) -> None:
+    layout = _get_json(f"{base}/data/plugin/custom_scalars/layout")
+    tags = _scalar_tags(base)
+    category = next(c for c in layout["category"] if "throughput" in c["title"])
+    wanted = {}
+    for chart in category["chart"]:
+        patterns = chart["multiline"]["tag"]
+        n = sum(1 for t in tags if any(re.search(p, t) for p in patterns))
+        if n:
+            wanted[chart["title"]] = n
+    if not wanted:
+        raise RuntimeError(f"no throughput chart of the layout matches a logged tag: {sorted(tags)}")
+    browser.open(f"{base}/?forceSVG=true#custom_scalars&_smoothingWeight=0", timeout)
+    browser.wait_until(_JS_CUSTOM_SCALARS_READY % {"wanted": json.dumps(wanted)}, timeout, "Custom Scalars")
+    box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(category["title"])})
+    clip = {"x": 0, "y": 0, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16)} if box else None
+    browser.screenshot(out, clip)
+
+
+def _shoot_timeseries(browser: _Browser, base: str, out: str, timeout: float) -> None:
+    pattern = r"^(throughput|memory)/"
+    expected = sum(1 for t in _scalar_tags(base) if re.search(pattern, t))
+    query = urllib.parse.urlencode({"forceSVG": "true", "smoothing": "0", "tagFilter": pattern})
+    browser.open(f"{base}/?{query}#timeseries", timeout)
+    browser.wait_until(_JS_TIMESERIES_READY % {"expected": expected}, timeout, "Time Series")
+    browser.screenshot(out)
+
+
+def _shoot_text(browser: _Browser, base: str, out: str, timeout: float) -> None:
+    texts = _get_json(f"{base}/data/plugin/text/tags")
+    shown = ("placement/cpu_fallbacks", "placement/ops_per_device", "placement/strategy")
+    present = sorted({t for tags in texts.values() for t in tags if t in shown})
+    if not present:
+        raise RuntimeError(f"the run has none of the placement texts {shown}: {texts}")
+    tag_filter = "placement/(" + "|".join(t.split("/", 1)[1] for t in present) + ")$"
+    browser.open(f"{base}/#text&tagFilter={urllib.parse.quote(tag_filter)}", timeout)
+    browser.wait_until(_JS_TEXT_READY % {"wanted": json.dumps(present)}, timeout, "Text")
+    # Only the pane of the filtered tags, not the full "placement" pane below it.
+    box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(tag_filter)})
+    clip = {"x": 0, "y": 0, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16)} if box else None
+    browser.screenshot(out, clip)
+
+
+def _find_chromium(given: str | None) -> str:
+    for candidate in ([given] if given else ["chromium", "chromium-browser", "google-chrome"]):
+        path = shutil.which(candidate)
+        if path:
+            return path
+    raise FileNotFoundError(
+        f"Chromium not found (tried {given or 'chromium, chromium-browser, google-chrome'}). "
+        "Install it (`apt-get install chromium`) or pass --chromium PATH."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log-dir", help="an existing keras-gpu log dir (default: run the demo into a temporary one)")
+    parser.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)), help="where the PNGs go (default: docs/)")
+    parser.add_argument("--chromium", help="the Chromium executable (default: chromium on PATH)")
+    parser.add_argument("--epochs", type=int, default=5, help="demo epochs (default: 5)")
+    parser.add_argument("--samples", type=int, default=16384, help="demo samples per epoch (default: 16384)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page (default: 120)")
+    args = parser.parse_args(argv)
+    if args.epochs < 1 or args.samples < 1:
+        parser.error(f"--epochs and --samples must be >= 1. Received: --epochs {args.epochs} --samples {args.samples}")
+    if args.log_dir is not None and not os.path.isdir(args.log_dir):
+        parser.error(f"--log-dir must be an existing directory. Received: --log-dir {args.log_dir}")
+    chromium = _find_chromium(args.chromium)
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    with tempfile.TemporaryDirectory(prefix="keras-gpu-screenshot-") as tmp:
+        log_dir = args.log_dir or os.path.join(tmp, "logs")
+        if args.log_dir is None:
+            _run_demo(log_dir, args.epochs, args.samples)
+        with _tensorboard(log_dir, args.timeout) as base:
+            profile = os.path.join(tmp, "chromium-profile")
+            browser = _Browser(chromium, profile)
+            try:
+                # TensorBoard's own settings live in its origin's localStorage.
+                browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
+                browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
+                browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")  # the Polymer dashboards' own key
+                _shoot_custom_scalars(browser, base, os.path.join(args.out_dir, "tensorboard.png"), args.timeout)
+                _shoot_timeseries(browser, base, os.path.join(args.out_dir, "tensorboard_scalars.png"), args.timeout)
+                _shoot_text(browser, base, os.path.join(args.out_dir, "tensorboard_placement.png"), args.timeout)
+            finally:
+                browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
