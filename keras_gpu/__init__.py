@@ -33,10 +33,10 @@ _EXPORTS: dict[str, str] = {
     "resolve_cluster": "keras_gpu.cluster",
     "is_chief": "keras_gpu.cluster",
     "worker_index": "keras_gpu.cluster",
-    "callbacks": "keras_gpu.callbacks",
-    "ThroughputLogger": "keras_gpu.callbacks",
-    "MemoryLogger": "keras_gpu.callbacks",
-    "PlacementLogger": "keras_gpu.callbacks",
+    "callbacks": "keras_gpu.loggers",
+    "ThroughputLogger": "keras_gpu.loggers",
+    "MemoryLogger": "keras_gpu.loggers",
+    "PlacementLogger": "keras_gpu.loggers",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -56,7 +56,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
-    from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks  # noqa: F401
+    from keras_gpu.loggers import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks  # noqa: F401
     from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
     from keras_gpu.devices import DeviceConfig, configure_devices  # noqa: F401
     from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401

@@ -1,11 +1,54 @@
-"""The package logger and a once-only warning helper."""
+"""The package logger, its fallback output, and a once-only log helper.
+
+keras-gpu reports through `logging.getLogger("keras_gpu")` at INFO and above.
+So that its one-line explanations (the strategy `auto` picked, skipped GPU
+options, end-of-training summaries) are seen in a plain script, the logger is
+at INFO and carries a fallback handler that writes to stderr only while the
+application has configured no logging of its own: once the root logger has a
+handler, or the `keras_gpu` logger gets one, the application decides where
+the records go and the fallback stays silent. Set the level of the
+`keras_gpu` logger to WARNING to hide the INFO lines.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
+__all__ = ["logger", "log_once", "PrefixFormatter"]
+
+_PREFIX = "keras-gpu: "
+
 logger = logging.getLogger("keras_gpu")
+
+
+class PrefixFormatter(logging.Formatter):
+    """Prefix each message with `keras-gpu: ` unless it already starts with it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if text.startswith(_PREFIX) else _PREFIX + text
+
+
+class _FallbackHandler(logging.Handler):
+    """Writes records to the current `sys.stderr` while nothing else would show them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers or any(h is not self for h in logger.handlers):
+            return
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+
+if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
+    _handler = _FallbackHandler(logging.INFO)
+    _handler.setFormatter(PrefixFormatter())
+    logger.addHandler(_handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 _seen: set[str] = set()
 _seen_lock = threading.Lock()

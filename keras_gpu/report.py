@@ -71,6 +71,7 @@ def _stats(points: list[tuple[int, float]]) -> dict[str, float]:
         "mean": statistics.fmean(values),
         "median": statistics.median(values),
         "max": max(values),
+        "later_max": max(values[1:], default=values[0]),
         "last": values[-1],
         "points": len(values),
     }
@@ -121,7 +122,7 @@ def _summarize_run(log_dir: str, run: str) -> dict[str, Any]:
             allocator.setdefault(m.group(1), {})[m.group(2)] = max(v for _, v in points)
         elif m := _GPU.match(tag):
             gpus.setdefault(m.group(1), {})[m.group(2)] = _stats(points)
-    host = scalars.get("memory/host/rss_bytes")
+    host = scalars.get("memory/host/peak_rss_bytes") or scalars.get("memory/host/rss_bytes")
     return {
         "run": run,
         "worker": worker,
@@ -164,13 +165,17 @@ def _hints(runs: list[dict[str, Any]]) -> list[str]:
                 f"{r['label']}: {placement['cpu_fallback_ops']} op(s) of the training step ran on the CPU while the "
                 f"replicas sit on GPUs ({top}); see placement/cpu_fallbacks in TensorBoard."
             )
+        # The first epoch's first step includes tracing, so only later epochs say something about input start-up.
         first = r["throughput"].get("first_step_sec")
         steps = r["throughput"].get("steps_per_sec")
-        if first and steps and steps["median"] > 0 and first["max"] > 100.0 / steps["median"]:
-            hints.append(
-                f"{r['label']}: the first step of an epoch took {first['max']:.1f} s, more than 100 steady steps; "
-                "tracing and input start-up dominate short epochs."
-            )
+        if first and first["points"] > 1 and steps and steps["median"] > 0:
+            later = first["later_max"]
+            if later > 100.0 / steps["median"]:
+                hints.append(
+                    f"{r['label']}: the first step of a later epoch took {later:.1f} s, as long as more than 100 "
+                    "steady steps: the input pipeline restarts slowly at each epoch. For in-memory arrays, try a "
+                    "`tf.data` pipeline with `.cache()` and `.prefetch(tf.data.AUTOTUNE)`."
+                )
     return hints
 
 
@@ -185,7 +190,8 @@ def summarize(log_dir: str) -> dict[str, Any]:
         `placement.json` is present.
     """
     runs = [_summarize_run(log_dir, run) for run in find_runs(log_dir)]
-    runs = [r for r in runs if r["throughput"] or r["memory"]["allocator_peak_bytes"] or r["memory"]["gpus"] or r["placement"]]
+    memory = ("allocator_peak_bytes", "gpus", "host_rss_peak_bytes")
+    runs = [r for r in runs if r["throughput"] or r["placement"] or any(r["memory"][k] for k in memory)]
     timed = [r for r in runs if "samples_per_sec" in r["throughput"]]
     slowest = min(timed, key=lambda r: r["throughput"]["samples_per_sec"]["median"]) if len(timed) > 1 else None
     return {

@@ -72,7 +72,7 @@ def test_callback_hooks_exist_on_keras_callback():
     # A hook name Keras never calls is a silent bug; every on_* we define must be a real hook.
     import keras
 
-    from keras_gpu.callbacks import MemoryLogger, PlacementLogger, ThroughputLogger
+    from keras_gpu.loggers import MemoryLogger, PlacementLogger, ThroughputLogger
 
     for cls in (ThroughputLogger, MemoryLogger, PlacementLogger):
         for name, member in inspect.getmembers(cls, inspect.isfunction):

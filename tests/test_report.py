@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from keras_gpu.callbacks import _writer
+from keras_gpu.loggers import _writer
 from keras_gpu.cli import report as report_cli
 from keras_gpu.report import find_runs, read_scalars, summarize
 
@@ -85,3 +85,25 @@ def test_cli_missing_directory_is_a_clear_error(tmp_path, capsys):
 def test_empty_log_dir_says_so(tmp_path, capsys):
     report_cli.render(summarize(str(tmp_path)))
     assert "No keras-gpu data" in capsys.readouterr().out
+
+
+def test_slow_epoch_restarts_are_hinted_but_the_first_trace_is_not(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    # 10 steps/s: 100 steady steps take 10 s. The first epoch's 40 s (tracing) is ignored.
+    _write(os.path.join(log_dir, "train"), [
+        {"throughput/first_step_sec": 40.0, "throughput/steps_per_sec": 10.0},
+        {"throughput/first_step_sec": 2.0, "throughput/steps_per_sec": 10.0},
+    ])
+    assert not [h for h in summarize(log_dir)["hints"] if "first step" in h]
+    _write(os.path.join(log_dir, "train"), [{"throughput/first_step_sec": 12.0}], step0=2)
+    hints = [h for h in summarize(log_dir)["hints"] if "first step" in h]
+    assert len(hints) == 1 and "took 12.0 s" in hints[0] and ".cache()" in hints[0]
+
+
+def test_host_peak_prefers_the_peak_rss_tag(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    _write(os.path.join(log_dir, "train"), [
+        {"memory/host/rss_bytes": 100.0, "memory/host/peak_rss_bytes": 150.0},
+        {"memory/host/rss_bytes": 90.0, "memory/host/peak_rss_bytes": 150.0},
+    ])
+    assert summarize(log_dir)["runs"][0]["memory"]["host_rss_peak_bytes"] == 150.0

@@ -17,7 +17,7 @@ keras = pytest.importorskip("keras")
 
 from keras_gpu import flops  # noqa: E402
 from keras_gpu._fit_introspection import FitData, inspect_fit  # noqa: E402
-from keras_gpu.callbacks.throughput import ThroughputLogger  # noqa: E402
+from keras_gpu.loggers.throughput import ThroughputLogger  # noqa: E402
 
 N, BATCH = 1000, 64  # 16 batches per epoch, the last one holds 40 samples
 MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()
@@ -205,7 +205,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from keras_gpu.callbacks.throughput import ThroughputLogger
+    from keras_gpu.loggers.throughput import ThroughputLogger
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         inp = keras.Input((32,))
@@ -398,7 +398,7 @@ def test_bad_log_dir():
 
 
 def test_replica_tags_use_global_index_and_device():
-    from keras_gpu.callbacks.throughput import _replica_tags
+    from keras_gpu.loggers.throughput import _replica_tags
 
     devices = ["/job:worker/replica:0/task:1/device:GPU:0", "/job:worker/replica:0/task:1/device:GPU:1"]
     assert _replica_tags(1, devices) == (
@@ -409,7 +409,7 @@ def test_replica_tags_use_global_index_and_device():
 
 
 def test_gpu_peaks_are_summed_per_gpu_in_use():
-    from keras_gpu.callbacks.throughput import _sum_gpu_peaks
+    from keras_gpu.loggers.throughput import _sum_gpu_peaks
 
     h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
     total, used = _sum_gpu_peaks([0, 1], [h100, a100], 2, "bfloat16")

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from keras_gpu.callbacks import _writer
-from keras_gpu.callbacks._base import check_log_dir, check_positive
+from keras_gpu.loggers import _writer
+from keras_gpu.loggers._base import check_log_dir, check_positive
 from keras_gpu.cluster import ClusterInfo
 
 TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
@@ -43,6 +43,8 @@ def test_check_writable_explains_an_unwritable_path(tmp_path):
     blocker.write_text("x")
     with pytest.raises(RuntimeError, match=r"Cannot write TensorBoard logs to .*file/sub.*Pass a writable directory as `log_dir`"):
         _writer.check_writable(str(blocker / "sub"))
+    with pytest.raises(RuntimeError, match=r"Received: log_dir='user/given'$"):
+        _writer.check_writable(str(blocker / "sub" / "train"), received="user/given")
 
 
 @pytest.mark.parametrize("bad", [None, 3, True, b"x"])
@@ -120,7 +122,7 @@ def test_custom_scalars_layout_is_written_once_per_writer(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-    from keras_gpu.callbacks._layout import CHARTS, write_layout
+    from keras_gpu.loggers._layout import CHARTS, write_layout
 
     path = str(tmp_path / "train")
     writer = _writer.acquire(path)

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from keras_gpu._log import PrefixFormatter
 from keras_gpu._version import __version__
 from keras_gpu.cli import UsageError
 
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _attach_log_handler(logger: logging.Logger) -> logging.Handler:
     """Send `logger`'s records of level INFO and above to the current stderr."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{_PROG}: %(message)s"))
+    handler.setFormatter(PrefixFormatter())
     handler.setLevel(logging.INFO)
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:

@@ -47,19 +47,21 @@ def run_dir(log_dir: str | os.PathLike, info: ClusterInfo, subdir: str = "train"
     return os.path.join(base, f"{info.task_type}_{info.task_index}", subdir)
 
 
-def check_writable(path: str, argument: str = "log_dir") -> None:
+def check_writable(path: str, argument: str = "log_dir", received: object = None) -> None:
     """Create `path` and prove a file can be written there, or raise.
 
     Remote file systems (`gs://`, `s3://`, ...) are created through
-    `tf.io.gfile` and not probed.
+    `tf.io.gfile` and not probed. Errors echo `received` (the value the
+    user passed as `argument`, by default `path` itself).
 
     Raises:
         ValueError: `path` is empty.
         RuntimeError: The directory cannot be created or written, with the
             operating system's reason.
     """
+    shown = path if received is None else received
     if not path:
-        raise ValueError(f"`{argument}` must be a non-empty path. Received: {argument}={path!r}")
+        raise ValueError(f"`{argument}` must be a non-empty path. Received: {argument}={shown!r}")
     if "://" in path:
         import tensorflow as tf
 
@@ -74,7 +76,7 @@ def check_writable(path: str, argument: str = "log_dir") -> None:
     except OSError as exc:
         raise RuntimeError(
             f"Cannot write TensorBoard logs to {path!r}: {exc.strerror or exc}. "
-            f"Pass a writable directory as `{argument}`. Received: {argument}={path!r}"
+            f"Pass a writable directory as `{argument}`. Received: {argument}={shown!r}"
         ) from None
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import keras
 
-from keras_gpu.callbacks import _writer
-from keras_gpu.callbacks._layout import write_layout
+from keras_gpu.loggers import _writer
+from keras_gpu.loggers._layout import write_layout
 from keras_gpu.cluster import ClusterInfo, task_info
 
 __all__ = ["LoggingCallback", "check_log_dir", "check_positive", "read_step"]
@@ -79,7 +79,7 @@ class LoggingCallback(keras.callbacks.Callback):
             self._close()
         self._task = task_info(self._strategy())
         self.run_dir = _writer.run_dir(self.log_dir, self._task)
-        _writer.check_writable(self.run_dir)
+        _writer.check_writable(self.run_dir, received=self.log_dir)
         self._writer = _writer.acquire(self.run_dir)
         write_layout(self._writer)
         return self._writer

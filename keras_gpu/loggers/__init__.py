@@ -5,7 +5,9 @@ Add the recommended set to a `fit` call you already have::
     model.fit(x, y, callbacks=keras_gpu.callbacks("runs/exp1"))
 
 or pick single callbacks: :class:`ThroughputLogger`, :class:`MemoryLogger`,
-:class:`PlacementLogger`. Each worker of a cluster writes its own run
+:class:`PlacementLogger` (also importable from `keras_gpu.loggers`). The
+package is named `loggers` so that it never shadows the `keras_gpu.callbacks`
+factory function. Each worker of a cluster writes its own run
 (`log_dir/train` for the chief, `log_dir/worker_k/train` for worker k), so one
 `tensorboard --logdir log_dir` shows them all.
 """
@@ -16,10 +18,10 @@ import os
 
 import keras
 
-from keras_gpu.callbacks._base import check_log_dir
-from keras_gpu.callbacks.memory import MemoryLogger
-from keras_gpu.callbacks.placement import PlacementLogger
-from keras_gpu.callbacks.throughput import ThroughputLogger
+from keras_gpu.loggers._base import check_log_dir
+from keras_gpu.loggers.memory import MemoryLogger
+from keras_gpu.loggers.placement import PlacementLogger
+from keras_gpu.loggers.throughput import ThroughputLogger
 
 __all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger"]
 
@@ -85,7 +87,10 @@ def callbacks(
             )
         )
     if _flag("memory", memory):
-        out.append(MemoryLogger(log_dir, **window))
+        memory_window = dict(window)
+        if every_s is not None:  # keep at least one NVML sample per window
+            memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
+        out.append(MemoryLogger(log_dir, **memory_window))
     if _flag("placement", placement):
         out.append(PlacementLogger(log_dir))
     if not out:

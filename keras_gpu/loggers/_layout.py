@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keras_gpu.callbacks._writer import SummaryWriter
+from keras_gpu.loggers._writer import SummaryWriter
 
 __all__ = ["CHARTS", "write_layout"]
 

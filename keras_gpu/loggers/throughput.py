@@ -10,7 +10,7 @@ from typing import Any
 from keras_gpu import flops as _flops
 from keras_gpu._fit_introspection import FitData, inspect_fit
 from keras_gpu._log import logger
-from keras_gpu.callbacks._base import LoggingCallback, check_positive
+from keras_gpu.loggers._base import LoggingCallback, check_positive
 from keras_gpu.throughput import DataSchedule, FirstExecution, ThroughputMeter, Window
 
 __all__ = ["ThroughputLogger"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from keras_gpu import placement as _placement
 from keras_gpu._log import log_once, logger
-from keras_gpu.callbacks._base import LoggingCallback, check_positive
+from keras_gpu.loggers._base import LoggingCallback, check_positive
 
 __all__ = ["PlacementLogger"]
 

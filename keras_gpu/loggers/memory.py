@@ -13,8 +13,8 @@ from typing import Any
 
 from keras_gpu import nvml as _nvml
 from keras_gpu._log import log_once, logger
-from keras_gpu.callbacks import _writer
-from keras_gpu.callbacks._base import LoggingCallback, check_positive, read_step
+from keras_gpu.loggers import _writer
+from keras_gpu.loggers._base import LoggingCallback, check_positive, read_step
 
 __all__ = ["MemoryLogger"]
 
@@ -115,12 +115,15 @@ class MemoryLogger(LoggingCallback):
         TypeError, ValueError: An argument is malformed.
     """
 
+    DEFAULT_SAMPLE_INTERVAL_S = 0.5
+    """Seconds between NVML samples unless `sample_interval_s` says otherwise."""
+
     def __init__(
         self,
         log_dir: str | os.PathLike,
         *,
         every_s: float = 10.0,
-        sample_interval_s: float = 0.5,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         nvml: bool = True,
         allocator: bool = True,
         host: bool = True,
@@ -246,6 +249,7 @@ class _Run:
             usable.append((device, tag))
         self.allocators = usable
         self._step = read_step(self.model, 0)
+        self._written_step: int | None = None
         if self.sampler is not None:
             self.sampler.start()
         self._thread.start()
@@ -296,7 +300,8 @@ class _Run:
             self._finished = True
         if self.sampler is not None:
             self.sampler.stop(timeout=_JOIN_TIMEOUT_S, final_sample=not abandoned)
-        self.write_window()
+        # A window already written at this step (the last epoch's) is not repeated.
+        self.write_window(only_new_step=True)
         self.writer.flush()
         if abandoned:
             logger.info(
@@ -308,9 +313,16 @@ class _Run:
 
     # -- one window
 
-    def write_window(self) -> None:
-        """Measure and write one window at the optimizer's current step."""
+    def write_window(self, only_new_step: bool = False) -> None:
+        """Measure and write one window at the optimizer's current step.
+
+        With `only_new_step`, nothing is written when a window was already
+        written at the current step.
+        """
         with self._lock:
+            if only_new_step and self._written_step is not None:
+                if read_step(self.model, self._step) <= self._written_step:
+                    return
             values: dict[str, float] = {}
             self._allocator_window(values)
             if self.host:
@@ -320,6 +332,7 @@ class _Run:
             self._step = max(self._step, read_step(self.model, self._step))
             if values:
                 self.writer.scalars(values, self._step)
+                self._written_step = self._step
             self.windows += 1
 
     def _allocator_window(self, values: dict[str, float]) -> None:

@@ -1,0 +1,42 @@
+"""keras-gpu's log lines reach a plain script once, and defer to the application's logging setup."""
+
+from __future__ import annotations
+
+from tests._util import run_python
+
+SCRIPT = """
+import logging
+{setup}
+from keras_gpu._log import logger, log_once
+logger.info("configure_devices: plain line")
+logger.info("keras-gpu: already prefixed")
+logger.debug("not shown at INFO")
+log_once(logging.WARNING, "k", "warned once")
+log_once(logging.WARNING, "k", "warned once")
+"""
+
+
+def _stderr(setup: str) -> list[str]:
+    proc = run_python(SCRIPT.format(setup=setup), timeout=60)
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+def test_plain_script_sees_info_lines_once_with_one_prefix():
+    assert _stderr("") == [
+        "keras-gpu: configure_devices: plain line",
+        "keras-gpu: already prefixed",
+        "keras-gpu: warned once",
+    ]
+
+
+def test_application_logging_setup_takes_over_without_duplicates():
+    lines = _stderr("logging.basicConfig(format='APP %(levelname)s %(name)s %(message)s')")
+    assert lines == [
+        "APP INFO keras_gpu configure_devices: plain line",
+        "APP INFO keras_gpu keras-gpu: already prefixed",
+        "APP WARNING keras_gpu warned once",
+    ]
+
+
+def test_warning_level_hides_the_info_lines():
+    assert _stderr("logging.getLogger('keras_gpu').setLevel(logging.WARNING)") == ["keras-gpu: warned once"]
