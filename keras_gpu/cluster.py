@@ -32,7 +32,11 @@ SOURCES = ("auto", "tf_config", "slurm", "explicit")
 
 _TASK_TYPES = ("chief", "worker", "evaluator", "ps")
 _WORKER_TYPES = ("chief", "worker")
-_HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
+_HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_RPC_LAYER = re.compile(r"^[a-z][a-z0-9+]*$")
+_MAX_TASKS = 65536  # more tasks than any real job; bounds hostlist and task-count expansion
+_MAX_GPUS = 1024  # GPUs per task; TensorFlow's SLURM resolver lists every GPU id of every task
 _SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
 
 
@@ -92,6 +96,14 @@ class ClusterInfo:
             return 0
         if self.task_type == "worker":
             return self.task_index + (1 if self.cluster.get("chief") else 0)
+        return None
+
+    @property
+    def address(self) -> str | None:
+        """This task's own `host:port`, or `None` when the cluster does not list it (local, or an outside evaluator)."""
+        addresses = self.cluster.get(self.task_type, ())
+        if 0 <= self.task_index < len(addresses):
+            return addresses[self.task_index]
         return None
 
     def tf_config(self) -> dict[str, Any]:
@@ -173,15 +185,20 @@ def resolve_cluster(
 
     Raises:
         ValueError: The cluster description is malformed, names an unknown
-            task type, or this process's task is missing or out of range.
+            task type, or this process's task is missing or out of range; or
+            a SLURM step is malformed or larger than any real job.
+        TypeError: `environ` is not a mapping of strings, or an argument has
+            the wrong type.
     """
-    env = os.environ if environ is None else environ
-    if source not in SOURCES:
+    if environ is not None and not isinstance(environ, Mapping):
+        raise TypeError(f"`environ` must be a mapping of strings, or None for os.environ. Received: environ={environ!r}")
+    env = _Environ(os.environ if environ is None else environ)
+    if not isinstance(source, str) or source not in SOURCES:
         raise ValueError(f"`source` must be one of {SOURCES}. Received: source={source!r}")
     if source == "auto":
         if cluster is not None:
             source = "explicit"
-        elif env.get("TF_CONFIG", "").strip():
+        elif (env.get("TF_CONFIG") or "").strip():
             source = "tf_config"
         elif _slurm_step_tasks(env) > 1:
             source = "slurm"
@@ -197,6 +214,25 @@ def resolve_cluster(
     if source == "tf_config":
         return _from_tf_config(env.get("TF_CONFIG"))
     return _from_slurm(env, slurm_port_base, slurm_gpus_per_task, slurm_assign_gpus)
+
+
+class _Environ(Mapping):
+    """A read-only view of an environment whose values must be strings: a non-string value is a `TypeError`."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def __getitem__(self, key: str) -> str:
+        value = self._env[key]
+        if not isinstance(value, str):
+            raise TypeError(f"Environment variable {key} must be a string. Received: {key}={value!r}")
+        return value
+
+    def __iter__(self):
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
 
 
 def _from_explicit(
@@ -220,7 +256,8 @@ def _from_explicit(
             "Received: task_index=None"
         )
     spec = _validate_spec(cluster, "cluster")
-    return _validate_task(ClusterInfo("explicit", spec, task_type, task_index), "task_type/task_index")
+    received = f"task_type={task_type!r}, task_index={task_index!r}"
+    return _validate_task(ClusterInfo("explicit", spec, task_type, task_index), "`task_type`/`task_index`", received)
 
 
 def _from_tf_config(raw: str | None) -> ClusterInfo:
@@ -229,7 +266,11 @@ def _from_tf_config(raw: str | None) -> ClusterInfo:
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos}). Received: TF_CONFIG={raw!r}") from None
+        raise ValueError(
+            f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos}). Received: TF_CONFIG={_clip(raw)}"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"TF_CONFIG is nested too deeply to be a cluster description. Received: TF_CONFIG={_clip(raw)}") from None
     if not isinstance(config, dict):
         raise ValueError(f"TF_CONFIG must be a JSON object with 'cluster' and 'task'. Received: TF_CONFIG={raw!r}")
     if "cluster" not in config:
@@ -245,13 +286,14 @@ def _from_tf_config(raw: str | None) -> ClusterInfo:
     if not isinstance(index, int) or isinstance(index, bool):
         raise ValueError(f"TF_CONFIG['task']['index'] must be an integer. Received: {index!r}")
     rpc = config.get("rpc_layer", "grpc")
-    if not isinstance(rpc, str):
-        raise ValueError(f"TF_CONFIG['rpc_layer'] must be a string. Received: {rpc!r}")
-    return _validate_task(ClusterInfo("tf_config", spec, task["type"], index, rpc), "TF_CONFIG['task']")
+    if not isinstance(rpc, str) or not _RPC_LAYER.match(rpc):
+        raise ValueError(f"TF_CONFIG['rpc_layer'] must be a protocol name string such as 'grpc'. Received: {rpc!r}")
+    info = ClusterInfo("tf_config", spec, task["type"], index, rpc)
+    return _validate_task(info, "TF_CONFIG['task']", f"TF_CONFIG['task']={_clip(task)}")
 
 
 def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | None, assign_gpus: bool) -> ClusterInfo:
-    missing = [v for v in _SLURM_VARS if not env.get(v)]
+    missing = [v for v in _SLURM_VARS if not (env.get(v) or "").strip()]
     if missing:
         raise ValueError(
             f"source='slurm' but {', '.join(missing)} is not set: run the script as a SLURM job step "
@@ -259,17 +301,26 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
         )
     if not isinstance(port_base, int) or isinstance(port_base, bool) or not 1 <= port_base <= 65535:
         raise ValueError(f"`slurm_port_base` must be a port number in 1..65535. Received: slurm_port_base={port_base!r}")
-    if gpus_per_task is not None and (not isinstance(gpus_per_task, int) or isinstance(gpus_per_task, bool) or gpus_per_task < 0):
+    if gpus_per_task is not None and (
+        not isinstance(gpus_per_task, int) or isinstance(gpus_per_task, bool) or not 0 <= gpus_per_task <= _MAX_GPUS
+    ):
         raise ValueError(
-            f"`slurm_gpus_per_task` must be a non-negative int or None. Received: slurm_gpus_per_task={gpus_per_task!r}"
+            f"`slurm_gpus_per_task` must be an int from 0 to {_MAX_GPUS}, or None to detect it. "
+            f"Received: slurm_gpus_per_task={gpus_per_task!r}"
         )
-    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
+    if not isinstance(assign_gpus, bool):
+        raise TypeError(f"`slurm_assign_gpus` must be True or False. Received: slurm_assign_gpus={assign_gpus!r}")
+    from tensorflow.python.distribute.cluster_resolver import (
+        slurm_cluster_resolver as slurm,
+    )
 
     try:
-        procid = int(env["SLURM_PROCID"])
-        num_tasks = int(env["SLURM_STEP_NUM_TASKS"])
-        hosts = slurm.expand_hostlist(env["SLURM_STEP_NODELIST"])
-        per_node = slurm.expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"])
+        procid = _slurm_int(env, "SLURM_PROCID")
+        num_tasks = _slurm_int(env, "SLURM_STEP_NUM_TASKS")
+        if not 1 <= num_tasks <= _MAX_TASKS:
+            raise ValueError(f"SLURM_STEP_NUM_TASKS must be from 1 to {_MAX_TASKS}. Received: {num_tasks}")
+        hosts = _expand_hostlist(env["SLURM_STEP_NODELIST"], num_tasks)
+        per_node = _expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"], num_tasks)
     except ValueError as exc:
         raise ValueError(f"The SLURM step variables cannot be parsed: {exc}") from None
     if len(hosts) != len(per_node):
@@ -277,7 +328,11 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
             f"SLURM_STEP_NODELIST expands to {len(hosts)} hosts but SLURM_STEP_TASKS_PER_NODE to "
             f"{len(per_node)} entries. Received: {env['SLURM_STEP_NODELIST']!r}, {env['SLURM_STEP_TASKS_PER_NODE']!r}"
         )
-    if sum(per_node) != num_tasks or not 0 <= procid < num_tasks:
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(
+            f"SLURM_STEP_NODELIST names a node twice; each node must appear once. Received: {_clip(env['SLURM_STEP_NODELIST'])}"
+        )
+    if sum(per_node) != num_tasks or not 0 <= procid < num_tasks or 0 in per_node:
         raise ValueError(
             f"Inconsistent SLURM step: SLURM_STEP_NUM_TASKS={num_tasks}, tasks per node {per_node}, "
             f"SLURM_PROCID={procid}."
@@ -312,8 +367,98 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    spec = {k: tuple(v) for k, v in spec.items()}
-    return ClusterInfo("slurm", spec, task_type, int(task_id))
+    spec = _validate_spec({k: tuple(v) for k, v in spec.items()}, "The SLURM cluster")
+    return _validate_task(ClusterInfo("slurm", spec, task_type, int(task_id)), "The SLURM task", f"SLURM_PROCID={procid}")
+
+
+def _slurm_int(env: Mapping[str, str], name: str) -> int:
+    text = env[name].strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        raise ValueError(f"{name} must be a non-negative integer. Received: {name}={_clip(env[name])}")
+    return int(text)
+
+
+def _expand_hostlist(hostlist: str, limit: int) -> list[str]:
+    """Expand a SLURM hostlist such as `node[01-03,7],gpu5` in order, refusing more than `limit` hosts.
+
+    Each comma-separated item is a host name with at most one bracketed range
+    list at its end (the form SLURM writes for a job step). Numbers keep the
+    zero padding of the range's start.
+    """
+    hosts: list[str] = []
+    for item in _split_outside_brackets(hostlist):
+        match = re.fullmatch(r"([^\[\],]*)(?:\[([0-9,\-]+)\])?", item)
+        if match is None or not match.group(1) and match.group(2) is None:
+            raise ValueError(f"SLURM_STEP_NODELIST has a malformed entry {item!r}. Received: {_clip(hostlist)}")
+        prefix, ranges = match.group(1), match.group(2)
+        if ranges is None:
+            names: list[str] = [prefix]
+        else:
+            names = []
+            for part in ranges.split(","):
+                first, _, last = part.partition("-")
+                if not first.isdigit() or (last and not last.isdigit()) or part.count("-") > 1:
+                    raise ValueError(f"SLURM_STEP_NODELIST has a malformed range {part!r}. Received: {_clip(hostlist)}")
+                start, stop = int(first), int(last or first)
+                if stop < start or len(hosts) + len(names) + stop - start + 1 > limit:
+                    raise ValueError(
+                        f"SLURM_STEP_NODELIST range {part!r} is reversed or holds more nodes than the step's {limit} "
+                        f"task(s). Received: {_clip(hostlist)}"
+                    )
+                names.extend(f"{prefix}{str(i).zfill(len(first))}" for i in range(start, stop + 1))
+        for name in names:
+            if not _HOSTNAME.match(name):
+                raise ValueError(f"SLURM_STEP_NODELIST has a host name {name!r} that is not valid. Received: {_clip(hostlist)}")
+        hosts.extend(names)
+        if len(hosts) > limit:
+            raise ValueError(f"SLURM_STEP_NODELIST names more nodes than the step's {limit} task(s). Received: {_clip(hostlist)}")
+    if not hosts:
+        raise ValueError(f"SLURM_STEP_NODELIST names no node. Received: {_clip(hostlist)}")
+    return hosts
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    items, depth, current = [], 0, []
+    for char in text:
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError(f"SLURM_STEP_NODELIST has nested brackets. Received: {_clip(text)}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"SLURM_STEP_NODELIST has an unmatched ']'. Received: {_clip(text)}")
+        if char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth:
+        raise ValueError(f"SLURM_STEP_NODELIST has an unclosed '['. Received: {_clip(text)}")
+    items.append("".join(current))
+    return items
+
+
+def _expand_tasks_per_node(text: str, limit: int) -> list[int]:
+    """Expand SLURM's tasks-per-node form `2(x3),1` to `[2, 2, 2, 1]`, refusing more than `limit` entries."""
+    counts: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?", part.strip())
+        if match is None:
+            raise ValueError(f"SLURM_STEP_TASKS_PER_NODE has a malformed entry {part!r}. Received: {_clip(text)}")
+        count, repeat = int(match.group(1)), int(match.group(2) or 1)
+        if len(counts) + repeat > limit:
+            raise ValueError(
+                f"SLURM_STEP_TASKS_PER_NODE lists more nodes than the step's {limit} task(s). Received: {_clip(text)}"
+            )
+        counts.extend([count] * repeat)
+    return counts
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    """`repr(value)`, shortened in the middle when long, for error messages."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit // 2]}...{shown[-limit // 2 :]} ({len(shown)} characters)"
 
 
 def _node_gpu_count(env: Mapping[str, str]) -> int:
@@ -348,7 +493,8 @@ def _validate_spec(spec: Any, name: str) -> dict[str, tuple[str, ...]]:
                 raise ValueError(f"{name}[{task_type!r}] has an address that is not 'host:port'. Received: {address!r}")
             if address in seen:
                 raise ValueError(
-                    f"{name} lists {address!r} twice ({seen[address]} and {task_type}); every task needs its own port."
+                    f"{name} lists {address!r} twice ({seen[address]} and {task_type}); every task needs its own "
+                    f"port. Received: {_clip(dict(spec))}"
                 )
             seen[address] = task_type
         out[task_type] = tuple(addresses)
@@ -360,26 +506,27 @@ def _validate_spec(spec: Any, name: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _validate_task(info: ClusterInfo, name: str) -> ClusterInfo:
+def _validate_task(info: ClusterInfo, name: str, received: str) -> ClusterInfo:
+    """Check that `info`'s own task exists in its cluster; `received` echoes what the user gave."""
     if not isinstance(info.task_type, str) or info.task_type not in _TASK_TYPES:
-        raise ValueError(f"{name} has unknown task type {info.task_type!r}; allowed: {_TASK_TYPES}.")
+        raise ValueError(f"{name} has unknown task type {info.task_type!r}; use one of {_TASK_TYPES}. Received: {received}")
     if not isinstance(info.task_index, int) or isinstance(info.task_index, bool):
-        raise TypeError(f"{name} index must be an int. Received: {info.task_index!r}")
+        raise TypeError(f"{name} index must be an int. Received: {received}")
     if info.task_type == "evaluator" and "evaluator" not in info.cluster:
         # TensorFlow lets the evaluator stay out of the cluster it watches.
         if info.task_index != 0:
-            raise ValueError(f"{name} index must be 0 for the single evaluator. Received: {info.task_index!r}")
+            raise ValueError(f"{name} index must be 0 for the single evaluator. Received: {received}")
         return info
     if info.task_type not in info.cluster:
         raise ValueError(
             f"{name} says this process is a {info.task_type!r} task, but the cluster has no such task type "
-            f"(it has {sorted(info.cluster)})."
+            f"(it has {sorted(info.cluster)}). Received: {received}"
         )
     count = len(info.cluster[info.task_type])
     if not 0 <= info.task_index < count:
         raise ValueError(
             f"{name} index {info.task_index} is out of range: the cluster has {count} {info.task_type!r} "
-            f"task(s), so the index must be in 0..{count - 1}."
+            f"task(s), so the index must be in 0..{count - 1}. Received: {received}"
         )
     return info
 
@@ -397,8 +544,8 @@ def _visible_gpu_count() -> int:
 
 def _slurm_step_tasks(env: Mapping[str, str]) -> int:
     try:
-        return int(env.get("SLURM_STEP_NUM_TASKS", "0"))
-    except ValueError:
+        return _slurm_int(env, "SLURM_STEP_NUM_TASKS")
+    except (KeyError, ValueError):
         return 0
 
 

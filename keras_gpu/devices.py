@@ -41,6 +41,10 @@ GPU_THREAD_MODES = ("global", "gpu_private", "gpu_shared")
 
 # TensorFlow's "MB" for GPU memory limits is 2**20 bytes.
 _MIB = 1 << 20
+# Upper bound of a memory size in MB (1 PiB): larger values overflow TensorFlow's byte counts.
+_MAX_MB = 1 << 30
+# Upper bound of thread and logical-device counts: far above any machine, far below TensorFlow's int32 fields.
+_MAX_COUNT = 4096
 
 # Arguments that only mean something when TensorFlow sees a GPU.
 _GPU_ARGS = (
@@ -213,8 +217,11 @@ def _check_count(name: str, value: Any, minimum: int, meaning: str = "") -> int 
             f"`{name}` must be an int >= {minimum}{meaning} or None. "
             f"Received: {name}={value!r} (type {_type_name(value)})."
         )
-    if value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}{meaning}. Received: {name}={value!r}.")
+    if not minimum <= value <= _MAX_COUNT:
+        # TensorFlow stores these as 32-bit ints and creates one thread or device per unit at start-up.
+        raise ValueError(
+            f"`{name}` must be an int from {minimum} to {_MAX_COUNT}{meaning}. Received: {name}={value!r}."
+        )
     return int(value)
 
 
@@ -223,10 +230,20 @@ def _check_mb(name: str, value: Any) -> float:
         raise TypeError(
             f"`{name}` must be a number of MB (int or float). Received: {name}={value!r} (type {_type_name(value)})."
         )
-    mb = float(value)
-    if not math.isfinite(mb) or mb < 1:
-        raise ValueError(f"`{name}` must be a finite number of MB, at least 1. Received: {name}={value!r}.")
+    mb = _as_float(value)
+    if not math.isfinite(mb) or not 1 <= mb <= _MAX_MB:
+        raise ValueError(
+            f"`{name}` must be a finite number of MB, at least 1 and at most {_MAX_MB}. Received: {name}={value!r}."
+        )
     return mb
+
+
+def _as_float(value: Real) -> float:
+    """`float(value)`, with ints too large for a float mapped to infinity instead of raising."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _check_fraction(name: str, value: Any) -> float:
@@ -235,7 +252,7 @@ def _check_fraction(name: str, value: Any) -> float:
             f"`{name}` must be a float in (0, 1], the share of the card's memory. "
             f"Received: {name}={value!r} (type {_type_name(value)})."
         )
-    fraction = float(value)
+    fraction = _as_float(value)
     if not 0.0 < fraction <= 1.0:  # also rejects NaN
         raise ValueError(
             f"`{name}` must be in (0, 1], the share of the card's memory. Received: {name}={value!r}."
@@ -245,14 +262,18 @@ def _check_fraction(name: str, value: Any) -> float:
 
 def _check_split(name: str, value: Any) -> int | tuple[float, ...]:
     if isinstance(value, Integral) and not isinstance(value, bool):
-        if value < 1:
-            raise ValueError(f"`{name}` must be a number of logical GPUs >= 1. Received: {name}={value!r}.")
+        if not 1 <= value <= _MAX_COUNT:
+            raise ValueError(
+                f"`{name}` must be a number of logical GPUs from 1 to {_MAX_COUNT}. Received: {name}={value!r}."
+            )
         return int(value)
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         if not value:
             raise ValueError(
                 f"`{name}` must not be empty: give one MB size per logical GPU. Received: {name}={value!r}."
             )
+        if len(value) > _MAX_COUNT:
+            raise ValueError(f"`{name}` may list at most {_MAX_COUNT} logical GPUs. Received: {name}={value!r}.")
         return tuple(_check_mb(f"{name}[{i}]", v) for i, v in enumerate(value))
     raise TypeError(
         f"`{name}` must be an int N (split into N logical GPUs) or a list of MB sizes, one per logical GPU. "
@@ -299,6 +320,8 @@ def _check_visible(value: Any) -> tuple[int, ...] | Literal["all"] | None:
             f'`visible_gpus` must be "all" or a list of physical GPU indices, e.g. [0] or [0, 1]. '
             f"Received: visible_gpus={value!r} (type {_type_name(value)})."
         )
+    if len(value) > _MAX_COUNT:
+        raise ValueError(f"`visible_gpus` may list at most {_MAX_COUNT} GPUs. Received: visible_gpus={value!r}.")
     indices = [_check_gpu_index("visible_gpus", i) for i in value]
     if len(set(indices)) != len(indices):
         raise ValueError(f"`visible_gpus` lists a GPU more than once. Received: visible_gpus={value!r}.")

@@ -8,13 +8,14 @@ and logs one INFO line saying what it built and why.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from keras_gpu._log import logger
+from keras_gpu._log import log_once, logger
 from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,6 +25,7 @@ __all__ = [
     "KINDS",
     "CROSS_DEVICE_OPS",
     "COMMUNICATIONS",
+    "DEFAULT_STARTUP_TIMEOUT",
     "LocalDevices",
     "StrategyPlan",
     "plan_strategy",
@@ -39,6 +41,10 @@ CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one_device")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 """Accepted values of `communication` (the collective implementation of a multi-worker strategy)."""
 
+DEFAULT_STARTUP_TIMEOUT = 600.0
+"""Seconds a multi-worker strategy waits for every task of its cluster when `startup_timeout` is `None`."""
+
+_MAX_TIMEOUT = 7 * 24 * 3600.0  # one week; larger values overflow TensorFlow's millisecond deadlines
 _LOCAL_KINDS = ("default", "one_device", "mirrored")
 _DEVICE = re.compile(r"^(?:/job:localhost)?(?:/replica:0)?(?:/task:0)?(?:/?device:|/)?(CPU|GPU):(\d+)$", re.IGNORECASE)
 
@@ -101,6 +107,8 @@ class StrategyPlan:
         cluster: The resolved cluster (single local process when none).
         notes: Things the caller should be warned about, e.g. a cluster that
             a local kind ignores.
+        startup_timeout: For `"multiworker"`: seconds to wait for every task
+            of the cluster to start, else `None`.
     """
 
     kind: str
@@ -111,6 +119,7 @@ class StrategyPlan:
     reason: str
     cluster: ClusterInfo
     notes: tuple[str, ...] = field(default_factory=tuple)
+    startup_timeout: float | None = None
 
     def describe(self) -> str:
         """One line: the strategy, its devices and options, and the reason."""
@@ -133,6 +142,7 @@ def plan_strategy(
     cross_device_ops: str = "auto",
     communication: str = "auto",
     collective_timeout: float | None = None,
+    startup_timeout: float | None = None,
     cluster_source: str = "auto",
     cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
     task_index: int | None = None,
@@ -174,6 +184,14 @@ def plan_strategy(
         communication: For `"multiworker"`, one of `COMMUNICATIONS`.
         collective_timeout: For `"multiworker"`: seconds after which a
             collective that waits on a peer fails, or `None` for no timeout.
+            TensorFlow's coordination service still reports a crashed peer
+            after its heartbeat timeout (about 10 s) without it.
+        startup_timeout: For `"multiworker"`: seconds to wait, while the
+            strategy is created, for every task of the cluster to start and
+            register. `None` means `DEFAULT_STARTUP_TIMEOUT` (600 s); the
+            wait is never unbounded. Tasks other than the coordination leader
+            (worker 0 or the chief) give up a few seconds later than the
+            leader, after TensorFlow's own RPC deadline.
         cluster_source: Where the cluster comes from: one of
             `keras_gpu.cluster.SOURCES`.
         cluster: For `cluster_source="explicit"` (or `"auto"`):
@@ -198,11 +216,14 @@ def plan_strategy(
     _check_choice("cross_device_ops", cross_device_ops, CROSS_DEVICE_OPS)
     _check_choice("communication", communication, COMMUNICATIONS)
     _check_choice("cluster_source", cluster_source, SOURCES)
-    collective_timeout = _check_timeout(collective_timeout)
+    collective_timeout = _check_timeout("collective_timeout", collective_timeout)
+    startup_timeout = _check_timeout("startup_timeout", startup_timeout)
     wanted = _normalize_devices(devices)
     if local_devices is not None and not isinstance(local_devices, LocalDevices):
         raise TypeError(f"`local_devices` must be a LocalDevices or None. Received: local_devices={local_devices!r}")
-    _check_combinations(kind, wanted, cross_device_ops, communication, collective_timeout, cluster_source, cluster, task_index)
+    _check_combinations(
+        kind, wanted, cross_device_ops, communication, collective_timeout, startup_timeout, cluster_source, cluster, task_index
+    )
 
     info = resolve_cluster(
         cluster_source,
@@ -228,7 +249,8 @@ def plan_strategy(
                 "`devices` cannot be chosen for a multi-worker strategy: each worker trains on all its "
                 f"visible GPUs (or its CPU). Limit them with CUDA_VISIBLE_DEVICES. Received: devices={devices!r}"
             )
-        return _plan_multiworker(kind, info, communication, collective_timeout, cross_device_ops, local_devices)
+        plan = _plan_multiworker(kind, info, communication, collective_timeout, cross_device_ops, local_devices)
+        return replace(plan, startup_timeout=DEFAULT_STARTUP_TIMEOUT if startup_timeout is None else startup_timeout)
 
     notes: list[str] = []
     if trains_together:
@@ -253,7 +275,7 @@ def plan_strategy(
         kind, chosen, reason = _auto_local(ld, wanted)
         if info.task_type == "evaluator" and info.is_multi_worker:
             reason = f"this process is the evaluator of a {info.num_workers}-worker cluster, so it runs alone; {reason}"
-        ignored = _ignored_options(kind, cross_device_ops, communication, collective_timeout)
+        ignored = _ignored_options(kind, cross_device_ops, communication, collective_timeout, startup_timeout)
         if ignored:
             reason = f"{reason} ({ignored})"
     elif kind == "one_device":
@@ -283,6 +305,7 @@ def make_strategy(
     cross_device_ops: str = "auto",
     communication: str = "auto",
     collective_timeout: float | None = None,
+    startup_timeout: float | None = None,
     cluster_source: str = "auto",
     cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
     task_index: int | None = None,
@@ -308,6 +331,14 @@ def make_strategy(
       TensorFlow runs anything in the process. With a single-task cluster or
       no cluster, `kind="multiworker"` is allowed and trains alone.
 
+    Creating a multi-worker strategy never waits forever. Before TensorFlow
+    starts this task's server, its port is checked, so a port held by
+    another process fails at once and by name. TensorFlow's registration of
+    the cluster's tasks is bounded by `startup_timeout`; when it runs out, the
+    error lists the tasks that never came up. Without these guards TensorFlow
+    2.21 waits indefinitely in the constructor for a peer that never starts,
+    and reports a taken port only as `Could not start gRPC server`.
+
     Returns:
         A `tf.distribute.Strategy`.
 
@@ -316,8 +347,10 @@ def make_strategy(
             malformed cluster (raised before any peer is contacted).
         TypeError: An argument has the wrong type.
         RuntimeError: A multi-worker strategy was asked for after
-            TensorFlow's runtime was initialised in this process, or the
-            default strategy inside another strategy's scope.
+            TensorFlow's runtime was initialised in this process; this task's
+            port is taken; some tasks of the cluster did not start within
+            `startup_timeout`; or the default strategy was asked for inside
+            another strategy's scope.
     """
     plan = plan_strategy(
         kind,
@@ -325,6 +358,7 @@ def make_strategy(
         cross_device_ops=cross_device_ops,
         communication=communication,
         collective_timeout=collective_timeout,
+        startup_timeout=startup_timeout,
         cluster_source=cluster_source,
         cluster=cluster,
         task_index=task_index,
@@ -385,7 +419,10 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
 
     from keras_gpu._keras_compat import KerasMultiWorkerMirroredStrategy
     from keras_gpu.cluster import _visible_gpu_count
+    from keras_gpu.devices import _runtime_initialized
 
+    if _runtime_initialized():
+        raise RuntimeError(_LATE_MULTIWORKER)
     num_gpus = _visible_gpu_count()
     if plan.communication == "nccl" and num_gpus == 0:
         raise ValueError(
@@ -400,17 +437,153 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=implementation, timeout_seconds=plan.collective_timeout
     )
-    resolver = plan.cluster.cluster_resolver(num_gpus=num_gpus) if plan.cluster.cluster else None
+    info = plan.cluster
+    resolver = info.cluster_resolver(num_gpus=num_gpus) if info.cluster else None
+    if info.cluster:
+        _check_own_port(info)
+        _bound_registration(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT)
     try:
         return KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     except RuntimeError as exc:
         if "startup" not in str(exc):
             raise
+        raise RuntimeError(_LATE_MULTIWORKER) from exc
+    except tf.errors.UnknownError as exc:
+        if "gRPC server" not in str(exc):
+            raise
+        raise RuntimeError(_port_in_use_message(info, "TensorFlow could not start its gRPC server there")) from exc
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as exc:
         raise RuntimeError(
-            "A multi-worker strategy must be created before TensorFlow runs anything in this process "
-            "(before creating tensors or models, or listing logical devices). Call "
-            "keras_gpu.make_strategy() near the top of the program, right after configure_devices()."
+            _startup_failure_message(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, str(exc))
         ) from exc
+
+
+_LATE_MULTIWORKER = (
+    "A multi-worker strategy must be created before TensorFlow runs anything in this process "
+    "(before creating tensors or models, or listing logical devices). Call "
+    "keras_gpu.make_strategy() near the top of the program, right after configure_devices()."
+)
+
+
+# --- startup guard -------------------------------------------------------------------------------------------------
+#
+# Checked on TensorFlow 2.21 (CPU) with two loopback workers:
+# - A peer that never starts: the coordination leader (worker 0 or the chief)
+#   waits inside the MultiWorkerMirroredStrategy constructor indefinitely;
+#   `cluster_register_timeout_in_ms` alone does not bound it. With
+#   `cluster_register_with_barrier` as well, it raises DeadlineExceededError
+#   after the timeout, naming the missing tasks. A non-leader task whose leader
+#   never starts raises DeadlineExceededError about 5 s after the same timeout.
+# - A peer that starts late, within the timeout: the cluster forms normally.
+# - A taken port: TensorFlow binds `0.0.0.0:PORT` (without SO_REUSEPORT: a
+#   second socket cannot share it) and raises `UnknownError: Could not start
+#   gRPC server`, without naming the port or the task.
+
+
+def _check_own_port(info: ClusterInfo) -> None:
+    """Raise `RuntimeError` when this task's port cannot be bound the way TensorFlow binds it."""
+    import errno
+    import socket
+
+    address = info.address
+    if address is None:
+        return
+    port = int(address.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no conflict
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise RuntimeError(_port_in_use_message(info, "it is already in use by another process")) from None
+            raise RuntimeError(
+                f"make_strategy: cannot listen on port {address} for {info.task_type}:{info.task_index}: "
+                f"{exc.strerror or exc}. Give this task another port in the cluster description."
+            ) from None
+
+
+def _port_in_use_message(info: ClusterInfo, why: str) -> str:
+    return (
+        f"make_strategy: port {info.address} for {info.task_type}:{info.task_index} cannot be used: {why}. "
+        "Stop the process that holds it (often a worker left over from an earlier run; see `ss -ltnp`) or give "
+        f"this task another port in the cluster description ({info.source})."
+    )
+
+
+def _bound_registration(info: ClusterInfo, timeout: float) -> None:
+    """Configure TensorFlow's coordination service the way the strategy would, plus a registration deadline.
+
+    `MultiWorkerMirroredStrategy` leaves an already configured coordination
+    service alone, so this adds only `cluster_register_timeout_in_ms` and
+    `cluster_register_with_barrier` to what its constructor would set.
+    """
+    import tensorflow as tf
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    if info.task_type not in ("chief", "worker") or context.context().coordination_service is not None:
+        return
+    spec = tf.train.ClusterSpec({k: list(v) for k, v in info.cluster.items()})
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in spec.jobs
+    ]
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs,
+        cluster_register_timeout_in_ms=int(timeout * 1000),
+    )
+    config = context.context().coordination_service
+    if "cluster_register_with_barrier" in config.DESCRIPTOR.fields_by_name:
+        config.cluster_register_with_barrier = True
+    else:  # pragma: no cover - older TensorFlow
+        log_once(
+            logging.WARNING,
+            "startup_timeout_leader",
+            "This TensorFlow cannot bound the coordination leader's wait for its peers; `startup_timeout` "
+            "applies to the other tasks only.",
+        )
+
+
+def _startup_failure_message(info: ClusterInfo, timeout: float, detail: str) -> str:
+    """Name the tasks that did not come up: from TensorFlow's message, else those whose port does not answer."""
+    me = (info.task_type, info.task_index)
+    timed_out = detail.partition("timed out task names:")[2]
+    named = {(job, int(index)) for job, index in re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", timed_out)}
+    tasks = [(job, i, a) for job, addresses in info.cluster.items() for i, a in enumerate(addresses) if (job, i) != me]
+    missing = [t for t in tasks if (t[0], t[1]) in named]
+    if not missing:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(tasks)))) as pool:
+            answers = list(pool.map(_answers, [t[2] for t in tasks]))
+        missing = [t for t, up in zip(tasks, answers) if not up]
+    first = detail.strip().splitlines()[0] if detail.strip() else "no detail"
+    if missing:
+        listed = ", ".join(f"{job}:{i} ({address})" for job, i, address in missing)
+        what = f"these tasks never came up: {listed}"
+    else:
+        what = "every task answers on its port, but the cluster did not form (are they all from the same job?)"
+    return (
+        f"make_strategy: the cluster from {info.source} did not come up within startup_timeout={timeout:g}s; {what}. "
+        "Start every task of the cluster, check their addresses, or raise `startup_timeout`. "
+        f"TensorFlow said: {first}"
+    )
+
+
+def _answers(address: str, timeout: float = 1.0) -> bool:
+    """Whether `host:port` accepts a TCP connection within `timeout` seconds."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _plan_multiworker(
@@ -463,7 +636,13 @@ def _auto_local(ld: LocalDevices, wanted: tuple[str, ...] | None) -> tuple[str, 
     return "default", (), "no GPU is visible and the CPU is not split"
 
 
-def _ignored_options(kind: str, cross_device_ops: str, communication: str, collective_timeout: float | None) -> str:
+def _ignored_options(
+    kind: str,
+    cross_device_ops: str,
+    communication: str,
+    collective_timeout: float | None,
+    startup_timeout: float | None,
+) -> str:
     ignored = []
     if kind != "mirrored" and cross_device_ops != "auto":
         ignored.append(f"cross_device_ops={cross_device_ops!r}")
@@ -471,6 +650,8 @@ def _ignored_options(kind: str, cross_device_ops: str, communication: str, colle
         ignored.append(f"communication={communication!r}")
     if collective_timeout is not None:
         ignored.append(f"collective_timeout={collective_timeout!r}")
+    if startup_timeout is not None:
+        ignored.append(f"startup_timeout={startup_timeout!r}")
     if not ignored:
         return ""
     return f"{', '.join(ignored)} ignored: not applicable to {kind}"
@@ -504,6 +685,7 @@ def _check_combinations(
     cross_device_ops: str,
     communication: str,
     collective_timeout: float | None,
+    startup_timeout: float | None,
     cluster_source: str,
     cluster: Any,
     task_index: Any,
@@ -521,10 +703,11 @@ def _check_combinations(
             f"cross_device_ops={cross_device_ops!r}"
         )
     if kind in _LOCAL_KINDS:
-        if communication != "auto" or collective_timeout is not None:
+        if communication != "auto" or collective_timeout is not None or startup_timeout is not None:
             raise ValueError(
-                "`communication` and `collective_timeout` apply to kind='multiworker' (or 'auto') only. "
-                f"Received: kind={kind!r}, communication={communication!r}, collective_timeout={collective_timeout!r}"
+                "`communication`, `collective_timeout` and `startup_timeout` apply to kind='multiworker' (or 'auto') "
+                f"only. Received: kind={kind!r}, communication={communication!r}, "
+                f"collective_timeout={collective_timeout!r}, startup_timeout={startup_timeout!r}"
             )
         if cluster_source != "auto" or cluster is not None or task_index is not None:
             raise ValueError(
@@ -539,17 +722,26 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
 
 
-def _check_timeout(value: Any) -> float | None:
+def _check_timeout(name: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`collective_timeout` must be a number of seconds or None. Received: collective_timeout={value!r}")
-    if not math.isfinite(value) or value <= 0:
+        raise TypeError(f"`{name}` must be a number of seconds or None. Received: {name}={value!r}")
+    default = "for no timeout" if name == "collective_timeout" else f"for the default of {DEFAULT_STARTUP_TIMEOUT:g} s"
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(
-            f"`collective_timeout` must be a positive, finite number of seconds (or None for no timeout). "
-            f"Received: collective_timeout={value!r}"
+            f"`{name}` must be a positive, finite number of seconds (or None {default}). Received: {name}={value!r}"
         )
-    return float(value)
+    if seconds > _MAX_TIMEOUT:
+        raise ValueError(
+            f"`{name}` must be at most {_MAX_TIMEOUT:g} seconds (one week); pass None {default}. "
+            f"Received: {name}={value!r}"
+        )
+    return seconds
 
 
 def _normalize_devices(devices: Any) -> tuple[str, ...] | None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
+_MAX_REPLICAS = 4096  # configure_devices' bound on logical devices
 _USAGE = "usage: python -m keras_gpu.cli._worker --cpu-replicas K -- (script.py | -m module) [args...]"
 
 
@@ -38,8 +39,10 @@ def _parse(argv: list[str]) -> tuple[int, list[str]]:
         replicas = int(argv[1])
     except ValueError:
         replicas = 0
-    if replicas < 1:
-        raise SystemExit(f"--cpu-replicas must be an integer >= 1. Received: --cpu-replicas {argv[1]!r}")
+    if not 1 <= replicas <= _MAX_REPLICAS:
+        raise SystemExit(
+            f"--cpu-replicas must be an integer from 1 to {_MAX_REPLICAS}. Received: --cpu-replicas {argv[1]!r}"
+        )
     target = argv[3:]
     if target[0] == "-m" and len(target) < 2:
         raise SystemExit(f"`-m` needs a module name.\n{_USAGE}")

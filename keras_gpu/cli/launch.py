@@ -14,6 +14,8 @@ process group, with these environment variables set:
   read;
 - `KERAS_GPU_WORKER_INDEX`: the worker's rank `i` (0 is the chief);
 - `KERAS_GPU_NUM_WORKERS`: the number of workers `N`;
+- `KERAS_GPU_RESTART_COUNT`: how many times the job was restarted before this
+  attempt (0 on the first one), and `KERAS_GPU_MAX_RESTARTS`: `--max-restarts`;
 - `PYTHONUNBUFFERED=1` (unless already set), so output arrives line by line.
 
 Every line a worker writes to stdout or stderr is echoed to the launcher's
@@ -21,7 +23,18 @@ stdout or stderr with a `[worker i] ` prefix; lines are never mixed.
 
 The job fails as a whole: when one worker exits non-zero or is killed, the
 others get SIGTERM, then SIGKILL after `--grace-period` seconds, and the
-launcher exits with that worker's status (`128 + signal` for a signal). A
+launcher exits with that worker's status (`128 + signal` for a signal). Each
+stopped worker's end is logged too. TensorFlow's coordination service catches
+SIGTERM in a multi-worker process, so a worker blocked in a collective on a
+dead peer is ended by that SIGKILL: a failed job always ends within about
+`--grace-period` seconds.
+
+With `--max-restarts R` a failed job is restarted as a whole, up to `R` times
+(like `torchrun --max-restarts`): every worker is stopped, then all `N` are
+started again on new free ports with `KERAS_GPU_RESTART_COUNT` raised by one.
+Training resumes where the script makes it (e.g. with
+`keras.callbacks.BackupAndRestore`); the launcher exits 0 as soon as one
+attempt succeeds, and with the last failure's status when none did. A
 SIGINT, SIGTERM or SIGHUP to the launcher is forwarded to every worker's
 process group with the same escalation, and the launcher exits with
 `128 + signal`. Processes a worker started in its process group are stopped
@@ -29,8 +42,8 @@ with it, and any still running when the job ends are killed. On Linux each
 worker also gets SIGKILL when the launcher dies, even by SIGKILL, so no worker
 outlives it (processes the worker started are then its own business).
 
-`WorkerGroup` holds the process management on its own so that a restart loop
-can start a fresh group after a failure.
+`WorkerGroup` holds the process management on its own, so that the restart
+loop starts a fresh group for every attempt.
 """
 
 from __future__ import annotations
@@ -56,7 +69,9 @@ from keras_gpu._log import logger
 from keras_gpu.cli import UsageError
 
 __all__ = [
+    "ENV_MAX_RESTARTS",
     "ENV_NUM_WORKERS",
+    "ENV_RESTART_COUNT",
     "ENV_WORKER_INDEX",
     "WorkerExit",
     "WorkerGroup",
@@ -71,8 +86,14 @@ ENV_WORKER_INDEX = "KERAS_GPU_WORKER_INDEX"
 """Environment variable holding a launched worker's rank (0 to N-1)."""
 ENV_NUM_WORKERS = "KERAS_GPU_NUM_WORKERS"
 """Environment variable holding the number of launched workers."""
+ENV_RESTART_COUNT = "KERAS_GPU_RESTART_COUNT"
+"""Environment variable holding how many times the job was restarted before this attempt (0 first)."""
+ENV_MAX_RESTARTS = "KERAS_GPU_MAX_RESTARTS"
+"""Environment variable holding the launcher's `--max-restarts`."""
 
 _LOOPBACK = "127.0.0.1"
+_MAX_WORKERS = 1024  # one machine; more would exhaust its processes and loopback ports
+_MAX_CPU_REPLICAS = 4096  # configure_devices' bound on logical devices
 _MAX_LINE = 1 << 16  # longer lines are passed on in chunks of this many bytes
 _PR_SET_PDEATHSIG = 1
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -89,26 +110,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "launch",
         help="run N local workers of a script as one multi-worker job",
-        usage="%(prog)s -n N [--cpu-replicas K] [--grace-period SECONDS] (SCRIPT | -m MODULE) [ARGS ...]",
+        usage=(
+            "%(prog)s -n N [--cpu-replicas K] [--grace-period SECONDS] [--max-restarts R] "
+            "(SCRIPT | -m MODULE) [ARGS ...]"
+        ),
         description=(
             "Start N worker processes of a Python script (or `-m module`) on this machine, each with its "
-            "own TF_CONFIG on free 127.0.0.1 ports, and stop all of them when one fails. Workers also get "
-            f"{ENV_WORKER_INDEX} (their rank) and {ENV_NUM_WORKERS} (N) in their environment."
+            "own TF_CONFIG on free 127.0.0.1 ports, and stop all of them when one fails (restarting them all "
+            f"up to --max-restarts times). Workers also get {ENV_WORKER_INDEX} (their rank), {ENV_NUM_WORKERS} "
+            f"(N), {ENV_RESTART_COUNT} (restarts so far) and {ENV_MAX_RESTARTS} in their environment."
         ),
         epilog=(
             "Everything after the script (or the module name) is passed to the workers unchanged. "
             "Each worker's output lines are prefixed with `[worker i]`. When a worker fails the others are "
-            "stopped and the exit status is that worker's (128 + signal if a signal killed it); SIGINT or "
-            "SIGTERM to the launcher is forwarded to all workers and gives 128 + signal; 0 means every worker "
-            "exited 0."
+            "stopped and the exit status is that worker's (128 + signal if a signal killed it), unless restarts "
+            "are left; SIGINT or SIGTERM to the launcher is forwarded to all workers, never restarts them, and "
+            "gives 128 + signal; 0 means every worker of one attempt exited 0."
         ),
     )
     parser.add_argument(
-        "-n", "--nproc", type=_int_at_least(1, "-n"), required=True, metavar="N", help="number of workers (>= 1)"
+        "-n",
+        "--nproc",
+        type=_int_at_least(1, "-n", _MAX_WORKERS),
+        required=True,
+        metavar="N",
+        help=f"number of workers (1 to {_MAX_WORKERS})",
     )
     parser.add_argument(
         "--cpu-replicas",
-        type=_int_at_least(1, "--cpu-replicas"),
+        type=_int_at_least(1, "--cpu-replicas", _MAX_CPU_REPLICAS),
         default=None,
         metavar="K",
         help="split each worker's CPU into K logical devices before the script runs",
@@ -119,6 +149,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=5.0,
         metavar="SECONDS",
         help="how long stopped workers get after SIGTERM (or the forwarded signal) before SIGKILL (default: 5)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=_int_at_least(0, "--max-restarts"),
+        default=0,
+        metavar="R",
+        help=(
+            "when a worker fails, stop every worker and start all of them again on new ports, at most R times "
+            f"(default: 0); workers read the attempt number from {ENV_RESTART_COUNT} and resume from their own "
+            "checkpoints, e.g. keras.callbacks.BackupAndRestore"
+        ),
     )
     parser.add_argument(
         "-m",
@@ -135,12 +176,10 @@ def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
     target, is_module, script_args = _resolve_target(args)
     n = args.nproc
-    ports = free_loopback_ports(n)
+    max_restarts = getattr(args, "max_restarts", 0)
     command = worker_command(target, script_args, module=is_module, cpu_replicas=args.cpu_replicas)
     if os.environ.get("TF_CONFIG", "").strip():
         logger.warning("TF_CONFIG is set in the environment; each worker gets its own TF_CONFIG instead.")
-    envs = [worker_env(os.environ, i, ports) for i in range(n)]
-    group = WorkerGroup([command] * n, envs)
     received: list[int] = []
     stop_requested = threading.Event()
     force = threading.Event()
@@ -150,40 +189,87 @@ def run(args: argparse.Namespace) -> int:
         (force if stop_requested.is_set() else stop_requested).set()
 
     with _signal_handlers(_FORWARDED_SIGNALS, on_signal):
-        try:
-            group.start()
-            logger.info(
-                "started %d worker(s) (pids %s) on %s",
-                n,
-                ", ".join(str(pid) for pid in group.pids),
-                ", ".join(f"{_LOOPBACK}:{p}" for p in ports),
+        restart = 0
+        while True:
+            status = _run_attempt(command, n, restart, max_restarts, args.grace_period, stop_requested, force, received)
+            if not isinstance(status, WorkerExit):
+                return status
+            if restart == max_restarts:
+                if max_restarts:
+                    logger.error("giving up: the job failed after %d restart(s)", max_restarts)
+                return status.exit_code
+            restart += 1
+            logger.warning("restarting all %d worker(s) on new ports (restart %d of %d)", n, restart, max_restarts)
+
+
+def _run_attempt(
+    command: list[str],
+    n: int,
+    restart: int,
+    max_restarts: int,
+    grace_period: float,
+    stop_requested: threading.Event,
+    force: threading.Event,
+    received: list[int],
+) -> int | WorkerExit:
+    """Run one attempt of the job.
+
+    Returns:
+        The launcher's exit status when the job is over (0 on success,
+        `128 + signal` when a signal stopped it), or the failed worker when it
+        may be restarted.
+    """
+    if received:  # a signal arrived while the previous attempt was being stopped
+        return 128 + received[0]
+    ports = free_loopback_ports(n)
+    envs = [worker_env(os.environ, i, ports, restart_count=restart, max_restarts=max_restarts) for i in range(n)]
+    group = WorkerGroup([command] * n, envs)
+    try:
+        group.start()
+        logger.info(
+            "started %d worker(s) (pids %s) on %s%s",
+            n,
+            ", ".join(str(pid) for pid in group.pids),
+            ", ".join(f"{_LOOPBACK}:{p}" for p in ports),
+            f" (restart {restart} of {max_restarts})" if restart else "",
+        )
+        failure = group.wait(stop_requested)
+        if received:
+            signum = received[0]
+            logger.warning(
+                "received %s; stopping %d worker(s) (SIGKILL after %gs)", _signal_name(signum), n, grace_period
             )
-            failure = group.wait(stop_requested)
-            if received:
-                signum = received[0]
-                logger.warning(
-                    "received %s; stopping %d worker(s) (SIGKILL after %gs)",
-                    _signal_name(signum),
-                    n,
-                    args.grace_period,
-                )
-                group.stop(signum, args.grace_period, force=force)
-                return 128 + signum
-            if failure is not None:
-                others = n - 1
-                logger.error(
-                    "%s; stopping the other %d worker(s)%s",
-                    failure.describe(),
-                    others,
-                    f" (SIGTERM, then SIGKILL after {args.grace_period:g}s)" if others else "",
-                )
-                group.stop(signal.SIGTERM, args.grace_period, force=force)
-                return failure.exit_code
-            group.stop(signal.SIGTERM, args.grace_period, force=force)  # reaps leftover children, if any
+            exits = group.stop(signum, grace_period, force=force)
+            logger.info("stopped: %s", "; ".join(_describe_stopped(e, grace_period, signum) for e in exits))
+            return 128 + signum
+        if failure is None:
+            group.stop(signal.SIGTERM, grace_period, force=force)  # reaps leftover children, if any
             logger.info("all %d worker(s) finished successfully", n)
             return 0
-        finally:
-            group.stop(signal.SIGKILL, 0.0)  # no-op after a clean stop; kills everything on an error
+        others = n - 1
+        logger.error(
+            "%s; stopping the other %d worker(s)%s",
+            failure.describe(),
+            others,
+            f" (SIGTERM, then SIGKILL after {grace_period:g}s)" if others else "",
+        )
+        exits = group.stop(signal.SIGTERM, grace_period, force=force)
+        ended = [_describe_stopped(e, grace_period, signal.SIGTERM) for e in exits if e.index != failure.index]
+        if ended:
+            logger.info("stopped: %s", "; ".join(ended))
+        if received:
+            return 128 + received[0]
+        return failure
+    finally:
+        group.stop(signal.SIGKILL, 0.0)  # no-op after a clean stop; kills everything on an error
+
+
+def _describe_stopped(end: WorkerExit, grace_period: float, sent: int) -> str:
+    """How a worker that the launcher stopped with signal `sent` ended, e.g. `worker 0 was killed by SIGKILL (...)`."""
+    text = end.describe()
+    if end.returncode == -signal.SIGKILL and sent != signal.SIGKILL:
+        text += f" (it was still running {grace_period:g}s after {_signal_name(sent)})"
+    return text
 
 
 def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
@@ -208,14 +294,16 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
     return script, False, rest
 
 
-def _int_at_least(minimum: int, name: str) -> Callable[[str], int]:
+def _int_at_least(minimum: int, name: str, maximum: int | None = None) -> Callable[[str], int]:
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name}={text}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name}={text}")
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}. Received: {name}={text}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}. Received: {name}={text}")
         return value
 
     return parse
@@ -295,8 +383,18 @@ def worker_command(
     return [python, "-m", "keras_gpu.cli._worker", "--cpu-replicas", str(cpu_replicas), "--", *run_target, *args]
 
 
-def worker_env(base: Mapping[str, str], index: int, ports: Sequence[int]) -> dict[str, str]:
-    """The environment of worker `index` in a job on loopback `ports` (one per worker)."""
+def worker_env(
+    base: Mapping[str, str], index: int, ports: Sequence[int], *, restart_count: int = 0, max_restarts: int = 0
+) -> dict[str, str]:
+    """The environment of worker `index` in a job on loopback `ports` (one per worker).
+
+    Args:
+        base: The environment to start from (usually `os.environ`).
+        index: The worker's rank.
+        ports: One loopback port per worker.
+        restart_count: How many times the job was restarted before this attempt.
+        max_restarts: The launcher's `--max-restarts`.
+    """
     env = dict(base)
     env["TF_CONFIG"] = json.dumps(
         {
@@ -306,6 +404,8 @@ def worker_env(base: Mapping[str, str], index: int, ports: Sequence[int]) -> dic
     )
     env[ENV_WORKER_INDEX] = str(index)
     env[ENV_NUM_WORKERS] = str(len(ports))
+    env[ENV_RESTART_COUNT] = str(restart_count)
+    env[ENV_MAX_RESTARTS] = str(max_restarts)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

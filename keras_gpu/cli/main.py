@@ -33,6 +33,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "keras_gpu.cli.launch",
     "keras_gpu.cli.demo",
     "keras_gpu.cli.report",
+    "keras_gpu.cli.bench",
 )
 """Import paths of the subcommand modules, in the order `--help` lists them."""
 
@@ -43,6 +44,8 @@ class _Parser(argparse.ArgumentParser):
     """An `ArgumentParser` that reports a usage error as one line on stderr."""
 
     def error(self, message: str) -> NoReturn:
+        # Arguments echoed in the message may hold line breaks or control characters.
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

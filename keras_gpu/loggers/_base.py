@@ -24,13 +24,25 @@ def check_log_dir(log_dir: Any) -> str:
     return path
 
 
-def check_positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> Any:
-    """Validate a positive, finite number argument; returns it unchanged."""
+def check_positive(
+    name: str, value: Any, *, integer: bool = False, allow_none: bool = False, minimum: float = 0.0
+) -> Any:
+    """Validate a positive, finite number argument (at least `minimum`); returns it unchanged."""
     if value is None and allow_none:
         return None
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < float("inf"):
+    ok = not isinstance(value, bool) and isinstance(value, kinds)
+    if ok and not integer:
+        try:
+            ok = minimum <= float(value) < float("inf") and value > 0
+        except OverflowError:  # an int beyond the float range
+            ok = False
+    elif ok:
+        ok = value >= max(minimum, 1)
+    if not ok:
         what = "a positive integer" if integer else "a positive, finite number"
+        if minimum > 0 and not integer:
+            what += f" of at least {minimum:g}"
         suffix = " or None" if allow_none else ""
         raise ValueError(f"`{name}` must be {what}{suffix}. Received: {name}={value!r}")
     return value

@@ -131,7 +131,7 @@ class MemoryLogger(LoggingCallback):
     ) -> None:
         super().__init__(log_dir)
         self.every_s = float(check_positive("every_s", every_s))
-        self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s))
+        self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
         if self.sample_interval_s > self.every_s:
             raise ValueError(
                 "`sample_interval_s` must not exceed `every_s`, or windows would hold no sample. "
@@ -255,9 +255,12 @@ class _Run:
         self._thread.start()
 
     def request_window(self) -> None:
-        """Ask the window thread to write a window now (cheap; called on the training thread)."""
+        """Ask the window thread to write a window (called on the training thread).
+
+        Only a flag: the thread polls it every `_WATCH_PERIOD_S`, and waking it
+        with an event costs the training thread far more on a busy machine.
+        """
         self._requested = True
-        self._wake.set()
 
     def finish(self, *, abandoned: bool) -> None:
         """Stop the threads, write the last window and log the summary (once)."""

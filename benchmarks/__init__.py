@@ -1,0 +1,15 @@
+"""Benchmarks of keras-gpu: what its monitoring callbacks cost a training run.
+
+Run the overhead benchmark from the repository root with
+
+```
+python -m benchmarks.overhead            # full run (about 15-20 minutes on 2 quiet cores)
+python -m benchmarks.overhead --quick    # 2-4 minutes, same measurements at a smaller size
+keras-gpu bench [--quick]                # the same from the command line tool
+```
+
+See :mod:`benchmarks.overhead` for what is measured and what each column
+means. This package is not part of the installed `keras_gpu` distribution.
+"""
+
+__all__: list[str] = []

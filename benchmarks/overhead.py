@@ -1,0 +1,342 @@
+"""What keras-gpu's monitoring callbacks cost a training run, next to common alternatives.
+
+Run from the repository root (nothing else should run on the machine meanwhile):
+
+```
+python -m benchmarks.overhead                 # full: about 15-20 minutes on 2 quiet CPU cores
+python -m benchmarks.overhead --quick         # the same measurements, smaller: 2-4 minutes
+keras-gpu bench [--quick] [options]           # the same, from the command line tool
+```
+
+It writes a JSON result (default `benchmarks/results/<hostname>.json`;
+`--output`, `--label`) with the machine description, the raw measurements
+and their summaries, and prints the tables below. It reports; it never fails
+because a budget is missed (the exit status is 1 only if a measurement
+process itself failed).
+
+**Protocol.** Each configuration (`mlp-1`, `mlp-2`, `cnn-1`, `cnn-2`: model
+and replica count, see :mod:`benchmarks._workload`) runs in its own process.
+A *run* builds a fresh model (same seed every time) and calls `fit` twice on
+it with the same callback instances: a first `fit` of 3 epochs and a later
+`fit` of 2 (quick: 2 and 2). Every variant (a set of callbacks) runs in A/B
+pairs with a bare run, back to back, the order alternating from pair to pair
+and the variants shuffled in each round (full: 3 rounds, quick: 1), so that
+machine drift cancels in the per-pair ratios. Every variant first runs once,
+briefly and unmeasured, in the process (module imports and first-use costs:
+kept in the JSON as `cold_first_fit`, not in the tables).
+
+Variants: `kg-default` (`keras_gpu.callbacks(log_dir)`), `kg-throughput`,
+`kg-memory`, `kg-placement` (each keras-gpu callback alone, at its defaults),
+`tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
+and with `update_freq=1, write_steps_per_second=True`), `timehistory` and
+`naive` (see :mod:`benchmarks.peers`), or any `module:callable`.
+
+**Instruments** (see :mod:`benchmarks._instrument`): every hook the measured
+callbacks define is timed on the training thread with `time.perf_counter()`;
+Python threads they start are found by diffing `threading.enumerate()` and
+their CPU time is read from `/proc/self/task/<tid>/schedstat`; two clock
+callbacks, first and last in the list, timestamp each epoch end; the first
+call of the training function is timed too (for callbacks that interpose on
+it). The self-check (in every configuration; quick: the first only;
+`--no-self-check` skips it) runs probes with their own ground truth through
+the same instruments, and measures the timer's floor per hook call. Hook
+time and thread CPU are added up, so a hook that waits for its own thread
+(a join, or the GIL that thread holds) counts twice: the direct figures are
+upper bounds.
+
+**Columns of the per-configuration tables** (median over runs, [first
+quartile, third quartile]):
+
+* `steps/s`: steps per epoch over the median steady epoch time (steady
+  epochs: all but the first of each `fit`; an epoch's time runs from the end
+  of the previous epoch to its own end, all hooks included).
+* `vs bare`: that variant's steps/s over its paired bare run's: the wall-clock
+  A/B ratio (1.000 = no cost). Shared machines move this by several percent.
+* `direct %`: time inside the callbacks' hooks plus their threads' CPU time,
+  as a fraction of the steady epochs' wall time: the cost measured directly,
+  far steadier than `vs bare`.
+* `net %`: `direct %` less the timer's own floor per batch-hook call (the
+  self-check's empty hook, typically 1-2 us in a real `fit`).
+* `us/step`: microseconds per step spent in batch hooks (the per-step part of
+  `direct %`, including the occasional batch-hook call that writes a window).
+* `ms/epoch`: milliseconds per steady epoch in epoch hooks and threads (the
+  per-epoch part of `direct %`). `us/step` times your steps per epoch plus
+  `ms/epoch`, over your epoch time, scales `direct %` to your run; the quick
+  mode's epochs are a quarter as long, so per-epoch work weighs four times
+  as much there.
+* `1st fit s` / `later fit s`: one-off cost of the first `fit` on a fresh model
+  and of a later `fit` on the same model: `direct` (hook and thread time
+  beyond the steady per-epoch cost, plus the first-call excess for
+  interposing callbacks) and `wall` (extra wall time over the paired bare
+  run beyond its steady epochs). The bare row shows its own absolute one-off
+  wall time (tracing, data set-up) for scale.
+
+Then: ThroughputLogger's accuracy (its logged `throughput/samples_per_sec`
+against samples over wall time between the benchmark's own timestamps at the
+same batch ends: median and max relative error over its windows), the import
+cost of `keras_gpu` (fresh processes), a leak check (RSS growth over
+`--leak-steps` steps with the default callbacks and bare, Python and OS
+threads and file descriptors left after `fit`), and every budget with the
+measured value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _analysis
+from benchmarks._machine import describe_machine, load_average
+from benchmarks._variants import VARIANTS, variant
+from benchmarks._workload import CONFIGS
+
+__all__ = ["SCHEMA", "build_parser", "failed_parts", "main", "options_from_args", "run_benchmark", "run_from_options", "write_result"]
+
+SCHEMA = "keras-gpu-bench-overhead/1"
+"""The `schema` of the JSON result."""
+
+REPO = Path(__file__).resolve().parent.parent
+
+_FULL = {"rounds": 3, "scale": 1.0, "leak_steps": 20000, "import_repeats": 7, "epochs": [3, 2], "short_windows": True}
+_QUICK = {"rounds": 1, "scale": 0.25, "leak_steps": 2000, "import_repeats": 3, "epochs": [2, 2], "short_windows": False}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's parser; its options are shared with `keras-gpu bench` (`keras_gpu.cli.bench`)."""
+    from keras_gpu.cli.bench import add_options
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.overhead", description="Measure what keras-gpu's callbacks cost a training run."
+    )
+    return add_options(parser)
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Validated options from parsed arguments; raises `ValueError` naming the bad argument."""
+    preset = _QUICK if args.quick else _FULL
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or not configs:
+        raise ValueError(f"`--configs` takes names from {', '.join(CONFIGS)}. Received: --configs={args.configs!r}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "bare"]
+    for name in variants:
+        variant(name)  # raises ValueError naming the variant
+    if len(set(variants)) != len(variants):
+        raise ValueError(f"`--variants` lists a variant twice. Received: --variants={args.variants!r}")
+    epochs = preset["epochs"] if args.epochs is None else _int_list("--epochs", args.epochs)
+    if not epochs or any(e < 2 for e in epochs):
+        raise ValueError(f"`--epochs` needs each fit to have at least 2 epochs (one steady). Received: --epochs={args.epochs!r}")
+    opts = {
+        "quick": bool(args.quick),
+        "configs": configs,
+        "variants": variants,
+        "rounds": _positive("--rounds", preset["rounds"] if args.rounds is None else args.rounds),
+        "scale": _positive("--scale", preset["scale"] if args.scale is None else args.scale, number=True),
+        "epochs": epochs,
+        "leak_steps": _non_negative("--leak-steps", preset["leak_steps"] if args.leak_steps is None else args.leak_steps),
+        "import_repeats": _non_negative(
+            "--import-repeats", preset["import_repeats"] if args.import_repeats is None else args.import_repeats
+        ),
+        "accuracy": not args.no_accuracy,
+        "accuracy_settings": [{}, {"every_s": 0.25}] if preset["short_windows"] else [{}],
+        "self_check": "all" if not args.no_self_check and not args.quick else ("first" if not args.no_self_check else "none"),
+        "seed": args.seed,
+        "timeout": _positive("--timeout", args.timeout, number=True),
+    }
+    label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", os.uname().nodename if hasattr(os, "uname") else "machine")
+    opts["label"] = label
+    opts["output"] = os.path.abspath(args.output) if args.output else str(REPO / "benchmarks" / "results" / f"{label}.json")
+    return opts
+
+
+def _int_list(name: str, text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"`{name}` takes comma-separated integers, e.g. 3,2. Received: {name}={text!r}") from None
+
+
+def _positive(name: str, value: Any, number: bool = False) -> Any:
+    if not (isinstance(value, (int, float)) if number else isinstance(value, int)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive {'number' if number else 'integer'}. Received: {name}={value!r}")
+    return value
+
+
+def _non_negative(name: str, value: Any) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer. Received: {name}={value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"keras-gpu bench: {message}\n")
+    sys.stderr.flush()
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.update(
+        {
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "KERAS_BACKEND": "tensorflow",
+            "PYTHONHASHSEED": "0",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        }
+    )
+    return env
+
+
+def _run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one job in a fresh process; its result, or `{"error": ..., "stderr_tail": ...}`."""
+    with tempfile.TemporaryDirectory(prefix="keras_gpu_bench_job_") as tmp:
+        job, out = os.path.join(tmp, "job.json"), os.path.join(tmp, "result.json")
+        with open(job, "w", encoding="utf-8") as f:
+            json.dump(spec, f)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._worker", job, out],
+            cwd=str(REPO),
+            env=_worker_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        tail: list[str] = []
+        try:
+            for line in proc.stderr:
+                if line.startswith("keras-gpu bench: "):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                tail = (tail + [line.rstrip()])[-40:]
+            code = proc.wait()
+        finally:
+            timer.cancel()
+        if code != 0 or not os.path.exists(out):
+            why = f"timed out after {timeout:.0f} s" if code in (-9, 137) else f"exited with status {code}"
+            return {"error": f"the {spec['job']} process {why}", "stderr_tail": tail}
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
+    """Run every measurement described by `opts` (from :func:`options_from_args`) and return the result."""
+    started = time.perf_counter()
+    labels = {name: (v.label, v.group) for name, v in VARIANTS.items()}
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "label": opts["label"],
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "options": {k: v for k, v in opts.items() if k != "output"},
+        "machine": describe_machine(),
+        "budgets": dict(_analysis.BUDGETS),
+        "configs": {},
+    }
+    for i, name in enumerate(opts["configs"]):
+        _progress(f"configuration {name} ({i + 1}/{len(opts['configs'])}), {time.perf_counter() - started:.0f} s so far")
+        spec = {
+            "job": "overhead",
+            "config": name,
+            "scale": opts["scale"],
+            "rounds": opts["rounds"],
+            "epochs": opts["epochs"],
+            "variants": opts["variants"],
+            "seed": opts["seed"],
+            "accuracy": opts["accuracy"],
+            "accuracy_settings": opts["accuracy_settings"],
+            "self_check": opts["self_check"] == "all" or (opts["self_check"] == "first" and i == 0),
+        }
+        raw = _run_worker(spec, opts["timeout"])
+        if "error" in raw:
+            _progress(f"configuration {name} failed: {raw['error']}")
+            result["configs"][name] = raw
+            continue
+        result["configs"][name] = {"summary": _analysis.summarise_config(raw, labels), "raw": raw}
+    if opts["import_repeats"]:
+        _progress(f"import cost ({opts['import_repeats']} fresh processes)")
+        runs = [_run_worker({"job": "import"}, opts["timeout"]) for _ in range(opts["import_repeats"])]
+        good = [r for r in runs if "error" not in r]
+        result["import"] = {"raw": runs, "summary": _analysis.summarise_import(good) if good else None}
+    if opts["leak_steps"]:
+        leak = {}
+        for name in ("bare", "kg-default"):
+            _progress(f"leak check: {name}, {opts['leak_steps']} steps")
+            spec = {"job": "leak", "config": "mlp-1", "variant": name, "steps": opts["leak_steps"],
+                    "epoch_steps": min(1000, opts["leak_steps"])}
+            leak[name] = _run_worker(spec, opts["timeout"])
+        result["leak"] = {"raw": leak, "summary": _analysis.summarise_leak(leak)}
+    result["checks"] = _analysis.budget_checks(result)
+    result["load_average_end"] = load_average()
+    result["duration_s"] = time.perf_counter() - started
+    return result
+
+
+def failed_parts(result: dict[str, Any]) -> list[str]:
+    """Names of the measurements whose process failed."""
+    failed = [f"configuration {n}" for n, c in result.get("configs", {}).items() if "error" in c]
+    failed += ["import" for r in result.get("import", {}).get("raw", []) if "error" in r][:1]
+    failed += [f"leak {n}" for n, r in result.get("leak", {}).get("raw", {}).items() if "error" in r]
+    return failed
+
+
+def write_result(result: dict[str, Any], path: str) -> None:
+    """Write `result` as JSON to `path` (atomically), creating its directory."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run_from_options(opts: dict[str, Any], *, table: bool = True) -> int:
+    """Measure, write the JSON, print the tables. Returns the exit status (1 if a measurement failed)."""
+    result = run_benchmark(opts)
+    write_result(result, opts["output"])
+    if table:
+        from rich.console import Console
+
+        console = Console()
+        _render(result, console if console.is_terminal else Console(width=160))
+    failed = failed_parts(result)
+    _progress(f"wrote {opts['output']} in {result['duration_s']:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _render(result: dict[str, Any], console: Any) -> None:
+    from benchmarks._report import render
+
+    render(result, console)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m benchmarks.overhead [options]`; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        opts = options_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return run_from_options(opts, table=not args.no_table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Smoke tests of the overhead benchmark harness (`benchmarks/`, `keras-gpu bench`).
+
+They check that the instruments measure what they claim (exact call counts,
+hook time against the hook's own timing, thread CPU against the thread's own
+`thread_time`), the arithmetic of the summaries on hand-made inputs, and the
+JSON a tiny end-to-end run writes. No test asserts a speed: the benchmark
+reports costs, it does not judge them. TensorFlow's devices are only touched
+in the benchmark's own subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import keras
+import pytest
+
+from benchmarks import _analysis, _stats
+from benchmarks._instrument import HookTimer, wrapper_overhead_s
+from benchmarks._probes import BusyHookProbe, SpinThreadProbe
+from benchmarks._proc import open_fd_count, rss_bytes, task_count, thread_cpu_seconds
+from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
+from benchmarks._worker import _accuracy_windows
+from benchmarks._workload import CONFIGS
+from tests._util import REPO, subprocess_env
+
+# --------------------------------------------------------------------------- instruments
+
+
+def test_hook_timer_times_overridden_hooks_only_and_counts_every_call():
+    class OnlyBatchEnd(keras.callbacks.Callback):
+        def on_batch_end(self, batch, logs=None):
+            pass
+
+    busy, forwarding = BusyHookProbe(200e-6), OnlyBatchEnd()
+    timer = HookTimer([busy, forwarding]).install()
+    assert set(timer.slots) == {"BusyHookProbe.on_train_batch_end", "OnlyBatchEnd.on_batch_end"}
+    for i in range(40):
+        busy.on_train_batch_end(i)
+        forwarding.on_train_batch_end(i)  # Keras' default forwards to on_batch_end: counted once
+    seconds, calls, _, _ = timer.slots["BusyHookProbe.on_train_batch_end"]
+    assert calls == busy.calls == 40
+    assert timer.slots["OnlyBatchEnd.on_batch_end"][1] == 40
+    # The timer brackets the hook's own timing, plus only its own small per-call cost.
+    assert busy.self_timed_s <= seconds <= busy.self_timed_s + 40 * 1e-3
+    assert timer.hook_seconds() == pytest.approx(seconds + timer.slots["OnlyBatchEnd.on_batch_end"][0])
+    assert timer.install() is timer and set(timer.slots) == {"BusyHookProbe.on_train_batch_end", "OnlyBatchEnd.on_batch_end"}
+
+
+def test_hook_timer_counts_slow_calls_apart():
+    class Sometimes(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch % 10 == 0:
+                time.sleep(0.002)
+
+    cb = Sometimes()
+    timer = HookTimer([cb]).install()
+    for i in range(30):
+        cb.on_train_batch_end(i)
+    seconds, calls, slow, slow_s = timer.slots["Sometimes.on_train_batch_end"]
+    assert calls == 30 and slow >= 3
+    assert slow_s >= 3 * 0.002 and slow_s <= seconds
+
+
+def test_hook_timer_finds_attributes_and_reads_callback_threads():
+    probe = SpinThreadProbe(0.15)
+    timer = HookTimer([probe]).install()
+    assert timer.threads == []
+    probe.on_train_begin()
+    threads = timer.threads
+    assert [(t["name"], t["owner"]) for t in threads] == [("spin-thread-probe", "SpinThreadProbe")]
+    deadline = time.monotonic() + 30
+    while probe.burned_s == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    cpu = timer.sample_threads()
+    assert probe.burned_s >= 0.15
+    assert cpu == pytest.approx(probe.burned_s, rel=0.05, abs=0.02)
+    assert timer.alive_threads() == ["spin-thread-probe"]
+    probe.on_train_end()  # joins; the wrapper read the CPU time just before
+    assert timer.alive_threads() == []
+    assert timer.threads[0]["cpu_s"] == pytest.approx(probe.burned_s, rel=0.05, abs=0.02)
+
+
+def test_proc_readers_agree_with_the_thread_itself():
+    result = {}
+
+    def spin():
+        start = time.thread_time()
+        while time.thread_time() - start < 0.1:
+            pass
+        result["own"] = time.thread_time()
+        result["outside"] = thread_cpu_seconds(threading.get_native_id())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    t.join()
+    assert result["outside"] == pytest.approx(result["own"], abs=0.02)
+    deadline = time.monotonic() + 10  # the OS thread ends a moment after `join` returns
+    while thread_cpu_seconds(t.native_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert thread_cpu_seconds(t.native_id) is None  # gone
+    assert rss_bytes() > 10 * 2**20
+    assert task_count() >= 1 and open_fd_count() >= 3
+
+
+def test_wrapper_overhead_is_a_small_positive_number():
+    per_call = wrapper_overhead_s(2000)
+    assert 0 < per_call < 1e-3
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_describe_and_quantiles():
+    d = _stats.describe([4.0, 1.0, 3.0, 2.0, float("nan"), None])
+    assert d == {"n": 4, "median": 2.5, "q1": 1.75, "q3": 3.25, "min": 1.0, "max": 4.0}
+    assert _stats.describe([]) == {"n": 0, "median": None, "q1": None, "q3": None, "min": None, "max": None}
+    with pytest.raises(ValueError, match=r"Received: q=2"):
+        _stats.quantile([1.0], 2)
+
+
+def _epoch(cycle, hook=0.0, thread=0.0, batch_hook=0.0, hooks=None):
+    return {"cycle_s": cycle, "hook_s": hook, "thread_cpu_s": thread, "batch_hook_s": batch_hook, "hooks": hooks or {}}
+
+
+def _fit(epochs, wall, total_hook=0.0, total_thread=0.0, steps=100, first=None, inner=None, interposed=False):
+    return {
+        "wall_s": wall, "steps_per_epoch": steps, "epochs": epochs,
+        "train_begin": {"wall_s": 0.0, "hook_s": 0.0, "thread_cpu_s": 0.0},
+        "train_end": {"wall_s": 0.0, "hook_s": 0.0, "thread_cpu_s": 0.0},
+        "total_hook_s": total_hook, "total_thread_cpu_s": total_thread,
+        "first_call_s": first, "inner_first_call_s": inner, "interposed": interposed, "hooks": {},
+    }
+
+
+def test_run_metrics_on_a_hand_made_run():
+    batch = {"X.on_train_batch_end": [100, 0.002, 0, 0.0]}
+    run = {"fits": [
+        _fit([_epoch(0.5, 0.01), _epoch(0.1, 0.003, 0.001, 0.002, batch), _epoch(0.1, 0.003, 0.001, 0.002, batch)],
+             wall=0.9, total_hook=0.05, total_thread=0.002, first=0.30, inner=0.25, interposed=True),
+        _fit([_epoch(0.12, 0.004), _epoch(0.1, 0.003, 0.001, 0.002, batch)], wall=0.3, total_hook=0.01,
+             total_thread=0.001, first=0.002, inner=0.001, interposed=True),
+    ]}
+    m = _analysis.run_metrics(run, floor_s=1e-6)
+    assert m["steps_per_s"] == pytest.approx(1000.0)  # 100 steps over the median steady epoch, 0.1 s
+    assert m["direct_steady"] == pytest.approx(0.012 / 0.3)
+    assert m["direct_steady_net"] == pytest.approx((0.012 - 300 * 1e-6) / 0.3)
+    assert m["thread_fraction"] == pytest.approx(0.003 / 0.3)
+    assert m["batch_hook_us_per_step"] == pytest.approx(20.0)
+    assert m["epoch_cost_ms"] == pytest.approx(2.0)
+    first, later = m["fits"]
+    assert first["oneoff_wall_s"] == pytest.approx(0.9 - 3 * 0.1)
+    assert first["oneoff_direct_s"] == pytest.approx(0.052 - 3 * 0.004)
+    assert first["interposer_s"] == pytest.approx(0.05)
+    assert later["oneoff_wall_s"] == pytest.approx(0.3 - 2 * 0.1)
+    assert later["interposer_s"] == pytest.approx(0.001)
+
+
+def test_accuracy_windows_use_the_same_steps_as_the_logger():
+    # 2 epochs of 10 steps, 64 samples each; the benchmark's clock: step k ends at k * 0.01 s,
+    # except epoch 1's steps run twice as fast.
+    stamps = {k: k * 0.01 for k in range(1, 11)}
+    stamps.update({k: 0.1 + (k - 10) * 0.005 for k in range(11, 21)})
+    logged = {"throughput/samples_per_sec": [(6, 6400.0), (10, 6400.0 * 1.01), (20, 12800.0)]}
+    windows = _accuracy_windows(logged, stamps, steps_per_epoch=10, batch=64)
+    assert [(w["from_step"], w["to_step"]) for w in windows] == [(1, 6), (6, 10), (11, 20)]
+    assert [w["truth"] for w in windows] == pytest.approx([6400.0, 6400.0, 12800.0])
+    assert [w["rel_error"] for w in windows] == pytest.approx([0.0, 0.01, 0.0])
+    summary = _analysis.summarise_accuracy(
+        {"windows": windows, "batch_size": 64, "steps_per_epoch": 10, "settings": {}}
+    )
+    assert summary["windows"] == 3 and summary["max_abs_rel_error"] == pytest.approx(0.01)
+
+
+# --------------------------------------------------------------------------- options and CLI
+
+
+def test_variants_and_configs_are_known_and_bad_names_are_rejected():
+    assert set(DEFAULT_VARIANTS) <= set(VARIANTS) and "bare" in VARIANTS
+    assert variant("benchmarks.peers:TimeHistory").group == "custom"
+    with pytest.raises(ValueError, match=r"Received: variant='nope'"):
+        variant("nope")
+    from keras_gpu.cli import bench
+
+    assert bench._CONFIGS == tuple(CONFIGS)  # the CLI's help lists what the harness runs
+    assert bench._VARIANTS == DEFAULT_VARIANTS
+    assert bench.find_checkout() == REPO
+    assert bench.find_checkout(REPO / "tests") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--configs", "mlp-3"], "Received: --configs='mlp-3'"),
+        (["--variants", "kg-throughput,kg-throughput"], "lists a variant twice"),
+        (["--epochs", "3,1"], "Received: --epochs='3,1'"),
+        (["--rounds", "0"], "Received: --rounds=0"),
+        (["--leak-steps", "-1"], "Received: --leak-steps=-1"),
+    ],
+)
+def test_bad_options_name_the_argument(argv, message, capsys):
+    from keras_gpu.cli.main import main
+
+    assert main(["bench", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "smoke.json"
+    cmd = [
+        sys.executable, "-m", "keras_gpu.cli", "bench", "--configs", "mlp-2", "--variants",
+        "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2", "--epochs", "2,2",
+        "--leak-steps", "200", "--import-repeats", "1", "--output", str(out), "--label", "smoke",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    data["_stdout"] = proc.stdout
+    return data
+
+
+def test_result_schema(result):
+    assert result["schema"] == "keras-gpu-bench-overhead/1" and result["label"] == "smoke"
+    machine = result["machine"]
+    for key in ("cpu_model", "cpu_count", "usable_cpus", "tensorflow", "keras", "keras_gpu", "nvml", "load_average"):
+        assert key in machine
+    assert result["options"]["configs"] == ["mlp-2"] and result["budgets"] == _analysis.BUDGETS
+    summary = result["configs"]["mlp-2"]["summary"]
+    assert summary["config"]["replicas"] == 2 and len(summary["devices"]) == 2
+    assert summary["steps_per_epoch"] == 20 and summary["epochs"] == [2, 2]
+    assert set(summary["variants"]) == {"kg-throughput", "timehistory"} and summary["skipped"] == {}
+    for v in summary["variants"].values():
+        assert v["pairs"] == 1
+        for key in ("steps_per_s", "ratio_to_bare", "direct_steady", "direct_steady_net", "batch_hook_us_per_step"):
+            assert set(v[key]) == {"n", "median", "q1", "q3", "min", "max"} and v[key]["median"] is not None
+        assert set(v["one_off"]) == {"first_fit", "later_fit"}
+    assert {c["ok"] for c in result["checks"]} <= {True, False, None} and result["checks"]
+    assert "mlp-2" in result["_stdout"] and "Budgets" in result["_stdout"]
+
+
+def test_instruments_counted_every_hook_call_and_nothing_in_bare_runs(result):
+    raw = result["configs"]["mlp-2"]["raw"]
+    assert len(raw["pairs"]) == 2
+    for pair in raw["pairs"]:
+        for fit in pair["bare"]["fits"]:
+            assert fit["total_hook_s"] == 0 and fit["hooks"] == {} and not fit["interposed"]
+        assert pair["bare"]["threads"] == []
+        run = pair["run"]
+        for fit in run["fits"]:
+            assert len(fit["epochs"]) == 2
+            # The clocks' intervals lie within the fit and the hooks' time within the epochs.
+            inside = fit["train_begin"]["wall_s"] + sum(e["cycle_s"] for e in fit["epochs"]) + fit["train_end"]["wall_s"]
+            assert 0 < inside <= fit["wall_s"]
+            assert sum(e["hook_s"] for e in fit["epochs"]) <= fit["total_hook_s"] + 1e-9
+        key = {"timehistory": "TimeHistory", "kg-throughput": "ThroughputLogger"}[pair["variant"]]
+        assert [f["hooks"][f"{key}.on_train_batch_end"]["calls"] for f in run["fits"]] == [40, 40]
+        assert [sum(e["hooks"][f"{key}.on_train_batch_end"][0] for e in f["epochs"]) for f in run["fits"]] == [40, 40]
+
+
+def test_self_check_agrees_with_the_probes_own_measurements(result):
+    check = result["configs"]["mlp-2"]["summary"]["self_check"]
+    assert check["busy_hook_calls_match"] and check["spin_thread_attributed"]
+    busy = result["configs"]["mlp-2"]["raw"]["self_check"]["busy_hook"]
+    assert busy["calls"] == 2 * 2 * 20  # two fits of two epochs of 20 steps
+    # The timer's interval contains the hook's own timing, plus only its small per-call cost.
+    assert busy["self_timed_s"] <= busy["measured_s"] <= busy["self_timed_s"] + busy["calls"] * 1e-3
+    # Thread CPU read from outside agrees with the thread's own `thread_time`.
+    assert abs(check["spin_thread_rel_error"]) < 0.1
+    assert check["timer_floor_us_per_call"] > 0
+
+
+def test_throughput_accuracy_import_and_leak_sections(result):
+    accuracy = result["configs"]["mlp-2"]["summary"]["accuracy"]
+    assert [a["settings"] for a in accuracy] == [{}, {"every_s": 0.25}]
+    for a in accuracy:
+        assert a["windows"] >= 3 and a["max_abs_rel_error"] is not None  # at least one window per epoch
+    windows = result["configs"]["mlp-2"]["raw"]["accuracy"][0]["windows"]
+    assert all(w["truth"] > 0 and w["to_step"] > w["from_step"] for w in windows)
+    imp = result["import"]["summary"]
+    assert imp["processes"] == 1 and imp["device_initialised_after_import"] == ["False"]
+    leak = result["leak"]["summary"]
+    for name in ("bare", "kg-default"):
+        assert leak[name]["steps"] == 200 and leak[name]["python_threads_left"] == []
+    assert "default_vs_bare" in leak

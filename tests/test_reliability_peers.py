@@ -1,0 +1,210 @@
+"""Multi-worker startup never waits forever: missing peers, late peers, taken ports, dead peers.
+
+The scenarios run as real worker processes on loopback
+(`tests/_workers/startup_worker.py`), all started at once by one module
+fixture so that their waits overlap. The pieces of the startup guard that need
+no TensorFlow are tested in-process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keras_gpu.cluster import ClusterInfo
+from keras_gpu.strategy import (
+    DEFAULT_STARTUP_TIMEOUT,
+    LocalDevices,
+    _check_own_port,
+    _startup_failure_message,
+    plan_strategy,
+)
+from tests._util import REPO, free_ports, subprocess_env
+
+WORKER = REPO / "tests" / "_workers" / "startup_worker.py"
+STARTUP_S = 3.0
+COLLECTIVE_S = 3.0
+DEADLINE_S = 150
+
+
+def _tf_config(ports: list[int], index: int) -> str:
+    return json.dumps(
+        {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+    )
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    """Start every scenario's workers at once; return `{name: [result of each worker, ...]}` plus the ports."""
+    plans = {
+        # name: [(index, args), ...] -- only the listed workers of a 2-worker cluster are started
+        "leader_alone": [(0, [str(STARTUP_S)])],
+        "follower_alone": [(1, [str(STARTUP_S)])],
+        "port_taken": [(0, ["30", "--hold-port"])],
+        "late_peer": [(0, ["60"]), (1, ["60", "--late", "2"])],
+        "peer_dies": [(0, ["60", "--collective-timeout", str(COLLECTIVE_S)]), (1, ["60", "--exit-after-create"])],
+    }
+    ports = {name: free_ports(2) for name in plans}
+    procs: dict[str, list[subprocess.Popen]] = {}
+    started = time.monotonic()
+    try:
+        for name, workers in plans.items():
+            procs[name] = [
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), *args],
+                    env=subprocess_env({"TF_CONFIG": _tf_config(ports[name], index)}),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+                for index, args in workers
+            ]
+        results: dict[str, list[dict]] = {}
+        for name, group in procs.items():
+            results[name] = []
+            for proc in group:
+                out, err = proc.communicate(timeout=max(1.0, DEADLINE_S - (time.monotonic() - started)))
+                lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+                assert lines, f"{name}: worker exited {proc.returncode} without a result\n{err[-4000:]}"
+                results[name].append(dict(json.loads(lines[0][len("RESULT "):]), returncode=proc.returncode))
+    finally:
+        for group in procs.values():
+            for proc in group:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    return {"results": results, "ports": ports}
+
+
+def test_leader_whose_peer_never_starts_fails_after_the_timeout_naming_it(scenarios):
+    (result,) = scenarios["results"]["leader_alone"]
+    port = scenarios["ports"]["leader_alone"][1]
+    assert result["created"] is False and result["returncode"] == 0
+    assert result["error"].startswith("RuntimeError: make_strategy: the cluster from tf_config did not come up")
+    assert f"within startup_timeout={STARTUP_S:g}s; these tasks never came up: worker:1 (127.0.0.1:{port})." in result["error"]
+    assert STARTUP_S <= result["create_s"] < STARTUP_S + 15, result["create_s"]
+
+
+def test_worker_whose_leader_never_starts_fails_after_the_timeout_naming_it(scenarios):
+    (result,) = scenarios["results"]["follower_alone"]
+    port = scenarios["ports"]["follower_alone"][0]
+    assert result["created"] is False and result["returncode"] == 0
+    assert f"these tasks never came up: worker:0 (127.0.0.1:{port})." in result["error"]
+    assert STARTUP_S <= result["create_s"] < STARTUP_S + 20, result["create_s"]
+
+
+def test_taken_port_fails_at_once_naming_port_and_task(scenarios):
+    (result,) = scenarios["results"]["port_taken"]
+    port = scenarios["ports"]["port_taken"][0]
+    assert result["created"] is False and result["returncode"] == 0
+    assert result["error"].startswith(
+        f"RuntimeError: make_strategy: port 127.0.0.1:{port} for worker:0 cannot be used: it is already in use by "
+        "another process."
+    )
+    assert result["create_s"] < 5  # at once, not after the 30 s startup timeout
+
+
+def test_late_peer_within_the_timeout_joins_normally(scenarios):
+    results = scenarios["results"]["late_peer"]
+    assert [(r["created"], r["error"], r["sum"]) for r in results] == [(True, None, 2.0), (True, None, 2.0)]
+    assert results[0]["create_s"] >= 2.0  # the leader really waited for the late worker
+
+
+def test_peer_that_dies_after_startup_fails_the_first_collective_after_collective_timeout(scenarios):
+    leader, peer = scenarios["results"]["peer_dies"]
+    assert peer["created"] is True
+    assert leader["created"] is True and leader["sum"] is None
+    assert leader["reduce_error"].startswith("DeadlineExceededError") or leader["reduce_error"].startswith(
+        "UnavailableError"
+    ), leader["reduce_error"]
+    assert leader["reduce_s"] < COLLECTIVE_S + 15, leader["reduce_s"]
+
+
+# ------------------------------------------------------------------ in-process parts
+
+
+CPU1 = LocalDevices(cpus=("/device:CPU:0",))
+W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]
+
+
+def _plan(kind="multiworker", **kwargs):
+    return plan_strategy(kind, local_devices=CPU1, environ={}, cluster=kwargs.pop("cluster", W2),
+                         task_index=kwargs.pop("task_index", 0), **kwargs)
+
+
+def test_startup_timeout_is_carried_with_a_bounded_default():
+    assert _plan().startup_timeout == DEFAULT_STARTUP_TIMEOUT == 600.0
+    assert _plan(startup_timeout=5).startup_timeout == 5.0
+    assert _plan("auto", startup_timeout=2.5).startup_timeout == 2.5
+    local = plan_strategy("auto", local_devices=CPU1, environ={}, startup_timeout=5)
+    assert local.kind == "default" and local.startup_timeout is None
+    assert "startup_timeout=5.0 ignored" in local.reason
+
+
+@pytest.mark.parametrize(
+    "value, exc, match",
+    [
+        ("10", TypeError, "Received: startup_timeout='10'"),
+        (True, TypeError, "Received: startup_timeout=True"),
+        (0, ValueError, "positive, finite"),
+        (-1.0, ValueError, "positive, finite"),
+        (float("nan"), ValueError, "positive, finite"),
+        (float("inf"), ValueError, "positive, finite"),
+        (10**400, ValueError, "positive, finite"),
+        (7 * 24 * 3600 + 1, ValueError, "at most 604800 seconds"),
+    ],
+)
+def test_bad_startup_timeout(value, exc, match):
+    with pytest.raises(exc, match=match):
+        _plan(startup_timeout=value)
+
+
+def test_startup_timeout_does_not_apply_to_local_kinds():
+    with pytest.raises(ValueError, match=r"`startup_timeout` apply to kind='multiworker'.*startup_timeout=5"):
+        plan_strategy("mirrored", local_devices=CPU1, environ={}, startup_timeout=5)
+
+
+def test_own_port_check():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        info = ClusterInfo("explicit", {"worker": ("127.0.0.1:1", f"127.0.0.1:{port}")}, "worker", 1)
+        with pytest.raises(RuntimeError, match=rf"port 127\.0\.0\.1:{port} for worker:1 cannot be used: it is already in use"):
+            _check_own_port(info)
+    (free,) = free_ports(1)
+    _check_own_port(ClusterInfo("explicit", {"worker": (f"127.0.0.1:{free}", "127.0.0.1:2")}, "worker", 0))
+    _check_own_port(ClusterInfo("local"))  # nothing to check
+
+
+def test_failure_message_names_tasks_from_tensorflow_or_by_probing():
+    with socket.socket() as up:
+        up.bind(("127.0.0.1", 0))
+        up.listen()
+        up_port = up.getsockname()[1]
+        (down_port,) = free_ports(1)
+        cluster = {"chief": (f"127.0.0.1:{up_port}",), "worker": ("127.0.0.1:9", f"127.0.0.1:{down_port}")}
+        info = ClusterInfo("tf_config", cluster, "worker", 0)
+        leader_detail = (
+            "Barrier timed out. Id: x\n# of tasks that reached the barrier: 2/3.\nThe first task at the barrier: "
+            "/job:chief/replica:0/task:0. Some timed out task names:\n/job:worker/replica:0/task:1\n"
+        )
+        message = _startup_failure_message(info, 3.0, leader_detail)
+        assert f"these tasks never came up: worker:1 (127.0.0.1:{down_port})." in message
+        assert "chief:0" not in message and message.endswith("TensorFlow said: Barrier timed out. Id: x")
+        probed = _startup_failure_message(info, 3.0, "Deadline Exceeded")
+        assert f"these tasks never came up: worker:1 (127.0.0.1:{down_port})." in probed
+        everyone = ClusterInfo("tf_config", {"worker": ("127.0.0.1:9", f"127.0.0.1:{up_port}")}, "worker", 0)
+        assert "every task answers on its port" in _startup_failure_message(everyone, 3.0, "")
+    assert re.search(r"startup_timeout=3s", message)
