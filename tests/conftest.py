@@ -8,6 +8,17 @@ import shutil
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# In CI the fuzz tests replay the same examples on every run, so a red run is
+# reproducible; locally hypothesis explores new examples each time.
+try:
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+    if os.environ.get("CI"):
+        _hypothesis_settings.load_profile("ci")
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 

@@ -33,6 +33,8 @@ def test_bad_input_is_named(tmp_path):
         keras_gpu.callbacks(tmp_path, throughput=False, memory=False, placement=False)
     with pytest.raises(ValueError, match=r"every_s"):
         keras_gpu.callbacks(tmp_path, every_s=0)
+    with pytest.raises(ValueError, match=r"Received: every_s=\[\]"):
+        keras_gpu.callbacks(tmp_path, every_s=[])
     with pytest.raises(TypeError, match="log_dir"):
         keras_gpu.callbacks(None)
 

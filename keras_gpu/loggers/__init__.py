@@ -18,7 +18,7 @@ import os
 
 import keras
 
-from keras_gpu.loggers._base import check_log_dir
+from keras_gpu.loggers._base import check_log_dir, check_positive
 from keras_gpu.loggers.memory import MemoryLogger
 from keras_gpu.loggers.placement import PlacementLogger
 from keras_gpu.loggers.throughput import ThroughputLogger
@@ -73,6 +73,7 @@ def callbacks(
         your own.
     """
     log_dir = check_log_dir(log_dir)
+    check_positive("every_s", every_s, allow_none=True)
     out: list[keras.callbacks.Callback] = []
     window = {} if every_s is None else {"every_s": every_s}
     if _flag("throughput", throughput):
