@@ -382,6 +382,7 @@ def test_interrupted_fit_stops_its_threads_by_itself(tmp_path, model, data, monk
     s = _read_scalars(str(tmp_path / "train"))
     assert s["gpu/0/temperature_c"] and s["memory/allocator/CPU_0/current_bytes"]
     assert any("ended without `on_train_end`" in r.getMessage() for r in caplog.records)
+    assert cb._writer is not None and cb._writer.closed  # the event file was closed too
     # The same callback trains again normally afterwards.
     probe = _Probe()
     _fit(model, data, [cb, probe], epochs=1)

@@ -307,6 +307,10 @@ class _Run:
         self.write_window(only_new_step=True)
         self.writer.flush()
         if abandoned:
+            # Nobody will call on_train_end: close the run's event file now. The
+            # other callbacks' writes become no-ops, and the next `fit` opens a
+            # fresh writer.
+            self.writer.close()
             logger.info(
                 "keras-gpu: MemoryLogger: `fit` ended without `on_train_end` (interrupted); monitoring stopped. %s",
                 self.summary(),
