@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from keras_gpu._log import logger
+from keras_gpu._units import format_bytes
 
 __all__ = [
     "HOST_BOUND_OPS",
@@ -582,7 +583,7 @@ class PlacementReport:
         for devices, vs in sorted(by_set.items(), key=lambda kv: -len(kv[1])):
             known = [v.nbytes for v in vs if v.nbytes is not None]
             summary_rows.append(
-                (", ".join(f"`{short_device(d)}`" for d in devices) or "-", str(len(vs)), _human_bytes(sum(known)) if known else "?")
+                (", ".join(f"`{short_device(d)}`" for d in devices) or "-", str(len(vs)), format_bytes(sum(known)) if known else "?")
             )
         summary = _table(("Devices (one copy each)", "Variables", "Size per copy"), summary_rows, max_rows)
         rows = [
@@ -980,15 +981,6 @@ def _dtype_bytes(dtype: str) -> int | None:
 def _shape_text(shape: Sequence[int | None]) -> str:
     dims = ["?" if d is None else str(d) for d in shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-
-
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def _cell(text: str) -> str:

@@ -28,6 +28,15 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live (not zombie) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A quiet environment for a child Python that imports TensorFlow.
 

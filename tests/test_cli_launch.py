@@ -21,7 +21,7 @@ import pytest
 
 from keras_gpu.cli import launch as launch_mod
 from keras_gpu.cli.main import SUBCOMMANDS, build_parser, main
-from tests._util import REPO, subprocess_env
+from tests._util import alive as _alive, REPO, subprocess_env
 
 WORKERS = REPO / "tests" / "_workers"
 EXAMPLE = REPO / "examples" / "multiworker_fit.py"
@@ -46,15 +46,6 @@ def _by_worker(text: str) -> dict[int, list[str]]:
         if match:
             out.setdefault(int(match.group(1)), []).append(match.group(2))
     return out
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _wait_dead(pids: list[int], timeout: float = 5.0) -> list[int]:

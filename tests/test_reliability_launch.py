@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._util import REPO, subprocess_env
+from tests._util import alive as _alive, REPO, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -35,15 +35,6 @@ STEPS_PER_EPOCH = 8  # train_worker: 256 samples, global batch 32
 
 def _launch_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "keras_gpu.cli", "launch", *args]
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _processes_in_groups(pgids: set[int]) -> list[int]:

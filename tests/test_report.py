@@ -107,3 +107,11 @@ def test_host_peak_prefers_the_peak_rss_tag(tmp_path):
         {"memory/host/rss_bytes": 90.0, "memory/host/peak_rss_bytes": 150.0},
     ])
     assert summarize(log_dir)["runs"][0]["memory"]["host_rss_peak_bytes"] == 150.0
+
+
+def test_format_bytes_uses_binary_units():
+    from keras_gpu._units import format_bytes
+
+    assert [format_bytes(n) for n in (0, 1023, 1536, 7e6, 3 * 2**30, 5 * 2**40)] == [
+        "0 B", "1023 B", "1.5 KiB", "6.7 MiB", "3.0 GiB", "5.0 TiB",
+    ]

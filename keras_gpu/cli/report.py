@@ -43,13 +43,9 @@ def print_report(log_dir: str) -> None:
 
 
 def _bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
+    from keras_gpu._units import format_bytes
+
+    return "-" if n is None else format_bytes(n)
 
 
 def _num(stats: dict[str, float] | None, key: str = "mean", fmt: str = "{:,.1f}") -> str:

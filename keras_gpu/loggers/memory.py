@@ -13,6 +13,7 @@ from typing import Any
 
 from keras_gpu import nvml as _nvml
 from keras_gpu._log import log_once, logger
+from keras_gpu._units import format_bytes
 from keras_gpu.loggers import _writer
 from keras_gpu.loggers._base import LoggingCallback, check_positive, read_step
 
@@ -379,7 +380,7 @@ class _Run:
     def summary(self) -> str:
         """One line: the run's peaks."""
         parts = [
-            f"peak TensorFlow allocator memory on {dev}: {_fmt_bytes(peak)}" for dev, peak in self.run_peaks.items()
+            f"peak TensorFlow allocator memory on {dev}: {format_bytes(peak)}" for dev, peak in self.run_peaks.items()
         ]
         gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
         for gpu in gpus:
@@ -387,13 +388,13 @@ class _Run:
             mine = self.gpu_peaks.get((gpu, "process_memory_bytes"))
             bits = []
             if mine is not None:
-                bits.append(f"this process {_fmt_bytes(mine)}")
+                bits.append(f"this process {format_bytes(mine)}")
             if used is not None:
-                bits.append(f"all processes {_fmt_bytes(used)}")
+                bits.append(f"all processes {format_bytes(used)}")
             if bits:
                 parts.append(f"peak memory on GPU {gpu}: " + ", ".join(bits))
         if self.host_peak is not None:
-            parts.append(f"host peak RSS: {_fmt_bytes(self.host_peak)}")
+            parts.append(f"host peak RSS: {format_bytes(self.host_peak)}")
         return "; ".join(parts) + "." if parts else "no memory figures were available."
 
 
@@ -510,14 +511,6 @@ def _host_peak_rss_bytes() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB elsewhere
-
-
-def _fmt_bytes(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover
 
 
 def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
