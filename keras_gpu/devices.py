@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from keras_gpu._log import logger
+from keras_gpu._tf import clear_logical_configuration, clear_memory_growth, runtime_initialized
 
 __all__ = ["DeviceConfig", "configure_devices"]
 
@@ -83,6 +84,9 @@ _FIX_LATE = (
 )
 
 _lock = threading.Lock()
+
+# Kept under its old name for callers and tests that probe the runtime through this module.
+_runtime_initialized = runtime_initialized
 
 
 # --------------------------------------------------------------------------- #
@@ -665,23 +669,6 @@ def _make_plan(req: _Request, snap: _Snapshot) -> _Plan:
 # --------------------------------------------------------------------------- #
 
 
-def _runtime_initialized() -> bool:
-    """Whether TensorFlow's eager runtime has initialised its devices, without initialising it.
-
-    Mirrors the test TensorFlow's own setters use before refusing a change
-    (`context._context_handle is not None`); `context_safe()` returns None when
-    no context object exists yet, which also means "not initialised".
-    """
-    from tensorflow.python.eager import context
-
-    ctx = context.context_safe()
-    if ctx is None:
-        return False
-    if hasattr(ctx, "_context_handle"):
-        return ctx._context_handle is not None
-    return bool(getattr(ctx, "_initialized", False))
-
-
 def _gpu_total_bytes(index: int) -> int | None:
     """Total memory of TensorFlow's physical GPU `index` from NVML, or None when unknown."""
     try:
@@ -708,7 +695,7 @@ def _take_snapshot(req: _Request) -> _Snapshot:
     """
     import tensorflow as tf
 
-    initialized = _runtime_initialized()
+    initialized = runtime_initialized()
     gpus = tf.config.list_physical_devices("GPU")
     cpus = tf.config.list_physical_devices("CPU")
     visible = tf.config.get_visible_devices("GPU")
@@ -762,16 +749,6 @@ def _physical(kind: str, index: int) -> Any:
     return tf.config.list_physical_devices(kind)[index]
 
 
-def _clear_logical_configuration(device: Any) -> None:
-    # TensorFlow has no public call to drop a logical-device configuration, which
-    # restoring "never configured" needs; only legal before initialisation.
-    from tensorflow.python.eager import context
-
-    if _runtime_initialized():
-        raise RuntimeError("Virtual devices cannot be modified after being initialized")
-    context.context()._virtual_device_map.pop(device, None)
-
-
 def _set_env(name: str, value: str | None) -> None:
     if value is None:
         os.environ.pop(name, None)
@@ -787,14 +764,11 @@ def _set_visible(indices: tuple[int, ...]) -> None:
 
 def _set_memory_growth(values: Mapping[int, bool | None]) -> None:
     import tensorflow as tf
-    from tensorflow.python.eager import context
 
     for gpu, enable in values.items():
         device = _physical("GPU", gpu)
-        if enable is None:  # restoring "never set": only the private map holds that state
-            if _runtime_initialized():
-                raise RuntimeError("Physical devices cannot be modified after being initialized")
-            context.context()._memory_growth_map[device] = None
+        if enable is None:  # restoring "never set"
+            clear_memory_growth(device)
         else:
             tf.config.experimental.set_memory_growth(device, enable)
 
@@ -805,7 +779,7 @@ def _set_gpu_limits(values: Mapping[int, tuple[float, ...] | None]) -> None:
     for gpu, sizes in values.items():
         device = _physical("GPU", gpu)
         if sizes is None:
-            _clear_logical_configuration(device)
+            clear_logical_configuration(device)
         else:
             tf.config.set_logical_device_configuration(
                 device, [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for mb in sizes]
@@ -817,7 +791,7 @@ def _set_cpu_devices(count: int | None) -> None:
 
     device = _physical("CPU", 0)
     if count is None:
-        _clear_logical_configuration(device)
+        clear_logical_configuration(device)
     else:
         config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
         tf.config.set_logical_device_configuration(device, config)

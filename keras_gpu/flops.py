@@ -31,6 +31,7 @@ import weakref
 from typing import Any
 
 from keras_gpu._log import logger
+from keras_gpu._tf import constant_value, function_body_graph
 
 __all__ = [
     "DTYPES",
@@ -390,12 +391,9 @@ def _op_flops(op: Any) -> int:
 
 
 def _function_graph(graph: Any, name: str) -> Any:
-    g = graph
-    while g is not None:
-        fn = g._get_function(name)  # noqa: SLF001 - the only way from a call op to its body
-        if fn is not None and getattr(fn, "graph", None) is not None:
-            return fn.graph
-        g = getattr(g, "outer_graph", None)
+    body = function_body_graph(graph, name)
+    if body is not None:
+        return body
     raise _Uncountable(f"cannot find the body of function {name!r}")
 
 
@@ -466,9 +464,8 @@ def _static_value(tensor: Any, depth: int) -> Any:
     TensorFlow's own folding plus the reductions Keras puts on RNN lengths.
     """
     import numpy as np
-    from tensorflow.python.framework import tensor_util
 
-    value = tensor_util.constant_value(tensor)
+    value = constant_value(tensor)
     if value is not None or depth > 8:
         return value
     op = tensor.op

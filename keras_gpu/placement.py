@@ -6,8 +6,9 @@ joins the partitions with `_Send`/`_Recv` pairs. While graph collection is on,
 the eager runtime records those placed partition graphs for every function it
 instantiates, and `export_run_metadata()` hands them back as a `RunMetadata`
 proto (`function_graphs[i].partition_graphs[j].node[k].device` is where node
-*k* ran). That is private TensorFlow API (`tensorflow.python.eager.context`);
-this module is the only place in keras-gpu that touches it.
+*k* ran). That is private TensorFlow API, reached through `keras_gpu._tf`
+(`graph_collection`, `export_run_metadata`), where all of keras-gpu's private
+TensorFlow calls live.
 
 Two facts, checked on TensorFlow 2.21, shape the capture:
 
@@ -70,6 +71,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from keras_gpu._log import logger
+from keras_gpu._tf import export_run_metadata, graph_collection, new_graph_def
 from keras_gpu._units import format_bytes
 
 __all__ = [
@@ -171,21 +173,18 @@ def capture_graphs() -> Iterator[GraphCapture]:
     step = step_function_graphs(captured.function_graphs)
     ```
     """
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
     capture = GraphCapture()
-    ctx.export_run_metadata()  # drain whatever is pending
-    ctx.enable_graph_collection()
+    export_run_metadata()  # drain whatever is pending
+    graph_collection(True)
     try:
         yield capture
     finally:
         try:
-            capture.run_metadata = ctx.export_run_metadata()
+            capture.run_metadata = export_run_metadata()
         except Exception as exc:  # noqa: BLE001 - a failed export must not hide the step's own outcome
             logger.warning("keras-gpu: could not export the placed graphs (%s: %s)", type(exc).__name__, exc)
         finally:
-            ctx.disable_graph_collection()
+            graph_collection(False)
 
 
 def step_function_graphs(function_graphs: Iterable[Any]) -> list[Any]:
@@ -774,9 +773,7 @@ def placed_graph_def(function_graphs: Sequence[Any]) -> Any:
     suffix, and large constant values are dropped (their dtype and shape stay)
     to keep the event small.
     """
-    from tensorflow.core.framework import graph_pb2
-
-    out = graph_pb2.GraphDef()
+    out = new_graph_def()
     taken: set[str] = set()
     functions: set[str] = set()
     for fi, fg in enumerate(function_graphs):

@@ -1,0 +1,212 @@
+"""Every private TensorFlow API keras-gpu uses, behind small named functions.
+
+TensorFlow's private modules (`tensorflow.python...`, `tensorflow.core...`,
+`tensorflow.compiler...`, `tensorflow.tsl...`) and private attributes
+(`context._context_handle`, `extended._devices`, ...) are touched here and
+nowhere else in keras-gpu. When TensorFlow is upgraded, this module and
+`keras_gpu/_keras_compat.py` (the upstream-defect fixes) are the two files to
+audit; `tests/test_tf_private.py` checks every function here against the
+installed TensorFlow.
+
+Each function names the fact it reads or the change it makes, states what
+it was checked on, and imports TensorFlow lazily: importing this module
+imports nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "clear_logical_configuration",
+    "clear_memory_growth",
+    "collective_cross_device_ops",
+    "configure_coordination_service",
+    "constant_value",
+    "coordination_service_config",
+    "export_run_metadata",
+    "function_body_graph",
+    "graph_collection",
+    "has_kernel",
+    "new_graph_def",
+    "runtime_initialized",
+    "slurm_cluster_resolver",
+    "strategy_devices",
+]
+
+
+# --------------------------------------------------------------------------- the eager context
+
+
+def _context() -> Any:
+    from tensorflow.python.eager import context
+
+    return context.context()
+
+
+def runtime_initialized() -> bool:
+    """Whether TensorFlow's eager runtime has initialised its devices, without initialising it.
+
+    Mirrors the test TensorFlow's own setters use before refusing a change
+    (`context._context_handle is not None`); `context_safe()` returns None when
+    no context object exists yet, which also means "not initialised".
+    """
+    from tensorflow.python.eager import context
+
+    ctx = context.context_safe()
+    if ctx is None:
+        return False
+    if hasattr(ctx, "_context_handle"):
+        return ctx._context_handle is not None
+    return bool(getattr(ctx, "_initialized", False))
+
+
+def clear_logical_configuration(device: Any) -> None:
+    """Drop the logical-device configuration of physical `device` ("never configured").
+
+    TensorFlow has no public call for this, which restoring "never
+    configured" needs. Only legal before the runtime initialises.
+
+    Raises:
+        RuntimeError: The runtime is already initialised (TensorFlow's own message).
+    """
+    if runtime_initialized():
+        raise RuntimeError("Virtual devices cannot be modified after being initialized")
+    _context()._virtual_device_map.pop(device, None)
+
+
+def clear_memory_growth(device: Any) -> None:
+    """Set the memory growth of physical GPU `device` back to "never set" (only the private map holds it).
+
+    Raises:
+        RuntimeError: The runtime is already initialised (TensorFlow's own message).
+    """
+    if runtime_initialized():
+        raise RuntimeError("Physical devices cannot be modified after being initialized")
+    _context()._memory_growth_map[device] = None
+
+
+# --------------------------------------------------------------------------- placed graphs
+
+
+def export_run_metadata() -> Any:
+    """Hand back (and clear) the `RunMetadata` proto the eager context has recorded, or None."""
+    return _context().export_run_metadata()
+
+
+def graph_collection(enabled: bool) -> None:
+    """Switch recording of placed partition graphs on or off.
+
+    Checked on TensorFlow 2.21: `disable_run_metadata()` does not stop graph
+    recording, `disable_graph_collection()` does, and it also drops what was
+    recorded: call `export_run_metadata()` before switching off.
+    """
+    ctx = _context()
+    if enabled:
+        ctx.enable_graph_collection()
+    else:
+        ctx.disable_graph_collection()
+
+
+def new_graph_def() -> Any:
+    """An empty `GraphDef` proto."""
+    from tensorflow.core.framework import graph_pb2
+
+    return graph_pb2.GraphDef()
+
+
+# --------------------------------------------------------------------------- graphs and kernels
+
+
+def function_body_graph(graph: Any, name: str) -> Any:
+    """The graph of the function `name` as seen from `graph` or its outer graphs, or None.
+
+    `Graph._get_function` is the only way from a call op to its body.
+    """
+    g = graph
+    while g is not None:
+        fn = g._get_function(name)
+        if fn is not None and getattr(fn, "graph", None) is not None:
+            return fn.graph
+        g = getattr(g, "outer_graph", None)
+    return None
+
+
+def constant_value(tensor: Any) -> Any:
+    """The value of `tensor` when TensorFlow's constant folding knows it, else None."""
+    from tensorflow.python.framework import tensor_util
+
+    return tensor_util.constant_value(tensor)
+
+
+def has_kernel(op_name: str) -> bool:
+    """Whether this TensorFlow build registers any kernel for the op `op_name` (e.g. `"NcclAllReduce"`)."""
+    from tensorflow.python.framework import kernels
+
+    return bool(kernels.get_registered_kernels_for_op(op_name).kernel)
+
+
+# --------------------------------------------------------------------------- distribution
+
+
+def strategy_devices(strategy: Any) -> tuple[str, ...]:
+    """This worker's replica devices of `strategy`, in replica order; `()` when it has no list.
+
+    Uses the public `extended.worker_devices`, and the private
+    `extended._devices` where that property raises (some strategies only
+    define it in a cross-replica context).
+    """
+    extended = getattr(strategy, "extended", None)
+    try:
+        devices = tuple(str(d) for d in extended.worker_devices)
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError, ValueError):
+        devices = tuple(str(d) for d in (getattr(extended, "_devices", None) or ()))
+    return devices
+
+
+def collective_cross_device_ops(strategy: Any) -> bool:
+    """Whether a mirrored `strategy` all-reduces with TensorFlow's collective ops (`CollectiveAllReduce`)."""
+    from tensorflow.python.distribute import cross_device_ops
+
+    ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
+    return isinstance(ops, cross_device_ops.CollectiveAllReduce)
+
+
+def slurm_cluster_resolver(**kwargs: Any) -> Any:
+    """A `SlurmClusterResolver(**kwargs)` built from TensorFlow's own module."""
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
+
+    return slurm.SlurmClusterResolver(**kwargs)
+
+
+def coordination_service_config() -> Any:
+    """The coordination service configuration of this process's context, or None when not configured."""
+    return _context().coordination_service
+
+
+def configure_coordination_service(cluster_spec: Any, jobs: Sequence[str], register_timeout_s: float) -> Any:
+    """Configure the standalone coordination service the way `MultiWorkerMirroredStrategy` would.
+
+    Args:
+        cluster_spec: A `tf.train.ClusterSpec`.
+        jobs: The coordinated job names present in `cluster_spec`.
+        register_timeout_s: How long tasks may take to register, in seconds.
+
+    Returns:
+        The resulting configuration proto (mutable, see `coordination_service_config`).
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+
+    coordinated = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job)) for job in jobs
+    ]
+    ctx = _context()
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(cluster_spec),
+        coordinated_jobs=coordinated,
+        cluster_register_timeout_in_ms=int(register_timeout_s * 1000),
+    )
+    return ctx.coordination_service
