@@ -43,6 +43,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gpu._log import log_once
+from keras_gpu._tf import collective_cross_device_ops, strategy_devices
+from keras_gpu.topology import device_type
 
 __all__ = [
     "KerasMultiWorkerMirroredStrategy",
@@ -164,13 +166,10 @@ def steps_per_execution_affected(strategy: Any, *, jit_compile: bool = False) ->
         return True
     if not isinstance(strategy, tf.distribute.MirroredStrategy):
         return False
-    from tensorflow.python.distribute import cross_device_ops as _cdo
-
-    extended = strategy.extended
-    if isinstance(getattr(extended, "_cross_device_ops", None), _cdo.CollectiveAllReduce):
+    if collective_cross_device_ops(strategy):
         return True
-    devices = getattr(extended, "worker_devices", ())
-    return bool(jit_compile) and bool(devices) and all("GPU" in d.upper() for d in devices)
+    devices = strategy_devices(strategy)
+    return bool(jit_compile) and bool(devices) and all(device_type(d) == "GPU" for d in devices)
 
 
 def warn_steps_per_execution(strategy: Any, steps_per_execution: int | None, *, jit_compile: bool = False) -> bool:

@@ -18,6 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_gpu._tf import slurm_cluster_resolver
+from keras_gpu.topology import visible_gpu_count
+
 __all__ = [
     "ClusterInfo",
     "SOURCES",
@@ -126,7 +129,7 @@ class ClusterInfo:
         import tensorflow as tf
 
         if num_gpus is None:
-            num_gpus = _visible_gpu_count()
+            num_gpus = visible_gpu_count()
         elif not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 0:
             raise ValueError(f"`num_gpus` must be a non-negative int or None. Received: num_gpus={num_gpus!r}")
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -310,10 +313,6 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
         )
     if not isinstance(assign_gpus, bool):
         raise TypeError(f"`slurm_assign_gpus` must be True or False. Received: slurm_assign_gpus={assign_gpus!r}")
-    from tensorflow.python.distribute.cluster_resolver import (
-        slurm_cluster_resolver as slurm,
-    )
-
     try:
         procid = _slurm_int(env, "SLURM_PROCID")
         num_tasks = _slurm_int(env, "SLURM_STEP_NUM_TASKS")
@@ -356,7 +355,7 @@ def _from_slurm(env: Mapping[str, str], port_base: int, gpus_per_task: int | Non
     saved = {k: os.environ.get(k) for k in _SLURM_VARS}
     try:
         os.environ.update({k: env[k] for k in _SLURM_VARS})
-        resolver = slurm.SlurmClusterResolver(**kwargs)
+        resolver = slurm_cluster_resolver(**kwargs)
         spec = resolver.cluster_spec().as_dict()
         task_type, task_id = resolver.task_type, resolver.task_id
     except RuntimeError as exc:
@@ -529,17 +528,6 @@ def _validate_task(info: ClusterInfo, name: str, received: str) -> ClusterInfo:
             f"task(s), so the index must be in 0..{count - 1}. Received: {received}"
         )
     return info
-
-
-def _visible_gpu_count() -> int:
-    """Visible GPUs, counting each logical GPU of a split one, without initialising TensorFlow."""
-    import tensorflow as tf
-
-    count = 0
-    for gpu in tf.config.get_visible_devices("GPU"):
-        logical = tf.config.get_logical_device_configuration(gpu)
-        count += len(logical) if logical else 1
-    return count
 
 
 def _slurm_step_tasks(env: Mapping[str, str]) -> int:

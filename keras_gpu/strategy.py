@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from keras_gpu._log import log_once, logger
+from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
 from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
+from keras_gpu.topology import visible_gpu_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -75,12 +77,10 @@ class LocalDevices:
         longer be created in this process.
         """
         import tensorflow as tf
-        from tensorflow.python.framework import kernels
-
         gpus = tuple(d.name for d in tf.config.list_logical_devices("GPU"))
         cpus = tuple(d.name for d in tf.config.list_logical_devices("CPU"))
         physical = len(tf.config.get_visible_devices("GPU"))
-        nccl = bool(kernels.get_registered_kernels_for_op("NcclAllReduce").kernel)
+        nccl = has_kernel("NcclAllReduce")
         return cls(gpus=gpus, cpus=cpus, physical_gpus=physical, nccl=nccl)
 
     @property
@@ -418,12 +418,10 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
     import tensorflow as tf
 
     from keras_gpu._keras_compat import KerasMultiWorkerMirroredStrategy
-    from keras_gpu.cluster import _visible_gpu_count
-    from keras_gpu.devices import _runtime_initialized
 
-    if _runtime_initialized():
+    if runtime_initialized():
         raise RuntimeError(_LATE_MULTIWORKER)
-    num_gpus = _visible_gpu_count()
+    num_gpus = visible_gpu_count()
     if plan.communication == "nccl" and num_gpus == 0:
         raise ValueError(
             "communication='nccl' needs GPUs, and this process sees none. Use communication='auto' or 'ring'. "
@@ -518,25 +516,12 @@ def _bound_registration(info: ClusterInfo, timeout: float) -> None:
     `cluster_register_with_barrier` to what its constructor would set.
     """
     import tensorflow as tf
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-    from tensorflow.python.distribute import multi_worker_util
-    from tensorflow.python.eager import context
 
-    if info.task_type not in ("chief", "worker") or context.context().coordination_service is not None:
+    if info.task_type not in ("chief", "worker") or coordination_service_config() is not None:
         return
     spec = tf.train.ClusterSpec({k: list(v) for k, v in info.cluster.items()})
-    jobs = [
-        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
-        for job in ("chief", "worker")
-        if job in spec.jobs
-    ]
-    context.context().configure_coordination_service(
-        service_type="standalone",
-        service_leader=multi_worker_util.coordination_leader(spec),
-        coordinated_jobs=jobs,
-        cluster_register_timeout_in_ms=int(timeout * 1000),
-    )
-    config = context.context().coordination_service
+    jobs = [job for job in ("chief", "worker") if job in spec.jobs]
+    config = configure_coordination_service(spec, jobs, timeout)
     if "cluster_register_with_barrier" in config.DESCRIPTOR.fields_by_name:
         config.cluster_register_with_barrier = True
     else:  # pragma: no cover - older TensorFlow

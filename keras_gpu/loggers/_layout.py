@@ -47,12 +47,8 @@ def write_layout(writer: SummaryWriter) -> bool:
     if getattr(writer, "_layout_written", False):
         return True
 
-    def write() -> None:
-        import tensorflow as tf
-        from tensorboard.plugins.custom_scalar import summary as custom_scalar
+    from tensorboard.plugins.custom_scalar import summary as custom_scalar
 
-        tf.summary.experimental.write_raw_pb(custom_scalar.pb(_layout_proto()).SerializeToString(), step=0)
-
-    ok = writer.call(write)
+    ok = writer.summary(custom_scalar.pb(_layout_proto()), step=0)
     writer._layout_written = ok  # type: ignore[attr-defined]
     return ok

@@ -258,9 +258,7 @@ class PlacementLogger(LoggingCallback):
             writer.text(tag, markdown, report.step)
         writer.scalars(report.scalars(), report.step)
         if state.graph_def is not None:
-            import tensorflow as tf
-
-            writer.call(tf.summary.graph, state.graph_def)
+            writer.graph(state.graph_def)
         writer.flush()
         path = os.path.join(self.run_dir, JSON_NAME)
         try:
