@@ -26,7 +26,7 @@ class _DiskFillsAtEpoch(keras.callbacks.Callback):
             def full(*args, **kwargs):
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-            self.monkeypatch.setattr("tensorflow.summary.experimental.write_raw_pb", full)
+            self.monkeypatch.setattr("tensorboard.summary.writer.record_writer.RecordWriter.write", full)
 
 
 def test_disk_full_mid_run_turns_logging_off_with_one_error_and_training_continues(tmp_path, monkeypatch, caplog):

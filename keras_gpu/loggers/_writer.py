@@ -1,4 +1,4 @@
-"""Where each worker writes, and one shared, lazily created summary writer per run directory.
+"""Where each worker writes, and one shared event file per run directory, written by TensorBoard's own writer.
 
 Layout, for a `log_dir` shared by every worker of a job:
 
@@ -9,26 +9,48 @@ Layout, for a `log_dir` shared by every worker of a job:
 
 No two processes ever write the same file, and one `tensorboard --logdir
 log_dir` shows all of them. Within a process, every keras-gpu callback that
-writes to the same run directory shares one event file through
-:func:`acquire` / :func:`release`, so that enabling three callbacks does not
-make three event files.
+writes to the same run directory shares one handle through :func:`acquire` /
+:func:`release`, and every handle for that directory writes into **one event
+file per process**: it is opened on first use, kept open across `fit` calls
+(flushed when each `fit` ends) and closed when the process exits. Several
+`fit` calls into one `log_dir` therefore append to one file, in order; per-fit
+files created within the same second would sort out of order
+(``...PID.10.v2`` before ``...PID.8.v2``) and TensorBoard would drop or
+reorder their points.
+
+Events are written with `tensorboard.summary.writer.event_file_writer.EventFileWriter`
+(no TensorFlow needed, so every Keras backend logs the same way). Records are
+the ones `tf.summary` writes: scalars are rank-0 float32 tensors carrying the
+`scalars` plugin's metadata, text is a string tensor with the `text` plugin's
+metadata. The calling thread only builds the record and queues it; the file
+is written on the writer's own background thread.
 
 A storage failure while writing (a full disk, a vanished mount) turns logging
-off for that run directory with one error line; training continues.
+off for that run directory with one error line; training continues. The next
+`fit` into that directory opens a fresh event file.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from keras_gpu._log import logger
 from keras_gpu.cluster import ClusterInfo
 
-__all__ = ["run_dir", "check_writable", "SummaryWriter", "acquire", "release"]
+__all__ = ["run_dir", "check_writable", "SummaryWriter", "acquire", "release", "FLUSH_SECS"]
+
+#: Seconds between background flushes of an event file (data also goes out
+#: at every `flush()`, which each callback calls when `fit` ends).
+FLUSH_SECS = 5.0
+# Records queued for the writer thread before a write would wait: far more than
+# the few records per logging window, so the training thread never waits on disk.
+_MAX_QUEUE = 4096
 
 
 def run_dir(log_dir: str | os.PathLike, info: ClusterInfo, subdir: str = "train") -> str:
@@ -51,8 +73,9 @@ def check_writable(path: str, argument: str = "log_dir", received: object = None
     """Create `path` and prove a file can be written there, or raise.
 
     Remote file systems (`gs://`, `s3://`, ...) are created through
-    `tf.io.gfile` and not probed. Errors echo `received` (the value the
-    user passed as `argument`, by default `path` itself).
+    TensorBoard's file layer (`tf.io.gfile` where TensorFlow is installed) and
+    not probed. Errors echo `received` (the value the user passed as
+    `argument`, by default `path` itself).
 
     Raises:
         ValueError: `path` is empty.
@@ -63,9 +86,9 @@ def check_writable(path: str, argument: str = "log_dir", received: object = None
     if not path:
         raise ValueError(f"`{argument}` must be a non-empty path. Received: {argument}={shown!r}")
     if "://" in path:
-        import tensorflow as tf
+        from tensorboard.compat import tf as tb_tf
 
-        tf.io.gfile.makedirs(path)
+        tb_tf.io.gfile.makedirs(path)
         return
     probe = os.path.join(path, f".keras_gpu_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}")
     try:
@@ -80,36 +103,129 @@ def check_writable(path: str, argument: str = "log_dir", received: object = None
         ) from None
 
 
-class SummaryWriter:
-    """A `tf.summary` file writer created on first use, safe to call from any thread.
+def _key(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
-    Every method is a no-op once the writer is closed or disabled, so a
-    storage failure never propagates into `model.fit`.
+
+class _EventFile:
+    """This process's one open event file in one run directory."""
+
+    def __init__(self, path: str) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.path = path
+        # A per-file tag in the name, so the file can be found again (see `present`).
+        self.suffix = f".{uuid.uuid4().hex[:8]}.v2"
+        self.writer = EventFileWriter(path, max_queue_size=_MAX_QUEUE, flush_secs=FLUSH_SECS, filename_suffix=self.suffix)
+
+    def present(self) -> bool:
+        """False once the file was deleted under us (say, `rm -rf logs` between two `fit` calls)."""
+        if "://" in self.path:
+            return True
+        try:
+            return any(name.endswith(self.suffix) for name in os.listdir(self.path))
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - a broken file has already been reported once
+            pass
+
+
+_files: dict[str, _EventFile] = {}
+_files_lock = threading.Lock()
+
+
+def _open_file(path: str) -> _EventFile:
+    """The event file for `path`, opening one if there is none yet or the last one is gone."""
+    key = _key(path)
+    with _files_lock:
+        current = _files.get(key)
+        if current is not None and current.present():
+            return current
+        if current is not None:
+            current.close()
+        _files[key] = _EventFile(path)
+        return _files[key]
+
+
+def _drop_file(path: str, event_file: _EventFile | None) -> None:
+    """Forget a failed event file so that the next `fit` opens a fresh one."""
+    with _files_lock:
+        if event_file is not None and _files.get(_key(path)) is event_file:
+            del _files[_key(path)]
+    if event_file is not None:
+        event_file.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _files_lock:
+        files = list(_files.values())
+        _files.clear()
+    for event_file in files:
+        event_file.close()
+
+
+def _scalar_metadata() -> Any:
+    from tensorboard.plugins.scalar import metadata
+
+    return metadata.create_summary_metadata(display_name=None, description=None)
+
+
+_SCALAR_METADATA: Any = None
+
+
+def _scalars_summary(values: Mapping[str, float]) -> Any:
+    """One `Summary` holding each value the way `tf.summary.scalar` records it (rank-0 float32)."""
+    global _SCALAR_METADATA
+    from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
+    if _SCALAR_METADATA is None:
+        _SCALAR_METADATA = _scalar_metadata()
+    summary = summary_pb2.Summary()
+    scalar_shape = tensor_shape_pb2.TensorShapeProto()
+    for tag, value in values.items():
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=scalar_shape, float_val=[float(value)])
+        summary.value.add(tag=tag, metadata=_SCALAR_METADATA, tensor=tensor)
+    return summary
+
+
+class SummaryWriter:
+    """A handle on a run directory's event file, opened on first use, safe to call from any thread.
+
+    Every method is a no-op once the handle is closed or disabled, so a
+    storage failure never propagates into `model.fit`. Closing a handle
+    flushes the file; the file itself stays open for later `fit` calls into
+    the same directory and is closed when the process exits.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._writer: Any = None
+        self._file: _EventFile | None = None
         self._lock = threading.RLock()
         self._closed = False
         self.disabled = False
 
     def _get(self) -> Any:
-        if self._writer is None:
-            import tensorflow as tf
+        """The `EventFileWriter` to add events to."""
+        if self._file is None:
+            self._file = _open_file(self.path)
+        return self._file.writer
 
-            self._writer = tf.summary.create_file_writer(self.path)
-        return self._writer
-
-    def _guard(self, fn, *args) -> bool:
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> bool:
         with self._lock:
             if self._closed or self.disabled:
                 return False
             try:
                 fn(*args)
                 return True
-            except Exception as exc:  # noqa: BLE001 - any storage/TF failure must not stop training
+            except Exception as exc:  # noqa: BLE001 - any storage failure must not stop training
                 self.disabled = True
+                failed, self._file = self._file, None
+                _drop_file(self.path, failed)
                 logger.error(
                     "keras-gpu: writing TensorBoard logs to %s failed (%s: %s); logging to this "
                     "directory is turned off for the rest of the run, training continues.",
@@ -119,78 +235,75 @@ class SummaryWriter:
                 )
                 return False
 
-    def scalars(self, values: Mapping[str, float], step: int) -> bool:
-        """Write each `tag -> value` at `step`. Returns False if nothing could be written.
+    def event(self, event: Any) -> bool:
+        """Queue one `event_pb2.Event` for writing. Returns False if logging is off."""
+        return self._guard(lambda: self._get().add_event(event))
 
-        The records are exactly what `tf.summary.scalar` writes (a float32
-        scalar tensor with the `scalars` plugin's metadata), but all values
-        go out as one serialized `Summary`: one raw write per window costs
-        about a tenth of one eager `tf.summary.scalar` call per tag.
+    def summary(self, summary: Any, step: int) -> bool:
+        """Write a `summary_pb2.Summary` at `step` (its values must carry their plugin's metadata)."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        if not isinstance(summary, summary_pb2.Summary):  # TensorFlow's own class, from a plugin helper under TF
+            summary = summary_pb2.Summary.FromString(summary.SerializeToString())
+        return self.event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def scalars(self, values: Mapping[str, float], step: int) -> bool:
+        """Write each `tag -> value` at `step`, as one event. Returns False if nothing could be written.
+
+        Costs the caller only building one small protobuf (a few microseconds
+        per tag) and a queue put; the file is written on the writer's thread.
         """
         if not values:
             return True
-        serialized = _scalars_pb(values)
-
-        def write() -> None:
-            import tensorflow as tf
-
-            with self._get().as_default():
-                tf.summary.experimental.write_raw_pb(serialized, step=int(step))
-
-        return self._guard(write)
+        return self.summary(_scalars_summary(values), step)
 
     def text(self, tag: str, markdown: str, step: int) -> bool:
         """Write a Markdown text summary (TensorBoard's Text dashboard)."""
+        from tensorboard.plugins.text.summary_v2 import text_pb
 
-        def write() -> None:
-            import tensorflow as tf
+        return self.summary(text_pb(tag, markdown), step)
 
-            with self._get().as_default(step=int(step)):
-                tf.summary.text(tag, markdown)
+    def graph(self, graph_def: Any) -> bool:
+        """Write a graph (a `GraphDef` proto or its serialized bytes) for TensorBoard's Graphs dashboard."""
+        from tensorboard.compat.proto import event_pb2
 
-        return self._guard(write)
+        data = graph_def if isinstance(graph_def, bytes) else graph_def.SerializeToString()
+        return self.event(event_pb2.Event(wall_time=time.time(), graph_def=data))
 
-    def call(self, fn, *args) -> bool:
-        """Run `fn(*args)` with this writer as the default `tf.summary` writer.
+    def call(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run `fn(*args)` under the storage guard and write the `Event`(s) it returns, if any.
 
-        For summaries other than scalars and text (graphs, custom layouts).
+        For records other than scalars, text and graphs: `fn` returns one
+        `event_pb2.Event`, an iterable of them, or None.
         """
 
         def write() -> None:
-            with self._get().as_default():
-                fn(*args)
+            out = fn(*args)
+            events: Iterable[Any] = () if out is None else (out,) if hasattr(out, "SerializeToString") else out
+            writer = self._get()
+            for event in events:
+                writer.add_event(event)
 
         return self._guard(write)
 
     def flush(self) -> bool:
-        """Flush pending events to disk."""
-        if self._writer is None:
+        """Write every queued event to disk (waits for the writer thread)."""
+        if self._file is None:
             return True
-        return self._guard(lambda: self._writer.flush())
+        return self._guard(lambda: self._get().flush())
 
     def close(self) -> None:
-        """Flush and close; later calls are no-ops."""
+        """Flush; later calls on this handle are no-ops. The file stays open for this directory's next `fit`."""
         with self._lock:
             if self._closed:
                 return
-            if self._writer is not None and not self.disabled:
-                self._guard(lambda: self._writer.close())
+            if self._file is not None and not self.disabled:
+                self.flush()
             self._closed = True
 
     @property
     def closed(self) -> bool:
         return self._closed
-
-
-def _scalars_pb(values: Mapping[str, float]) -> bytes:
-    """One serialized `Summary` holding every value the way `tf.summary.scalar` records it."""
-    from tensorboard.compat.proto import summary_pb2
-    from tensorboard.plugins.scalar import summary_v2
-
-    summary = summary_pb2.Summary()
-    for tag, value in values.items():
-        summary.value.extend(summary_v2.scalar_pb(tag, float(value)).value)
-    return summary.SerializeToString()
 
 
 _registry: dict[str, tuple[SummaryWriter, int]] = {}
@@ -199,7 +312,7 @@ _registry_lock = threading.Lock()
 
 def acquire(path: str) -> SummaryWriter:
     """The shared writer for `path`, creating it on first use; pair with :func:`release`."""
-    key = os.path.abspath(path) if "://" not in path else path
+    key = _key(path)
     with _registry_lock:
         writer, count = _registry.get(key, (None, 0))
         if writer is None or writer.closed:
@@ -210,7 +323,7 @@ def acquire(path: str) -> SummaryWriter:
 
 def release(writer: SummaryWriter) -> None:
     """Give back a writer from :func:`acquire`; the last user flushes and closes it."""
-    key = os.path.abspath(writer.path) if "://" not in writer.path else writer.path
+    key = _key(writer.path)
     with _registry_lock:
         current, count = _registry.get(key, (None, 0))
         if current is not writer:
