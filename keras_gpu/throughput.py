@@ -18,13 +18,15 @@ How Keras feeds batches, mirrored here by :class:`DataSchedule`:
 
 Conventions:
 
-* Rates are measured from the end of the first execution of each epoch: the
-  first execution (tracing, warm-up, iterator creation) is kept apart and its
-  duration reported as :attr:`FirstExecution.seconds`. Its steps and samples
-  still count towards totals and the global step.
-* Windows are contiguous within an epoch; the time between the last execution
-  of an epoch and the first execution of the next (validation, epoch-end
-  callbacks, warm-up) is not measured.
+* Rates measure wall-clock time. An epoch's training phase runs from the
+  epoch's start to the end of its last training step; windows tile it with no
+  gap, so the first window holds the first execution (tracing, warm-up,
+  iterator creation) and the sum of the window times is the training phase's
+  wall time. Validation and epoch-end work fall outside the training phase
+  and are reported apart by :class:`EpochTimes`.
+* The first execution of each epoch is also reported on its own
+  (:class:`FirstExecution`), and the steady-state rates of
+  :class:`EpochTimes` leave it out.
 * FLOPs: multiply-add counts as 2 FLOPs. `flops_per_sample` is the *training*
   FLOPs per sample (forward and backward). `tflops_per_sec` is the achieved
   model FLOP/s of all replicas together, in units of 1e12 FLOP/s, and `mfu`
@@ -37,7 +39,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DataSchedule", "FirstExecution", "ThroughputMeter", "Window"]
+__all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window"]
 
 _INF = math.inf
 
@@ -156,7 +158,7 @@ class Window:
 
 @dataclass(frozen=True)
 class FirstExecution:
-    """The first execution of an epoch, kept apart from the rates.
+    """The first execution of an epoch (its time is part of the epoch's first window).
 
     Attributes:
         step: Global training step at its end.
@@ -171,6 +173,56 @@ class FirstExecution:
     seconds: float
 
 
+@dataclass(frozen=True)
+class EpochTimes:
+    """Where an epoch's wall time went, and its steady-state rates.
+
+    `epoch_sec = train_sec + validation_sec + other_sec`, and `first_step_sec`
+    is part of `train_sec`.
+
+    Attributes:
+        step: Global training step at the end of the epoch's training phase.
+        epoch: Index of the epoch within this meter (0-based).
+        epoch_sec: From the epoch's start to the start of the next epoch (or
+            the end of training), in seconds.
+        train_sec: From the epoch's start to the end of its last training step.
+        first_step_sec: The epoch's first execution.
+        validation_sec: Validation inside the epoch.
+        other_sec: The rest: epoch-end callbacks and the training loop's own work.
+        steady_steps_per_sec: Steps/s of the training phase without the first
+            execution, or `None` when only one execution ran.
+        steady_samples_per_sec: Samples/s likewise, or `None` (also when samples
+            are not counted).
+    """
+
+    step: int
+    epoch: int
+    epoch_sec: float
+    train_sec: float
+    first_step_sec: float
+    validation_sec: float
+    other_sec: float
+    steady_steps_per_sec: float | None
+    steady_samples_per_sec: float | None
+
+
+@dataclass
+class _Epoch:
+    """Per-epoch bookkeeping between `epoch_begin` and `epoch_close`."""
+
+    t0: float
+    index: int
+    first_seconds: float = 0.0
+    first_steps: int = 0
+    first_samples: int = 0
+    train_end: float | None = None
+    end_step: int = 0
+    steps: int = 0
+    samples: int = 0
+    validation_sec: float = 0.0
+    validation_t0: float | None = None
+
+
 @dataclass
 class _Totals:
     steps: int = 0
@@ -178,6 +230,11 @@ class _Totals:
     measured_steps: int = 0
     measured_samples: int = 0
     measured_seconds: float = 0.0
+    steady_steps: int = 0
+    steady_samples: int = 0
+    steady_seconds: float = 0.0
+    validation_seconds: float = 0.0
+    other_seconds: float = 0.0
     first_seconds: list[float] = field(default_factory=list)
 
 
@@ -241,7 +298,7 @@ class ThroughputMeter:
         self._seen = 0
         self._in_epoch = False
         self._first_pending = False
-        self._epoch_t0 = 0.0
+        self._epoch: _Epoch | None = None
         self._epoch_steps = 0
         self._acc_batch = -1  # last batch index accounted for in this epoch
         self._win_batch = -1
@@ -254,17 +311,15 @@ class ThroughputMeter:
     # -- feeding ----------------------------------------------------------------
 
     def epoch_begin(self, t: float) -> None:
-        """Start an epoch at time `t` (seconds, any monotonic clock)."""
+        """Start an epoch at time `t` (seconds, any monotonic clock); its first window opens at `t`."""
         if self.schedule.steps_per_epoch is None:
             self._pos = self._seen = 0
         self._in_epoch = True
         self._first_pending = True
-        self._epoch_t0 = t
+        self._epoch = _Epoch(t0=t, index=self.epochs)
         self._epoch_steps = 0
         self._acc_batch = -1
-        self._win_batch = -1
-        self._win_steps = 0
-        self._win_samples = 0
+        self._open_window(-1, t)
         self.next_batch = 0  # the first execution always reaches the handler
         self.next_time = _INF
 
@@ -282,36 +337,45 @@ class ThroughputMeter:
 
         Returns:
             What to log: a :class:`FirstExecution` for the first execution of
-            an epoch, or a closed :class:`Window`; empty if nothing closed.
+            an epoch, and any :class:`Window` that closed.
         """
         if not self._in_epoch:
             return []
+        out: list[Window | FirstExecution] = []
         if self._first_pending:
             self._first_pending = False
-            steps, _ = self._advance(batch)
-            seconds = max(0.0, t - self._epoch_t0)
-            self._totals.first_seconds.append(seconds)
-            self._open_window(batch, t)
-            return [FirstExecution(self.step, self.epochs, steps, seconds)]
+            steps, samples = self._advance(batch)
+            self._add_to_window(steps, samples)
+            epoch = self._epoch
+            epoch.first_seconds = max(0.0, t - epoch.t0)
+            epoch.first_steps, epoch.first_samples = steps, samples or 0
+            self._totals.first_seconds.append(epoch.first_seconds)
+            out.append(FirstExecution(self.step, self.epochs, steps, epoch.first_seconds))
+            self._schedule_window()
+            if batch < self.next_batch and t < self.next_time:
+                return out
         if self.schedule.exact_steps:
             end_batch, end_t = batch, t
         else:
             # This execution may be the last of the pass and may have stopped
             # early; the previous one is proven full by this one's existence.
             end_batch, end_t = prev_batch, prev_t
-            if end_batch <= self._win_batch:
-                return []
+            if end_batch <= self._win_batch or end_batch < 0:
+                self._schedule_window()
+                return out
         window = self._close_window(end_batch, end_t)
         self._open_window(end_batch, end_t)
-        return [window] if window is not None else []
+        if window is not None:
+            out.append(window)
+        return out
 
     def epoch_end(self, last_batch: int, last_t: float, epoch_steps: int | None = None) -> list[Window]:
-        """Close the epoch's last (partial) window.
+        """End the epoch's training phase and close its last (partial) window.
 
         Args:
             last_batch: `batch` of the epoch's last execution (-1 if none ran).
-            last_t: Time of that execution's batch hook (not of the epoch end,
-                which comes after validation).
+            last_t: Time of that execution's batch hook (the end of the
+                training phase, before validation).
             epoch_steps: The exact number of steps the epoch ran, when the
                 caller knows it (only consulted when :attr:`DataSchedule.exact_steps`
                 is False); the last execution's count is corrected to match,
@@ -323,31 +387,75 @@ class ThroughputMeter:
         self._in_epoch = False
         self.next_batch = self.next_time = _INF
         out: list[Window] = []
-        if not self._first_pending and last_batch > self._acc_batch:
+        epoch = self._epoch
+        if last_batch > self._acc_batch:
             steps, samples = self._advance(last_batch)
-            self._win_steps += steps
-            self._win_samples = None if samples is None or self._win_samples is None else self._win_samples + samples
+            self._add_to_window(steps, samples)
         if not self._first_pending and not self.schedule.exact_steps and epoch_steps is not None:
             self._correct_last_execution(epoch_steps)
-        if not self._first_pending and last_batch > self._win_batch:
+        if last_batch >= 0 and last_batch > self._win_batch:
             window = self._make_window(last_t - self._win_t)
             if window is not None:
                 out.append(window)
+        if last_batch >= 0:
+            epoch.train_end = last_t
+        epoch.end_step = self.step
         self.epochs += 1
         if self.schedule.batches_per_pass is not None and self._seen >= self.schedule.batches_per_pass:
             self._pos = self._seen = 0
         return out
 
-    def exclude(self, seconds: float) -> None:
-        """Leave `seconds` of the caller's own work (writing a window) out of the open window.
+    def validation_begin(self, t: float) -> None:
+        """Validation inside the current epoch starts at `t`."""
+        if self._epoch is not None and self._epoch.validation_t0 is None:
+            self._epoch.validation_t0 = t
 
-        Call it right after handling a batch end, with the time the handling
-        took: that time lies inside the window that just opened, and it is
-        logging, not training.
+    def validation_end(self, t: float) -> None:
+        """Validation that :meth:`validation_begin` started ends at `t`."""
+        epoch = self._epoch
+        if epoch is not None and epoch.validation_t0 is not None:
+            epoch.validation_sec += max(0.0, t - epoch.validation_t0)
+            epoch.validation_t0 = None
+
+    def epoch_close(self, t: float) -> EpochTimes | None:
+        """Close the accounting of the last epoch at `t`: the next epoch's start, or the end of training.
+
+        Returns `None` when no epoch is open or its training phase ran no step.
         """
-        if self._in_epoch and not self._first_pending and seconds > 0:
-            self._win_t += seconds
-            self.next_time += seconds
+        epoch = self._epoch
+        if epoch is None or self._in_epoch:
+            return None
+        self.validation_end(t)
+        self._epoch = None
+        if epoch.train_end is None:
+            return None
+        epoch_sec = max(0.0, t - epoch.t0)
+        train_sec = max(0.0, epoch.train_end - epoch.t0)
+        other_sec = max(0.0, epoch_sec - train_sec - epoch.validation_sec)
+        steady_steps = epoch.steps - epoch.first_steps
+        steady_seconds = train_sec - epoch.first_seconds
+        steady_sps = steady_samps = None
+        if steady_steps > 0 and steady_seconds > 0:
+            steady_sps = steady_steps / steady_seconds
+            tot = self._totals
+            tot.steady_steps += steady_steps
+            tot.steady_seconds += steady_seconds
+            if self.schedule.counts_samples:
+                steady_samps = (epoch.samples - epoch.first_samples) / steady_seconds
+                tot.steady_samples += epoch.samples - epoch.first_samples
+        self._totals.validation_seconds += epoch.validation_sec
+        self._totals.other_seconds += other_sec
+        return EpochTimes(
+            step=epoch.end_step,
+            epoch=epoch.index,
+            epoch_sec=epoch_sec,
+            train_sec=train_sec,
+            first_step_sec=epoch.first_seconds,
+            validation_sec=epoch.validation_sec,
+            other_sec=other_sec,
+            steady_steps_per_sec=steady_sps,
+            steady_samples_per_sec=steady_samps,
+        )
 
     # -- results ----------------------------------------------------------------
 
@@ -362,17 +470,30 @@ class ThroughputMeter:
         return self._totals.samples if self.schedule.counts_samples else None
 
     def summary(self) -> dict[str, Any]:
-        """Totals and mean rates over all closed windows (first executions excluded).
+        """Totals and mean rates over the whole run.
 
-        Keys: `steps`, `samples` (totals, first executions included),
-        `epochs`, `measured_steps`, `measured_samples`, `measured_seconds`,
-        `steps_per_sec`, `samples_per_sec`, `samples_per_sec_per_replica`,
-        `tflops_per_sec`, `mfu`, `first_step_sec` (one per epoch), and
-        `num_replicas`, `flops_per_sample`, `peak_flops`. Unknown values are
-        `None`.
+        Keys:
+
+        * `steps`, `samples`, `epochs`: totals (`samples` is `None` when not
+          counted);
+        * `measured_steps`, `measured_samples`, `measured_seconds`: what the
+          wall-clock rates cover (every closed window: the training phases);
+        * `steps_per_sec`, `samples_per_sec`, `samples_per_sec_per_replica`,
+          `tflops_per_sec`, `mfu`: wall-clock rates over the training phases,
+          first executions included;
+        * `steady_steps_per_sec`, `steady_samples_per_sec`: the same with the
+          first execution of each epoch left out;
+        * `train_seconds`, `validation_seconds`, `other_seconds`: training
+          phases, and validation and the rest summed over closed epochs (see
+          :meth:`epoch_close`); `first_step_sec`: one per epoch;
+        * `num_replicas`, `flops_per_sample`, `peak_flops`.
+
+        Unknown values are `None`.
         """
         tot = self._totals
+        measured = tot.measured_seconds > 0
         rates = self._rates(tot.measured_steps, tot.measured_samples, tot.measured_seconds)
+        steady = tot.steady_seconds > 0
         return {
             "steps": tot.steps,
             "samples": self.total_samples,
@@ -380,11 +501,18 @@ class ThroughputMeter:
             "measured_steps": tot.measured_steps,
             "measured_samples": tot.measured_samples if self.schedule.counts_samples else None,
             "measured_seconds": tot.measured_seconds,
-            "steps_per_sec": rates[0] if tot.measured_seconds > 0 else None,
-            "samples_per_sec": rates[1] if tot.measured_seconds > 0 else None,
-            "samples_per_sec_per_replica": rates[2] if tot.measured_seconds > 0 else None,
-            "tflops_per_sec": rates[3] if tot.measured_seconds > 0 else None,
-            "mfu": rates[4] if tot.measured_seconds > 0 else None,
+            "steps_per_sec": rates[0] if measured else None,
+            "samples_per_sec": rates[1] if measured else None,
+            "samples_per_sec_per_replica": rates[2] if measured else None,
+            "tflops_per_sec": rates[3] if measured else None,
+            "mfu": rates[4] if measured else None,
+            "steady_steps_per_sec": tot.steady_steps / tot.steady_seconds if steady else None,
+            "steady_samples_per_sec": (
+                tot.steady_samples / tot.steady_seconds if steady and self.schedule.counts_samples else None
+            ),
+            "train_seconds": tot.measured_seconds,
+            "validation_seconds": tot.validation_seconds,
+            "other_seconds": tot.other_seconds,
             "first_step_sec": tuple(tot.first_seconds),
             "num_replicas": self.num_replicas,
             "flops_per_sample": self.flops_per_sample,
@@ -412,6 +540,9 @@ class ThroughputMeter:
         self._epoch_steps += steps
         self.step += steps
         self._totals.steps += steps
+        if self._epoch is not None:
+            self._epoch.steps += steps
+            self._epoch.samples += samples or 0
         if samples is not None:
             self._totals.samples += samples
         return steps, samples
@@ -427,8 +558,12 @@ class ThroughputMeter:
         self.step += delta
         self._totals.steps += delta
         self._win_steps += delta
+        if self._epoch is not None:
+            self._epoch.steps += delta
         if self.schedule.counts_samples:
             self._totals.samples += delta * self.schedule.batch_size
+            if self._epoch is not None:
+                self._epoch.samples += delta * self.schedule.batch_size
             if self._win_samples is not None:
                 self._win_samples += delta * self.schedule.batch_size
 
@@ -437,13 +572,19 @@ class ThroughputMeter:
         self._win_t = t
         self._win_steps = 0
         self._win_samples = 0
-        self.next_batch = batch + self.every_n_steps if self.every_n_steps is not None else _INF
-        self.next_time = t + self.every_s if self.every_s is not None else _INF
+        self._schedule_window()
 
-    def _close_window(self, end_batch: int, end_t: float) -> Window | None:
-        steps, samples = self._advance(end_batch)
+    def _schedule_window(self) -> None:
+        """Set :attr:`next_batch` / :attr:`next_time` for the open window."""
+        self.next_batch = self._win_batch + self.every_n_steps if self.every_n_steps is not None else _INF
+        self.next_time = self._win_t + self.every_s if self.every_s is not None else _INF
+
+    def _add_to_window(self, steps: int, samples: int | None) -> None:
         self._win_steps += steps
         self._win_samples = None if samples is None or self._win_samples is None else self._win_samples + samples
+
+    def _close_window(self, end_batch: int, end_t: float) -> Window | None:
+        self._add_to_window(*self._advance(end_batch))
         return self._make_window(end_t - self._win_t)
 
     def _make_window(self, seconds: float) -> Window | None:

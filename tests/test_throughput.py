@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from keras_gpu.throughput import DataSchedule, FirstExecution, ThroughputMeter, Window
+from keras_gpu.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
 
 
 def _drive(meter: ThroughputMeter, executions: list[tuple[int, float]]) -> list[Window | FirstExecution]:
@@ -22,11 +22,13 @@ def _drive(meter: ThroughputMeter, executions: list[tuple[int, float]]) -> list[
     return out
 
 
-def _epoch(meter, t0, executions, epoch_steps=None):
+def _epoch(meter, t0, executions, epoch_steps=None, close=None):
     meter.epoch_begin(t0)
     events = _drive(meter, executions)
     last_batch, last_t = executions[-1] if executions else (-1, t0)
     events += meter.epoch_end(last_batch, last_t, epoch_steps)
+    if close is not None:
+        events.append(meter.epoch_close(close))
     return events
 
 
@@ -49,13 +51,15 @@ def test_step_windows_exact_rates_and_short_last_batch():
     first, *rest = events
     assert first == FirstExecution(step=1, epoch=0, steps=1, seconds=1.0)
     windows = _windows(rest)
-    assert [w.step for w in windows] == [6, 11, 16]
-    assert [w.steps for w in windows] == [5, 5, 5]
-    assert [w.samples for w in windows] == [320, 320, 4 * 64 + 40]
-    for w in windows:
-        assert w.seconds == pytest.approx(0.5)
-        assert w.steps_per_sec == pytest.approx(10.0)
-        assert w.samples_per_sec == pytest.approx(w.samples / 0.5)
+    # The first window opens at the epoch's start and holds the first execution.
+    assert [w.step for w in windows] == [5, 10, 15, 16]
+    assert [w.steps for w in windows] == [5, 5, 5, 1]
+    assert [w.samples for w in windows] == [320, 320, 320, 40]
+    assert [w.seconds for w in windows] == pytest.approx([1.4, 0.5, 0.5, 0.1])
+    assert windows[1].steps_per_sec == pytest.approx(10.0)
+    assert windows[0].samples_per_sec == pytest.approx(320 / 1.4)
+    # The windows tile the training phase: their times add up to its wall time.
+    assert sum(w.seconds for w in windows) == pytest.approx(executions[-1][1] - 0.0)
     assert meter.total_steps == 16
     assert meter.total_samples == 1000
 
@@ -69,10 +73,10 @@ def test_steps_per_execution_counts_every_step():
         first, *rest = events
         assert first.steps == 4 and first.seconds == pytest.approx(1.0)
         windows = _windows(rest)
-        assert [(w.steps, w.samples) for w in windows] == [(8, 512), (4, 3 * 64 + 40)]
-        assert [w.step for w in windows] == [16 * epoch + 12, 16 * epoch + 16]
+        assert [(w.steps, w.samples) for w in windows] == [(8, 512), (8, 7 * 64 + 40)]
+        assert [w.step for w in windows] == [16 * epoch + 8, 16 * epoch + 16]
         assert windows[0].steps_per_sec == pytest.approx(4.0)  # 8 steps in 2 s
-        assert windows[1].samples_per_sec == pytest.approx(232.0)  # 232 samples in 1 s
+        assert windows[1].samples_per_sec == pytest.approx(488 / 2.0)
     assert (meter.total_steps, meter.total_samples) == (32, 2000)
 
 
@@ -82,9 +86,9 @@ def test_last_execution_stops_at_end_of_data():
     meter = ThroughputMeter(DataSchedule(**ARRAYS_1000_BY_64, steps_per_execution=3), every_n_steps=100)
     events = _epoch(meter, 0.0, [(b, float(i + 1)) for i, b in enumerate([2, 5, 8, 11, 14, 17])])
     (window,) = _windows(events)
-    assert window.steps == 13  # 16 steps minus the 3 of the first execution
-    assert window.samples == 1000 - 3 * 64
-    assert window.seconds == pytest.approx(5.0)
+    assert window.steps == 16  # the first execution's steps included
+    assert window.samples == 1000
+    assert window.seconds == pytest.approx(6.0)
     assert (meter.total_steps, meter.total_samples, meter.step) == (16, 1000, 16)
 
 
@@ -95,10 +99,11 @@ def test_time_windows():
     events = _epoch(meter, 0.0, executions)
     assert events[0] == FirstExecution(step=1, epoch=0, steps=1, seconds=2.0)
     windows = _windows(events)
-    # Windows close at the first batch end at or after 1 s past their start.
-    assert [(w.step, w.steps) for w in windows] == [(5, 4), (9, 4), (11, 2)]
-    assert [w.seconds for w in windows] == pytest.approx([1.0, 1.0, 0.5])
-    assert [w.samples_per_sec for w in windows] == pytest.approx([128.0, 128.0, 128.0])
+    # Windows close at the first batch end at or after 1 s past their start; the
+    # first one, opened at the epoch's start, closes with the slow first execution.
+    assert [(w.step, w.steps) for w in windows] == [(1, 1), (5, 4), (9, 4), (11, 2)]
+    assert [w.seconds for w in windows] == pytest.approx([2.0, 1.0, 1.0, 0.5])
+    assert [w.samples_per_sec for w in windows] == pytest.approx([16.0, 128.0, 128.0, 128.0])
 
 
 def test_default_window_is_five_seconds_and_windows_are_exclusive():
@@ -113,42 +118,52 @@ def test_default_window_is_five_seconds_and_windows_are_exclusive():
         ThroughputMeter({"batch_size": 3})
 
 
-def test_first_execution_is_kept_apart():
+def test_first_execution_counts_in_wall_clock_rates_and_is_left_out_of_steady_ones():
     meter = ThroughputMeter(DataSchedule(batch_size=10, last_batch_size=10), every_n_steps=2)
-    # A 30 s first execution (tracing) must not leak into any rate.
-    events = _epoch(meter, 0.0, [(0, 30.0), (1, 31.0), (2, 32.0)])
+    # A 30 s first execution (tracing) is time the user pays: it is in the rate.
+    events = _epoch(meter, 0.0, [(0, 30.0), (1, 31.0), (2, 32.0)], close=40.0)
     assert [e.seconds for e in events if isinstance(e, FirstExecution)] == [30.0]
-    (window,) = _windows(events)
-    assert window.steps_per_sec == pytest.approx(1.0)
+    assert [(w.steps, w.seconds) for w in _windows(events)] == [(2, 31.0), (1, 1.0)]
+    times = events[-1]
+    assert times == EpochTimes(
+        step=3, epoch=0, epoch_sec=40.0, train_sec=32.0, first_step_sec=30.0, validation_sec=0.0,
+        other_sec=8.0, steady_steps_per_sec=1.0, steady_samples_per_sec=10.0,
+    )
     s = meter.summary()
-    assert s["steps_per_sec"] == pytest.approx(1.0)
-    assert s["samples_per_sec"] == pytest.approx(10.0)
+    assert s["steps_per_sec"] == pytest.approx(3 / 32)
+    assert s["samples_per_sec"] == pytest.approx(30 / 32)
+    assert (s["steady_steps_per_sec"], s["steady_samples_per_sec"]) == (1.0, 10.0)
     assert s["first_step_sec"] == (30.0,)
-    assert (s["steps"], s["samples"], s["measured_steps"], s["measured_samples"]) == (3, 30, 2, 20)
+    assert (s["steps"], s["samples"], s["measured_steps"], s["measured_samples"]) == (3, 30, 3, 30)
 
 
 def test_epoch_end_closes_partial_window_and_short_epochs_get_a_point():
     meter = ThroughputMeter(DataSchedule(batch_size=8, last_batch_size=8), every_n_steps=1000)
     events = _epoch(meter, 0.0, [(0, 1.0), (1, 1.5), (2, 2.0)])
     (window,) = _windows(events)
-    assert (window.step, window.steps, window.samples, window.seconds) == (3, 2, 16, 1.0)
-    # An epoch of a single execution gives only its first-execution point.
+    assert (window.step, window.steps, window.samples, window.seconds) == (3, 3, 24, 2.0)
+    # An epoch of a single execution still gets a rate: its wall time is known.
     events = _epoch(meter, 10.0, [(0, 10.5)])
-    assert [type(e) for e in events] == [FirstExecution]
-    # An epoch with no execution at all gives nothing.
-    assert _epoch(meter, 20.0, []) == []
+    assert [type(e) for e in events] == [FirstExecution, Window]
+    assert (events[1].steps, events[1].seconds) == (1, 0.5)
+    # An epoch with no execution at all gives nothing, and closing it reports nothing.
+    assert _epoch(meter, 20.0, [], close=21.0) == [None]
     assert meter.epochs == 3
 
 
 def test_summary_means_over_windows():
     meter = ThroughputMeter(DataSchedule(batch_size=4, last_batch_size=4), every_n_steps=2, num_replicas=2)
-    _epoch(meter, 0.0, [(0, 1.0), (1, 2.0), (2, 3.0)])  # window: 2 steps in 2 s
-    _epoch(meter, 10.0, [(0, 11.0), (1, 11.5), (2, 12.0), (3, 12.5), (4, 13.0)])  # 2 windows: 4 steps in 2 s
+    _epoch(meter, 0.0, [(0, 1.0), (1, 2.0), (2, 3.0)], close=10.0)  # 3 steps in 3 s
+    _epoch(meter, 10.0, [(0, 11.0), (1, 11.5), (2, 12.0), (3, 12.5), (4, 13.0)], close=14.0)  # 5 steps in 3 s
     s = meter.summary()
-    assert s["measured_steps"] == 6 and s["measured_seconds"] == pytest.approx(4.0)
-    assert s["steps_per_sec"] == pytest.approx(1.5)
-    assert s["samples_per_sec"] == pytest.approx(6.0)
-    assert s["samples_per_sec_per_replica"] == pytest.approx(3.0)
+    assert s["measured_steps"] == 8 and s["measured_seconds"] == pytest.approx(6.0)
+    assert s["steps_per_sec"] == pytest.approx(8 / 6)
+    assert s["samples_per_sec"] == pytest.approx(32 / 6)
+    assert s["samples_per_sec_per_replica"] == pytest.approx(16 / 6)
+    # Steady state: 2 steps in 2 s, then 4 steps in 2 s.
+    assert s["steady_steps_per_sec"] == pytest.approx(1.5)
+    assert s["steady_samples_per_sec"] == pytest.approx(6.0)
+    assert (s["train_seconds"], s["validation_seconds"], s["other_seconds"]) == pytest.approx((6.0, 0.0, 8.0))
     assert (s["steps"], s["samples"], s["epochs"]) == (8, 32, 2)
     assert s["first_step_sec"] == (1.0, 1.0)
 
@@ -156,13 +171,13 @@ def test_summary_means_over_windows():
 def test_per_replica_rate_and_mfu():
     meter = ThroughputMeter(
         DataSchedule(batch_size=256, last_batch_size=256),
-        every_n_steps=4,
+        every_n_steps=5,
         num_replicas=8,
         flops_per_sample=3e9,
         peak_flops=8 * 100e12,
     )
-    (window,) = _windows(_epoch(meter, 0.0, [(b, 1.0 + 0.5 * b) for b in range(5)]))
-    assert window.samples_per_sec == pytest.approx(512.0)  # 1024 samples in 2 s
+    (window,) = _windows(_epoch(meter, 0.0, [(b, 0.5 * (b + 1)) for b in range(5)]))
+    assert window.samples_per_sec == pytest.approx(512.0)  # 1280 samples in 2.5 s
     assert window.samples_per_sec_per_replica == pytest.approx(64.0)
     assert window.tflops_per_sec == pytest.approx(3e9 * 512 / 1e12)
     assert window.mfu == pytest.approx(3e9 * 512 / 800e12)
@@ -172,11 +187,11 @@ def test_per_replica_rate_and_mfu():
 
 def test_no_peak_means_tflops_without_mfu_and_unknown_batch_means_steps_only():
     meter = ThroughputMeter(DataSchedule(batch_size=2, last_batch_size=2), every_n_steps=1, flops_per_sample=10.0)
-    (window,) = _windows(_epoch(meter, 0.0, [(0, 1.0), (1, 2.0)]))
+    window = _windows(_epoch(meter, 0.0, [(0, 1.0), (1, 2.0)]))[-1]
     assert window.tflops_per_sec == pytest.approx(20.0 / 1e12) and window.mfu is None
 
     meter = ThroughputMeter(DataSchedule(), every_n_steps=1, flops_per_sample=10.0, peak_flops=1e12)
-    (window,) = _windows(_epoch(meter, 0.0, [(0, 1.0), (1, 3.0)]))
+    window = _windows(_epoch(meter, 0.0, [(0, 1.0), (1, 3.0)]))[-1]
     assert window.steps_per_sec == pytest.approx(0.5)
     assert (window.samples, window.samples_per_sec, window.samples_per_sec_per_replica, window.tflops_per_sec, window.mfu) == (
         None,
@@ -192,7 +207,7 @@ def test_no_peak_means_tflops_without_mfu_and_unknown_batch_means_steps_only():
 def test_initial_step_offsets_the_axis():
     meter = ThroughputMeter(DataSchedule(batch_size=1, last_batch_size=1), every_n_steps=2, initial_step=100)
     events = _epoch(meter, 0.0, [(0, 1.0), (1, 2.0), (2, 3.0)])
-    assert [e.step for e in events] == [101, 103]
+    assert [e.step for e in events] == [101, 102, 103]
     with pytest.raises(ValueError, match="Received: initial_step=-1"):
         ThroughputMeter(DataSchedule(), initial_step=-1)
 
@@ -229,8 +244,9 @@ def test_unknown_length_with_steps_per_execution_is_corrected_at_epoch_end():
     meter = ThroughputMeter(schedule, every_n_steps=4)
     events = _epoch(meter, 0.0, [(3, 1.0), (7, 2.0), (11, 3.0), (15, 3.75)], epoch_steps=15)
     windows = _windows(events)
-    assert [(w.step, w.steps, w.samples) for w in windows] == [(8, 4, 256), (12, 4, 256), (15, 3, 192)]
-    assert windows[2].seconds == pytest.approx(0.75) and windows[2].steps_per_sec == pytest.approx(4.0)
+    assert [(w.step, w.steps, w.samples) for w in windows] == [(4, 4, 256), (8, 4, 256), (12, 4, 256), (15, 3, 192)]
+    assert windows[0].seconds == pytest.approx(1.0)
+    assert windows[3].seconds == pytest.approx(0.75) and windows[3].steps_per_sec == pytest.approx(4.0)
     assert (meter.total_steps, meter.total_samples) == (15, 960)
     # A correction is bounded by what one execution can lose.
     meter = ThroughputMeter(schedule, every_n_steps=4)
@@ -261,9 +277,9 @@ def test_from_samples_and_schedule_validation():
 def test_zero_length_window_is_counted_but_not_rated():
     meter = ThroughputMeter(DataSchedule(batch_size=1, last_batch_size=1), every_n_steps=1)
     events = _epoch(meter, 0.0, [(0, 1.0), (1, 1.0), (2, 2.0)])
-    assert [(w.steps, w.seconds) for w in _windows(events)] == [(1, 1.0)]
+    assert [(w.steps, w.seconds) for w in _windows(events)] == [(1, 1.0), (1, 1.0)]
     assert meter.total_steps == 3
-    assert meter.summary()["measured_steps"] == 1
+    assert meter.summary()["measured_steps"] == 2
 
 
 def test_feeding_outside_an_epoch_is_ignored():
@@ -274,13 +290,26 @@ def test_feeding_outside_an_epoch_is_ignored():
     assert meter.summary()["steps_per_sec"] is None
 
 
-def test_excluded_logging_time_leaves_the_window():
-    meter = ThroughputMeter(DataSchedule(batch_size=2, last_batch_size=2), every_s=1.0)
-    meter.epoch_begin(0.0)
-    meter.execution_end(0, 1.0)
-    meter.exclude(0.25)  # writing the first point took 0.25 s
-    assert meter.next_time == pytest.approx(2.25)
-    (window,) = meter.execution_end(1, 2.25, 0, 1.0)
-    assert window.seconds == pytest.approx(1.0) and window.samples_per_sec == pytest.approx(2.0)
-    meter.exclude(-1.0)  # ignored
-    assert meter.next_time == pytest.approx(3.25)
+def test_epoch_times_add_up_with_validation_and_epoch_end_work():
+    meter = ThroughputMeter(DataSchedule(batch_size=2, last_batch_size=2), every_s=100.0)
+    meter.epoch_begin(10.0)
+    _drive(meter, [(0, 11.0), (1, 12.0), (2, 13.0)])
+    meter.epoch_end(2, 13.0)
+    meter.validation_begin(13.5)
+    meter.validation_end(15.5)
+    times = meter.epoch_close(16.0)
+    assert (times.epoch_sec, times.train_sec, times.validation_sec, times.other_sec) == (6.0, 3.0, 2.0, 1.0)
+    assert times.epoch_sec == pytest.approx(times.train_sec + times.validation_sec + times.other_sec)
+    assert (times.first_step_sec, times.steady_steps_per_sec, times.steady_samples_per_sec) == (1.0, 1.0, 2.0)
+    assert meter.epoch_close(17.0) is None  # closed once
+    # Validation still running when the epoch closes ends there.
+    meter.epoch_begin(20.0)
+    _drive(meter, [(0, 21.0)])
+    meter.epoch_end(0, 21.0)
+    meter.validation_begin(22.0)
+    times = meter.epoch_close(24.0)
+    assert (times.validation_sec, times.other_sec, times.steady_steps_per_sec) == (2.0, 1.0, None)
+    s = meter.summary()
+    assert (s["validation_seconds"], s["other_seconds"], s["train_seconds"]) == (4.0, 2.0, 4.0)
+
+

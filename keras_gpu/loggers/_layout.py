@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
+from keras_gpu import tags as _tags
 from keras_gpu.loggers._writer import SummaryWriter
 
 __all__ = ["CHARTS", "write_layout"]
 
-# (category, chart title, tag regex). Regexes match every replica, device and
-# GPU, so one layout serves any cluster shape and any worker's run.
-CHARTS: tuple[tuple[str, str, str], ...] = (
-    ("keras-gpu: throughput", "samples/s (global)", r"^throughput/samples_per_sec$"),
-    (
-        "keras-gpu: throughput",
-        "samples/s per replica",
-        r"^throughput/(replica_[^/]+/samples_per_sec|samples_per_sec_per_replica)$",
-    ),
-    ("keras-gpu: throughput", "steps/s", r"^throughput/steps_per_sec$"),
-    ("keras-gpu: throughput", "TFLOP/s", r"^throughput/tflops_per_sec$"),
-    ("keras-gpu: throughput", "MFU (0..1)", r"^throughput/mfu$"),
-    ("keras-gpu: throughput", "first execution of each epoch (s)", r"^throughput/first_step_sec$"),
-    ("keras-gpu: memory", "allocator in use (bytes), per device", r"^memory/allocator/[^/]+/current_bytes$"),
-    ("keras-gpu: memory", "allocator peak (bytes), window and run, per device", r"^memory/allocator/[^/]+/(run_)?peak_bytes$"),
-    ("keras-gpu: memory", "GPU memory of this process (bytes), per GPU", r"^gpu/\d+/process_memory_bytes(_max)?$"),
-    ("keras-gpu: memory", "GPU memory used, all processes (bytes), per GPU", r"^gpu/\d+/memory_(used|total)_bytes(_max)?$"),
-    ("keras-gpu: memory", "host RSS (bytes)", r"^memory/host/(peak_)?rss_bytes$"),
-    ("keras-gpu: GPU", "utilization (%), per GPU", r"^gpu/\d+/utilization_percent(_max)?$"),
-    ("keras-gpu: GPU", "memory bandwidth utilization (%), per GPU", r"^gpu/\d+/memory_utilization_percent(_max)?$"),
-    ("keras-gpu: GPU", "power (W), per GPU", r"^gpu/\d+/power_watts(_max)?$"),
-    ("keras-gpu: GPU", "temperature (C), per GPU", r"^gpu/\d+/temperature_c(_max)?$"),
-    ("keras-gpu: GPU", "SM clock (MHz), per GPU", r"^gpu/\d+/sm_clock_mhz(_max)?$"),
-)
+# (category, chart title, tag regex), derived from the tag table: regexes match
+# every replica, device and GPU, so one layout serves any cluster shape.
+CHARTS: tuple[tuple[str, str, str], ...] = tuple(_tags.charts())
 
 
 def _layout_proto():

@@ -11,42 +11,52 @@ from keras_gpu import flops as _flops
 from keras_gpu._fit_introspection import FitData, inspect_fit
 from keras_gpu._log import logger
 from keras_gpu.loggers._base import LoggingCallback, check_positive
-from keras_gpu.throughput import DataSchedule, FirstExecution, ThroughputMeter, Window
+from keras_gpu import tags as _tags
+from keras_gpu import topology
+from keras_gpu.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
 
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
-_PREFIX = "throughput/"
 
 
 class ThroughputLogger(LoggingCallback):
-    """Logs training throughput, achieved FLOP/s and MFU to TensorBoard.
+    """Logs training throughput, achieved FLOP/s, MFU and where each epoch's time goes.
 
-    One point per logging window, on the global-step axis (the optimizer's
-    iteration count when `fit` starts, plus the steps counted since). Tags:
+    Rates are wall-clock rates, the ones a stopwatch gives: each epoch's
+    training phase runs from the epoch's start to the end of its last training
+    step, first execution (tracing, warm-up, iterator start) included, and
+    logging windows tile it with no gap. Validation and epoch-end work are
+    left out of the rates and logged apart under `time/`. One point per
+    window, on the global-step axis (the optimizer's iteration count when
+    `fit` starts, plus the steps counted since). Tags (units in
+    :mod:`keras_gpu.tags`):
 
     * `throughput/samples_per_sec`: samples per second, all replicas on all
       workers (the global batch size times steps per second).
     * `throughput/steps_per_sec`: training steps per second.
-    * `throughput/samples_per_sec_per_replica`: samples per second per
-      replica, i.e. the global rate divided by the number of replicas.
-    * `throughput/replica_<i>_<TYPE>_<n>/samples_per_sec`: one series per
-      replica of this worker, named by its global replica index and device
-      (e.g. `replica_0_GPU_0`; in multi-worker training the index is
-      `worker_rank * replicas_per_worker + local_index`). In synchronous data
-      parallelism every replica processes the same share of each global batch
-      (for a short last batch, the mean share), so these equal the
-      per-replica rate; they show which devices take part.
+    * `throughput/samples_per_sec_per_replica`: samples per second divided by
+      the number of replicas: each replica's share of the global rate. How
+      long each replica really computes is measured by `StepTimeLogger`
+      (`step_time/replica_*`).
     * `throughput/tflops_per_sec`: achieved model FLOP/s of all replicas, in
       TFLOP/s (1e12 FLOP/s): training FLOPs per sample times samples/s.
     * `throughput/mfu`: model FLOPs utilisation, 0..1: achieved FLOP/s over
       the summed dense peak FLOP/s of all replica devices for the model's
       compute dtype. Logged only where the peak is known (a GPU in the
       table of :mod:`keras_gpu.flops`, or `peak_flops`).
-    * `throughput/first_step_sec`: seconds from the start of each epoch to the
-      end of its first execution (tracing, warm-up, iterator creation), once
-      per epoch. This first execution is kept out of every rate: rates are
-      measured from its end. Its steps still count.
+
+    Once per epoch, at the global step of the epoch's last training step
+    (written when the next epoch starts, or when training ends):
+
+    * `throughput/steady_samples_per_sec`, `throughput/steady_steps_per_sec`:
+      the epoch's rates with its first execution left out.
+    * `time/epoch_sec`: from the epoch's start to the next epoch's start (or
+      the end of `fit`), in seconds; it equals `time/train_sec +
+      time/validation_sec + time/other_sec`.
+    * `time/train_sec`: the training phase; `time/first_step_sec`: its first
+      execution; `time/validation_sec`: validation (Keras' `on_test_begin`
+      to `on_test_end`); `time/other_sec`: epoch-end callbacks and the rest.
 
     Samples are counted exactly, including a short last batch and
     `steps_per_execution > 1`. The batch size is read from the running `fit`
@@ -62,12 +72,13 @@ class ThroughputLogger(LoggingCallback):
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
     only; see :mod:`keras_gpu.flops`). Each worker logs its own view to its own
     run directory. The training thread pays one timestamp and two comparisons
-    per batch; everything else happens once per window, and the time spent
-    writing a point is left out of the next window's rates.
+    per batch; everything else happens once per window, and a point is handed
+    to the writer's background thread.
 
     At the end of every epoch the current, partial window is closed, so short
     epochs still get a point. At the end of training one INFO line gives the
-    mean rates over the whole run, and :attr:`summary` holds the numbers.
+    wall-clock rates over the whole run and the time of the `fit`, and
+    :attr:`summary` holds the numbers.
 
     Args:
         log_dir: Directory shared with Keras' `TensorBoard` callback; this
@@ -115,100 +126,121 @@ class ThroughputLogger(LoggingCallback):
         self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
-        self._meter: ThroughputMeter | None = None
-        self._replica_tags: tuple[str, ...] = ()
+        self._fit: _Fit | None = None
         self._said: set[str] = set()
-        self._next_batch: float = _INF
-        self._next_time: float = _INF
-        self._last_batch = -1
-        self._last_t = 0.0
-        self._epoch_iterations: int | None = None
 
     # -- Keras hooks ------------------------------------------------------------
 
     def on_train_begin(self, logs=None):
-        self._meter = None
-        self._next_batch = self._next_time = _INF
+        t0 = time.perf_counter()
+        self._fit = None
         self.summary = None
         self._open()
         try:
-            self._meter = self._build_meter()
+            self._fit = _Fit(self._build_meter(), t0)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
             )
 
     def on_epoch_begin(self, epoch, logs=None):
-        meter = self._meter
-        if meter is None:
+        fit = self._fit
+        if fit is None:
             return
-        if not meter.schedule.exact_steps:
-            self._epoch_iterations = self._iterations()
         t = time.perf_counter()
-        meter.epoch_begin(t)
-        self._last_batch, self._last_t = -1, t
-        self._next_batch, self._next_time = meter.next_batch, meter.next_time
+        self._write_epoch(fit.meter.epoch_close(t))
+        if not fit.meter.schedule.exact_steps:
+            fit.epoch_iterations = self._iterations()
+        t = time.perf_counter()
+        fit.meter.epoch_begin(t)
+        fit.last_batch, fit.last_t = -1, t
+        fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
 
     def on_train_batch_end(self, batch, logs=None):
         t = time.perf_counter()
-        if batch >= self._next_batch or t >= self._next_time:
-            self._window_boundary(batch, t)
-        self._last_batch = batch
-        self._last_t = t
+        fit = self._fit
+        if fit is None:
+            return
+        if batch >= fit.next_batch or t >= fit.next_time:
+            self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
+            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+        fit.last_batch = batch
+        fit.last_t = t
+
+    def on_test_begin(self, logs=None):
+        if self._fit is not None:
+            self._end_training_phase(self._fit)
+            self._fit.meter.validation_begin(time.perf_counter())
+
+    def on_test_end(self, logs=None):
+        if self._fit is not None:
+            self._fit.meter.validation_end(time.perf_counter())
 
     def on_epoch_end(self, epoch, logs=None):
-        meter = self._meter
-        if meter is None:
-            return
-        epoch_steps = None
-        if not meter.schedule.exact_steps and self._epoch_iterations is not None:
-            now = self._iterations()
-            epoch_steps = None if now is None else now - self._epoch_iterations
-        self._emit(meter.epoch_end(self._last_batch, self._last_t, epoch_steps))
-        self._next_batch = self._next_time = _INF
-        if self._writer is not None:
-            self._writer.flush()
+        fit = self._fit
+        if fit is not None:
+            self._end_training_phase(fit)
 
     def on_train_end(self, logs=None):
-        meter = self._meter
-        if meter is not None:
-            self.summary = meter.summary()
+        fit = self._fit
+        if fit is not None:
+            self._end_training_phase(fit)
+            t = time.perf_counter()
+            self._write_epoch(fit.meter.epoch_close(t))
+            self.summary = fit.meter.summary()
+            self.summary["fit_seconds"] = t - fit.t0
             self._log_summary(self.summary)
-        self._meter = None
-        self._next_batch = self._next_time = _INF
+        self._fit = None
         self._close()
 
-    # -- window handling ----------------------------------------------------------
+    # -- writing ------------------------------------------------------------------
 
-    def _window_boundary(self, batch: int, t: float) -> None:
-        meter = self._meter
-        if meter is None:
-            self._next_batch = self._next_time = _INF
-            return
-        self._emit(meter.execution_end(batch, t, self._last_batch, self._last_t))
-        # Writing is logging, not training: keep its time out of the next window.
-        meter.exclude(time.perf_counter() - t)
-        self._next_batch, self._next_time = meter.next_batch, meter.next_time
+    def _end_training_phase(self, fit: _Fit) -> None:
+        """Close the epoch's training phase at its last batch end (once per epoch)."""
+        meter = fit.meter
+        epoch_steps = None
+        if not meter.schedule.exact_steps and fit.epoch_iterations is not None:
+            now = self._iterations()
+            epoch_steps = None if now is None else now - fit.epoch_iterations
+        windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
+        fit.next_batch = fit.next_time = _INF
+        if windows:
+            self._write(windows)
 
-    def _emit(self, events: list[Window | FirstExecution]) -> None:
+    def _write(self, events: list[Window | FirstExecution]) -> None:
         writer = self._writer
         if writer is None:
             return
         for event in events:
             if isinstance(event, FirstExecution):
-                writer.scalars({_PREFIX + "first_step_sec": event.seconds}, event.step)
-                continue
-            values = {_PREFIX + "steps_per_sec": event.steps_per_sec}
+                continue  # logged with the epoch's other times (time/first_step_sec)
+            values = {_tags.STEPS_PER_SEC.name(): event.steps_per_sec}
             if event.samples_per_sec is not None:
-                values[_PREFIX + "samples_per_sec"] = event.samples_per_sec
-                values[_PREFIX + "samples_per_sec_per_replica"] = event.samples_per_sec_per_replica
-                for tag in self._replica_tags:
-                    values[tag] = event.samples_per_sec_per_replica
+                values[_tags.SAMPLES_PER_SEC.name()] = event.samples_per_sec
+                values[_tags.SAMPLES_PER_SEC_PER_REPLICA.name()] = event.samples_per_sec_per_replica
             if event.tflops_per_sec is not None:
-                values[_PREFIX + "tflops_per_sec"] = event.tflops_per_sec
+                values[_tags.TFLOPS_PER_SEC.name()] = event.tflops_per_sec
             if event.mfu is not None:
-                values[_PREFIX + "mfu"] = event.mfu
+                values[_tags.MFU.name()] = event.mfu
             writer.scalars(values, event.step)
+
+    def _write_epoch(self, times: EpochTimes | None) -> None:
+        writer = self._writer
+        if times is None or writer is None:
+            return
+        values = {
+            _tags.EPOCH_SEC.name(): times.epoch_sec,
+            _tags.TRAIN_SEC.name(): times.train_sec,
+            _tags.FIRST_STEP_SEC.name(): times.first_step_sec,
+            _tags.VALIDATION_SEC.name(): times.validation_sec,
+            _tags.OTHER_EPOCH_SEC.name(): times.other_sec,
+        }
+        if times.steady_steps_per_sec is not None:
+            values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
+        if times.steady_samples_per_sec is not None:
+            values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+        writer.scalars(values, times.step)
+        writer.flush()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -219,9 +251,7 @@ class ThroughputLogger(LoggingCallback):
         fit = inspect_fit(model)
         schedule = self._schedule(fit)
         num_replicas = int(getattr(strategy, "num_replicas_in_sync", 1) or 1)
-        devices = _local_replica_devices(strategy)
-        rank = (self._task.worker_index or 0) if self._task is not None else 0
-        self._replica_tags = _replica_tags(rank, devices)
+        devices = list(topology.replica_devices(strategy))
         flops_per_sample = None
         if schedule.counts_samples:
             flops_per_sample = self._flops_per_sample(model, fit)
@@ -327,7 +357,7 @@ class ThroughputLogger(LoggingCallback):
     def _peak_total(self, model: Any, devices: list[str], num_replicas: int) -> float | None:
         if self.peak_flops is not None:
             return float(self.peak_flops) * num_replicas
-        kinds = {_device_kind(d) for d in devices}
+        kinds = {topology.device_type(d) or "device" for d in devices}
         dtype = _flops.compute_dtype(model)
         if kinds != {"GPU"}:
             self._say(
@@ -382,78 +412,47 @@ class ThroughputLogger(LoggingCallback):
             logger.log(level, msg, *args)
 
     def _log_summary(self, s: dict[str, Any]) -> None:
+        fit_time = f"{s['fit_seconds']:.2f} s of fit"
         if not s["measured_seconds"]:
             logger.info(
-                "keras-gpu: ThroughputLogger: %d steps in %d epoch(s), too few to measure a rate beyond the "
-                "first execution of each epoch.",
+                "keras-gpu: ThroughputLogger: %d steps in %d epoch(s) and %s; no training step finished, so no rate.",
                 s["steps"],
                 s["epochs"],
+                fit_time,
             )
             return
-        parts = [f"{s['steps_per_sec']:.2f} steps/s"]
+        rate = f"{s['steps_per_sec']:.2f} steps/s"
         if s["samples_per_sec"] is not None:
-            parts.insert(0, f"{s['samples_per_sec']:.1f} samples/s ({s['samples_per_sec_per_replica']:.1f} per replica)")
+            rate = (
+                f"{s['samples_per_sec']:.1f} samples/s ({s['samples_per_sec_per_replica']:.1f} per replica), " + rate
+            )
+        parts = [f"wall-clock training rate {rate}"]
+        steady = s["steady_samples_per_sec"] if s["samples_per_sec"] is not None else s["steady_steps_per_sec"]
+        if steady is not None:
+            unit = "samples/s" if s["samples_per_sec"] is not None else "steps/s"
+            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch left out)")
         if s["tflops_per_sec"] is not None:
             parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
         if s["mfu"] is not None:
             parts.append(f"MFU {100 * s['mfu']:.2f}%")
         samples = "" if s["samples"] is None else f", {s['samples']} samples"
         logger.info(
-            "keras-gpu: ThroughputLogger: %d epoch(s), %d steps%s; mean over the run (first execution of each "
-            "epoch excluded): %s.",
+            "keras-gpu: ThroughputLogger: %s; %d epoch(s), %d steps%s in %s (training %.2f s, validation %.2f s, "
+            "other %.2f s).",
+            "; ".join(parts),
             s["epochs"],
             s["steps"],
             samples,
-            ", ".join(parts),
+            fit_time,
+            s["train_seconds"],
+            s["validation_seconds"],
+            s["other_seconds"],
         )
 
 
 def _int_attr(obj: Any, name: str) -> int | None:
     value = getattr(obj, name, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _local_replica_devices(strategy: Any) -> list[str]:
-    """Device strings of this worker's replicas, in replica order."""
-    extended = getattr(strategy, "extended", None)
-    devices: list[str] = []
-    try:
-        devices = [str(d) for d in extended.worker_devices]
-    except (AttributeError, RuntimeError, NotImplementedError, TypeError):
-        devices = [str(d) for d in (getattr(extended, "_devices", None) or ())]
-    if not devices:
-        import tensorflow as tf
-
-        gpus = tf.config.list_logical_devices("GPU")
-        devices = [gpus[0].name if gpus else "/device:CPU:0"]
-    return devices
-
-
-def _device_spec(device: str) -> tuple[str, int]:
-    import tensorflow as tf
-
-    try:
-        spec = tf.DeviceSpec.from_string(device)
-    except (ValueError, TypeError):
-        return "device", 0
-    return (spec.device_type or "device").upper(), int(spec.device_index or 0)
-
-
-def _device_kind(device: str) -> str:
-    return _device_spec(device)[0]
-
-
-def _device_label(device: str) -> str:
-    kind, index = _device_spec(device)
-    return f"{kind}_{index}"
-
-
-def _replica_tags(worker_rank: int, devices: list[str]) -> tuple[str, ...]:
-    """Per-replica tags: global replica index (rank * replicas per worker + local index) and device."""
-    return tuple(
-        f"{_PREFIX}replica_{worker_rank * len(devices) + i}_{_device_label(d)}/samples_per_sec"
-        for i, d in enumerate(devices)
-    )
 
 
 def _gpu_peak_local(devices: list[str], dtype: str) -> tuple[float | None, list[str]]:
@@ -467,7 +466,8 @@ def _gpu_peak_local(devices: list[str], dtype: str) -> tuple[float | None, list[
         except Exception:  # noqa: BLE001
             names.append("")
     n_logical = len(tf.config.list_logical_devices("GPU"))
-    return _sum_gpu_peaks([_device_spec(d)[1] for d in devices], names, n_logical, dtype)
+    indices = [(topology.parse_device(d) or topology.DeviceName(None, None, None, "", 0)).index or 0 for d in devices]
+    return _sum_gpu_peaks(indices, names, n_logical, dtype)
 
 
 def _sum_gpu_peaks(
@@ -489,3 +489,18 @@ def _sum_gpu_peaks(
     if not peaks or any(p is None for p in peaks):
         return None, used
     return float(sum(peaks)), used
+
+
+class _Fit:
+    """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
+
+    __slots__ = ("meter", "t0", "next_batch", "next_time", "last_batch", "last_t", "epoch_iterations")
+
+    def __init__(self, meter: ThroughputMeter, t0: float) -> None:
+        self.meter = meter
+        self.t0 = t0  # when fit's callbacks started (on_train_begin)
+        self.next_batch: float = _INF
+        self.next_time: float = _INF
+        self.last_batch = -1
+        self.last_t = t0
+        self.epoch_iterations: int | None = None
