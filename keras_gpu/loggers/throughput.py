@@ -148,10 +148,11 @@ class ThroughputLogger(LoggingCallback):
         if fit is None:
             return
         t = time.perf_counter()
+        # The previous epoch ends, and this one starts, at the same instant: the
+        # work below (a write, a step-count read) is wall time of this epoch.
         self._write_epoch(fit.meter.epoch_close(t))
         if not fit.meter.schedule.exact_steps:
             fit.epoch_iterations = self._iterations()
-        t = time.perf_counter()
         fit.meter.epoch_begin(t)
         fit.last_batch, fit.last_t = -1, t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
@@ -239,8 +240,7 @@ class ThroughputLogger(LoggingCallback):
             values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
         if times.steady_samples_per_sec is not None:
             values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
-        writer.scalars(values, times.step)
-        writer.flush()
+        writer.scalars(values, times.step)  # flushed by the writer's thread, and when fit ends
 
     # -- set-up ---------------------------------------------------------------------
 
