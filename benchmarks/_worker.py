@@ -66,9 +66,9 @@ def _import_job(spec: dict[str, Any]) -> dict[str, Any]:
 def _device_initialised() -> bool | None:
     """Whether TensorFlow's eager context (and with it the devices) has been initialised."""
     try:
-        from tensorflow.python.eager import context
+        from keras_gpu._tf import runtime_initialized
 
-        return context.context()._context_handle is not None  # private: there is no public probe
+        return runtime_initialized()
     except Exception:  # noqa: BLE001 - a TensorFlow without this attribute: unknown
         return None
 

@@ -160,7 +160,7 @@ def strategy_devices(strategy: Any) -> tuple[str, ...]:
     extended = getattr(strategy, "extended", None)
     try:
         devices = tuple(str(d) for d in extended.worker_devices)
-    except (AttributeError, RuntimeError, NotImplementedError, TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - any strategy without a usable public list falls back
         devices = tuple(str(d) for d in (getattr(extended, "_devices", None) or ()))
     return devices
 

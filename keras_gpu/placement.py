@@ -73,6 +73,7 @@ from typing import Any
 from keras_gpu._log import logger
 from keras_gpu._tf import export_run_metadata, graph_collection, new_graph_def
 from keras_gpu._units import format_bytes
+from keras_gpu.topology import device_sort_key, device_type, replica_devices, short_device
 
 __all__ = [
     "HOST_BOUND_OPS",
@@ -127,9 +128,6 @@ _SEND_OPS = frozenset({"_Send", "_HostSend"})
 _RECV_OPS = frozenset({"_Recv", "_HostRecv"})
 _HOST_MEMORY_OPS = frozenset({"_HostSend", "_HostRecv"})
 _XLA_LAUNCH_OPS = frozenset({"XlaLaunch", "XlaLaunchV2", "_XlaCompile", "_XlaRun"})
-_DEVICE = re.compile(r"(?:/device:|/(?!job:|replica:|task:)|^)([A-Za-z_]+):(\d+)$")
-_JOB = re.compile(r"/job:([^/]+)")
-_TASK = re.compile(r"/task:(\d+)")
 _UNPLACED = "(unplaced)"
 _LARGE_CONST_BYTES = 1024
 
@@ -203,46 +201,8 @@ def step_function_graphs(function_graphs: Iterable[Any]) -> list[Any]:
 # --------------------------------------------------------------------------- devices
 
 
-def device_type(device: str) -> str:
-    """The device type of a device name, upper case: `"CPU"`, `"GPU"`, ... (`""` if unknown)."""
-    match = _DEVICE.search(device or "")
-    return match.group(1).upper() if match else ""
-
-
 def _is_host(device: str) -> bool:
     return device_type(device) == "CPU"
-
-
-def short_device(device: str) -> str:
-    """A compact device name for tables.
-
-    `/job:localhost/replica:0/task:0/device:GPU:0` -> `GPU:0`;
-    `/job:worker/replica:0/task:1/device:GPU:0` -> `worker:1/GPU:0`.
-    """
-    if not device:
-        return _UNPLACED
-    match = _DEVICE.search(device)
-    if match is None:
-        return device
-    name = f"{match.group(1).upper()}:{match.group(2)}"
-    job = _JOB.search(device)
-    if job and job.group(1) != "localhost":
-        task = _TASK.search(device)
-        return f"{job.group(1)}:{task.group(1) if task else 0}/{name}"
-    return name
-
-
-def _device_sort_key(device: str) -> tuple:
-    job = _JOB.search(device)
-    task = _TASK.search(device)
-    match = _DEVICE.search(device)
-    return (
-        job.group(1) if job else "",
-        int(task.group(1)) if task else 0,
-        match.group(1).upper() if match else device,
-        int(match.group(2)) if match else 0,
-        device,
-    )
 
 
 def is_host_bound(op_type: str) -> bool:
@@ -610,7 +570,7 @@ class PlacementReport:
             f"{ops.host_device_copy_ops} of them between host and accelerator memory."
         )
         rows = []
-        for device, count in sorted(ops.ops_per_device.items(), key=lambda kv: _device_sort_key(kv[0])):
+        for device, count in sorted(ops.ops_per_device.items(), key=lambda kv: device_sort_key(kv[0])):
             compute = ops.compute_ops_per_device.get(device, 0)
             share = f"{100.0 * compute / compute_total:.1f}%" if compute_total else "-"
             rows.append((f"`{short_device(device)}`", str(count), str(compute), share))
@@ -751,7 +711,7 @@ def analyze_ops(function_graphs: Sequence[Any], replica_devices: Sequence[str] =
         checked = any(device_type(d) not in ("CPU", "") for d in replica_devices)
     else:
         checked = any_accelerator
-    order = sorted(ops_per_device, key=_device_sort_key)
+    order = sorted(ops_per_device, key=device_sort_key)
     return OpPlacement(
         function_graphs=len(function_graphs),
         partitions=partitions,
@@ -847,20 +807,6 @@ def strategy_kind(strategy: Any) -> str | None:
     return None
 
 
-def _replica_devices(strategy: Any) -> tuple[str, ...]:
-    try:
-        devices = tuple(strategy.extended.worker_devices)
-    except (AttributeError, RuntimeError, NotImplementedError, ValueError):
-        devices = ()
-    if devices:
-        return devices
-    # The default strategy has no device list: ops go to the first GPU if any, else the CPU.
-    import tensorflow as tf
-
-    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
-    return (f"/job:localhost/replica:0/task:0/device:{device}",)
-
-
 def strategy_info(strategy: Any, cluster: Any = None) -> StrategyInfo:
     """Describe `strategy` and this worker's place in the cluster.
 
@@ -877,7 +823,7 @@ def strategy_info(strategy: Any, cluster: Any = None) -> StrategyInfo:
         class_name=type(strategy).__name__,
         kind=strategy_kind(strategy),
         num_replicas_in_sync=int(getattr(strategy, "num_replicas_in_sync", 1)),
-        replica_devices=_replica_devices(strategy),
+        replica_devices=replica_devices(strategy),
         worker_index=cluster.worker_index,
         num_workers=cluster.num_workers,
         is_chief=cluster.is_chief,
