@@ -1,4 +1,4 @@
-"""`MemoryLogger`: the backend's allocator, GPU (NVML) and host memory in TensorBoard."""
+"""`MemoryLogger`: TensorFlow allocator, GPU (NVML) and host memory in TensorBoard."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 
-from keras_gpu import backend
 from keras_gpu import nvml as _nvml
 from keras_gpu._log import log_once, logger
 from keras_gpu._units import format_bytes
@@ -30,7 +29,7 @@ _MIN_EPOCH_WINDOW_S = 1.0
 
 
 class MemoryLogger(LoggingCallback):
-    """Logs memory (the backend's allocator, GPU, host) and GPU activity to TensorBoard.
+    """Logs memory (TensorFlow allocator, GPU, host) and GPU activity to TensorBoard.
 
     Everything is measured and written on background threads; the callback
     defines no per-batch hook, and nothing runs on the training thread's
@@ -42,49 +41,35 @@ class MemoryLogger(LoggingCallback):
     training (on the training thread, once
     the background threads have stopped):
 
-    The Keras backend's allocator, for each device this worker trains on
-    (TensorFlow: the model's distribution strategy, with logical CPU devices
-    sharing one allocator, logged once as `CPU_0`; JAX: the devices of the
-    `keras.distribution`, else the default device; PyTorch: the model's
-    device; see :mod:`keras_gpu.backend`):
+    TensorFlow's allocator, for each device this worker trains on (from the
+    model's distribution strategy; logical CPU devices share one allocator,
+    so it is logged once, as `CPU_0`):
 
-    - `memory/allocator/<device>/current_bytes`: bytes allocated when the
-      window is written. It is read on the background thread while training
-      runs, so it is a mid-step reading that includes the step's temporaries
-      (except for the last window of `fit`, read after the last step).
+    - `memory/allocator/<device>/current_bytes`: bytes allocated at the end
+      of the window.
     - `memory/allocator/<device>/peak_bytes`: the most bytes allocated at
-      once within the window on TensorFlow and PyTorch (the peak is reset at
-      the start of `fit` and after each window, with
-      `tf.config.experimental.reset_memory_stats` /
-      `torch.cuda.reset_peak_memory_stats`, so other readers of that peak see
-      it reset too); on JAX, which cannot reset it, the peak since the process
-      started.
+      once within the window (the allocator's peak is reset with
+      `tf.config.experimental.reset_memory_stats` at the start of `fit` and
+      after each window, so other readers of that peak see it reset too).
     - `memory/allocator/<device>/run_peak_bytes`: the largest `peak_bytes` so
       far in this `fit`; also in the summary line logged at the end.
 
-    Sources: TensorFlow's `get_memory_info`, JAX's `Device.memory_stats()`,
-    PyTorch's `torch.cuda.memory_allocated` / `max_memory_allocated`. JAX
-    and PyTorch keep no allocator statistics on CPU: there, the host metrics
-    below are the process's memory, and the allocator is left out after one
-    INFO line. On CPU, TensorFlow's allocator statistics leave small
-    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
-    tiny model may show 0 there. The allocator is read, and its peak reset,
-    on the background thread: both are cheap, thread-safe calls.
+    On CPU, TensorFlow's allocator statistics leave small allocations out (a
+    40 KB tensor is not counted, a 400 KB one is), so a tiny model may show
+    0 there. The allocator is read, and its peak reset, on the background
+    thread: both are cheap, thread-safe calls.
 
     The host:
 
-    - `memory/host/rss_bytes`: this process's resident set size when the
-      window is written, in bytes.
+    - `memory/host/rss_bytes`: this process's resident set size, in bytes
+      (`/proc/self/statm`; absent where there is no `/proc`).
     - `memory/host/peak_rss_bytes`: the largest resident set size since the
-      process started, in bytes; never below `rss_bytes` of the same window
-      or the previous `peak_rss_bytes`. Both come from one read of
-      `/proc/self/status` (`VmRSS`, `VmHWM`); without it, from
-      `/proc/self/statm` and `resource.getrusage`.
+      process started, in bytes (`resource.getrusage`).
 
     Each GPU this process trains on, from NVML, sampled every
-    `sample_interval_s` seconds by a background thread. `<i>` is the CUDA
-    ordinal of the GPU among this process's visible GPUs (TensorFlow's
-    physical GPU index; see `keras_gpu.nvml` for how it maps to NVML). The plain tag is the mean of
+    `sample_interval_s` seconds by a background thread. `<i>` is
+    TensorFlow's physical GPU index (a CUDA ordinal of this process; see
+    `keras_gpu.nvml` for how it maps to NVML). The plain tag is the mean of
     the window's samples and the `_max` tag their maximum:
 
     - `gpu/<i>/memory_used_bytes`, `gpu/<i>/memory_used_bytes_max`: device
@@ -122,10 +107,10 @@ class MemoryLogger(LoggingCallback):
         every_s: Seconds between windows.
         sample_interval_s: Seconds between NVML samples (at most `every_s`).
         nvml: Log the NVML GPU metrics.
-        allocator: Log the backend's allocator metrics.
+        allocator: Log TensorFlow's allocator metrics.
         host: Log the host metrics.
-        gpus: GPU indices (CUDA ordinals of this process) to monitor with
-            NVML, or `None` for the GPUs the model trains on.
+        gpus: TensorFlow GPU indices to monitor with NVML, or `None` for the
+            GPUs the model's distribution strategy uses.
 
     Raises:
         TypeError, ValueError: An argument is malformed.
@@ -173,9 +158,9 @@ class MemoryLogger(LoggingCallback):
         self._end_run(abandoned=True)
         writer = self._open()
         watch = _FitWatch.capture()
-        allocators = backend.allocators(self.model) if self.allocator else []
-        gpus = self._gpu_indices() if self.nvml else []
-        run = _Run(self, writer, allocators, gpus, watch)
+        devices = _allocator_devices(self._strategy())
+        gpus = self._gpu_indices(devices) if self.nvml else []
+        run = _Run(self, writer, devices if self.allocator else [], gpus, watch)
         run.start()
         self._run = run
 
@@ -197,16 +182,17 @@ class MemoryLogger(LoggingCallback):
         if run is not None:
             run.finish(abandoned=abandoned)
 
-    def _gpu_indices(self) -> list[int]:
-        """The GPUs to sample: `gpus`, or those the model's replicas run on."""
+    def _gpu_indices(self, devices: list[tuple[str, str]]) -> list[int]:
+        """The physical GPUs to sample: `gpus`, or those behind the strategy's logical GPUs."""
         if self.gpus is not None:
             return list(self.gpus)
-        physical = backend.physical_gpus(self.model)
+        logical = [int(dev.split(":")[1]) for dev, _ in devices if dev.startswith("GPU:")]
+        physical = _physical_gpus(logical)
         if not physical:
             log_once(
                 logging.INFO,
                 "memory:no-gpu",
-                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs allocator "
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs TensorFlow allocator "
                 "and host memory only.",
             )
         return physical
@@ -219,7 +205,7 @@ class _Run:
         self,
         owner: MemoryLogger,
         writer: _writer.SummaryWriter,
-        allocators: list[backend.Allocator],
+        allocators: list[tuple[str, str]],
         gpus: list[int],
         watch: _FitWatch,
     ) -> None:
@@ -232,7 +218,7 @@ class _Run:
         self.sampler = (
             _nvml.GpuSampler(gpus, owner.sample_interval_s, alive=watch.alive, max_idle_s=None) if gpus else None
         )
-        self.run_peaks: dict[str, int] = {}  # allocator tag -> bytes
+        self.run_peaks: dict[str, int] = {}
         self.gpu_peaks: dict[tuple[int, str], float] = {}
         self.host_peak: int | None = None
         self.windows = 0
@@ -245,27 +231,23 @@ class _Run:
         self._thread = threading.Thread(target=self._loop, name="keras-gpu-memory-logger", daemon=True)
 
     def start(self) -> None:
+        import tensorflow as tf
+
         usable = []
-        for allocator in self.allocators:
+        for device, tag in self.allocators:
             try:
-                reading = backend.allocator_memory(allocator)
-                if reading is not None:
-                    backend.reset_allocator_peak(allocator)
+                tf.config.experimental.get_memory_info(device)
+                tf.config.experimental.reset_memory_stats(device)
             except Exception as exc:  # noqa: BLE001 - some devices have no allocator statistics
-                reading, why = None, f"{type(exc).__name__}: {exc}"
-            else:
-                why = "the backend keeps none on this device; the host metrics are this process's memory"
-            if reading is None:
                 log_once(
                     logging.INFO,
-                    f"memory:no-allocator:{backend.name()}:{allocator.device}",
-                    "keras-gpu: no allocator statistics for %s on the %s backend (%s); they are not logged.",
-                    allocator.device,
-                    backend.name(),
-                    why,
+                    f"memory:no-allocator:{device}",
+                    "keras-gpu: TensorFlow keeps no allocator statistics for %s (%s); it is not logged.",
+                    device,
+                    exc,
                 )
                 continue
-            usable.append(allocator)
+            usable.append((device, tag))
         self.allocators = usable
         self._step = read_step(self.model, 0)
         self._written_step: int | None = None
@@ -362,32 +344,29 @@ class _Run:
             self.windows += 1
 
     def _allocator_window(self, values: dict[str, float]) -> None:
-        for allocator in self.allocators:
+        import tensorflow as tf
+
+        for device, tag in self.allocators:
             try:
-                reading = backend.allocator_memory(allocator)
-                backend.reset_allocator_peak(allocator)
+                info = tf.config.experimental.get_memory_info(device)
+                tf.config.experimental.reset_memory_stats(device)
             except Exception:  # noqa: BLE001 - a device that went away: skip it this window
                 continue
-            if reading is None:
-                continue
-            tag = allocator.tag
-            self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), reading.peak_bytes)
-            values[f"memory/allocator/{tag}/current_bytes"] = reading.current_bytes
-            values[f"memory/allocator/{tag}/peak_bytes"] = reading.peak_bytes
-            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[tag]
+            peak = int(info["peak"])
+            self.run_peaks[device] = max(self.run_peaks.get(device, 0), peak)
+            values[f"memory/allocator/{tag}/current_bytes"] = int(info["current"])
+            values[f"memory/allocator/{tag}/peak_bytes"] = peak
+            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[device]
 
     def _host_window(self, values: dict[str, float]) -> None:
-        rss, peak = _host_memory()
+        rss, peak = _host_rss_bytes(), _host_peak_rss_bytes()
         if rss is None and peak is None:
             log_once(logging.INFO, "memory:no-host", "keras-gpu: host memory is not measurable on this platform.")
-        if peak is not None or rss is not None:
-            # The peak since the process started can never be below what was resident at any reading.
-            peak = max(p for p in (peak, rss, self.host_peak) if p is not None)
-            self.host_peak = peak
         if rss is not None:
             values["memory/host/rss_bytes"] = rss
         if peak is not None:
             values["memory/host/peak_rss_bytes"] = peak
+            self.host_peak = max(self.host_peak or 0, peak)
 
     def _gpu_window(self, values: dict[str, float]) -> None:
         for gpu, metrics in sorted(self.sampler.drain().items()):
@@ -400,7 +379,9 @@ class _Run:
 
     def summary(self) -> str:
         """One line: the run's peaks."""
-        parts = [f"peak allocator memory on {tag}: {format_bytes(peak)}" for tag, peak in self.run_peaks.items()]
+        parts = [
+            f"peak TensorFlow allocator memory on {dev}: {format_bytes(peak)}" for dev, peak in self.run_peaks.items()
+        ]
         gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
         for gpu in gpus:
             used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
@@ -457,39 +438,49 @@ class _FitWatch:
         return False
 
 
-# --------------------------------------------------------------------------- host memory
+# --------------------------------------------------------------------------- devices
 
 
-def _host_memory() -> tuple[int | None, int | None]:
-    """`(resident set size, peak resident set size)` of this process, in bytes; `None` where unknown.
+def _allocator_devices(strategy: Any) -> list[tuple[str, str]]:
+    """`(device, tag)` of each distinct allocator the strategy's devices on this worker use."""
+    from keras_gpu import topology
 
-    Both come from one read of `/proc/self/status` (`VmRSS`, `VmHWM`): the
-    kernel computes them together, so the peak is never below the RSS. Where
-    that file is missing, `/proc/self/statm` and `resource.getrusage`, read
-    one after the other (the caller keeps the peak at or above the RSS).
+    return topology.allocator_devices(topology.replica_devices(strategy))
+
+
+def _logical_to_physical(layout: Sequence[tuple[int, int]], logical: Sequence[int]) -> list[int]:
+    """Physical GPU indices behind logical GPU indices.
+
+    Args:
+        layout: For each visible physical GPU in order, `(physical index,
+            number of logical devices on it)`; TensorFlow numbers logical GPUs
+            in that order.
+        logical: Logical GPU indices.
     """
-    try:
-        with open("/proc/self/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        rss, peak = (_kib(fields.get(key)) for key in (b"VmRSS", b"VmHWM"))
-        if rss is not None and peak is not None:
-            return rss, peak
-    except OSError:
-        pass
-    return _statm_rss_bytes(), _rusage_peak_rss_bytes()
+    order = [physical for physical, count in layout for _ in range(max(count, 1))]
+    result: list[int] = []
+    for index in logical:
+        if 0 <= index < len(order) and order[index] not in result:
+            result.append(order[index])
+    return result
 
 
-def _kib(field: bytes | None) -> int | None:
-    """`b"   1234 kB"` -> 1234 * 1024."""
-    if field is None:
-        return None
-    parts = field.split()
-    if len(parts) != 2 or parts[1] != b"kB" or not parts[0].isdigit():
-        return None
-    return int(parts[0]) * 1024
+def _physical_gpus(logical: Sequence[int]) -> list[int]:
+    if not logical:
+        return []
+    import tensorflow as tf
+
+    layout = []
+    for device in tf.config.get_visible_devices("GPU"):
+        configs = tf.config.get_logical_device_configuration(device)
+        layout.append((int(device.name.rsplit(":", 1)[1]), len(configs) if configs else 1))
+    return _logical_to_physical(layout, logical)
 
 
-def _statm_rss_bytes() -> int | None:
+# --------------------------------------------------------------------------- small helpers
+
+
+def _host_rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as f:
             pages = int(f.read().split()[1])
@@ -498,7 +489,7 @@ def _statm_rss_bytes() -> int | None:
         return None
 
 
-def _rusage_peak_rss_bytes() -> int | None:
+def _host_peak_rss_bytes() -> int | None:
     try:
         import resource
     except ImportError:  # Windows
@@ -512,11 +503,11 @@ def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
         return None
     if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence):
         raise TypeError(
-            "`gpus` must be a list of GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
+            "`gpus` must be a list of TensorFlow GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
             f"Received: gpus={gpus!r}"
         )
     if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
-        raise ValueError(f"`gpus` must hold non-negative ints (GPU indices). Received: gpus={gpus!r}")
+        raise ValueError(f"`gpus` must hold non-negative ints (TensorFlow GPU indices). Received: gpus={gpus!r}")
     if len(set(gpus)) != len(gpus):
         raise ValueError(f"`gpus` must not repeat a GPU. Received: gpus={gpus!r}")
     return tuple(gpus)
