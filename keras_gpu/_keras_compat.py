@@ -9,7 +9,7 @@ keras-team/keras#20585: Keras 3 `fit` with `MultiWorkerMirroredStrategy`
     :class:`KerasMultiWorkerMirroredStrategy` carries the fix (see its docstring).
     Stock failure: `tests/test_multiworker.py::test_stock_multiworker_strategy_still_fails_in_fit`.
 
-keras-team/keras#19246: mirrored training with `steps_per_execution > 1`
+keras-team/keras#19246: training with `steps_per_execution > 1` and collective all-reduce
     Keras 3 fails with `You must feed a value for placeholder tensor
     '...while/cond/Placeholder'`. Cause: Keras calls its one-step
     `tf.function` inside the `tf.cond` of its multi-step `tf.while_loop`. When
@@ -17,33 +17,58 @@ keras-team/keras#19246: mirrored training with `steps_per_execution > 1`
     (`CollectiveAllReduce`, the default cross-device ops of
     `tf.distribute.MirroredStrategy` and the only ones of
     `tf.distribute.MultiWorkerMirroredStrategy`), each collective's instance key
-    is a call-time capture (`capture_call_time_value`). Such captures are not
-    threaded through control-flow graphs, so the branch keeps an unfed `int32`
-    placeholder for every collective.
+    is a call-time capture (`capture_call_time_value`). When the one-step
+    function is called from the `tf.cond` branch, TensorFlow re-registers that
+    deferred capture on the branch graph (`FuncGraph.capture_call_time_value`
+    does not climb out of control flow the way `_next_instance_key` does), and
+    control flow never feeds it: the branch keeps an unfed `int32` placeholder
+    for every collective.
 
-    Mirrored strategies built by `keras_gpu.make_strategy` always get an
-    explicit cross-device ops object (`NcclAllReduce`,
-    `HierarchicalCopyAllReduce` or `ReductionToOneDevice`), none of which uses
-    call-time captures, so they train with any `steps_per_execution` and give
-    the same weights as `steps_per_execution=1`. Two cases stay affected and
-    are only guarded: multi-worker strategies, which have no other all-reduce,
-    and XLA-compiled models on GPU-only mirrored strategies, where TensorFlow
-    switches to collectives itself. :func:`warn_steps_per_execution` says so
-    once per process. Stock failures:
-    `tests/test_strategy.py::test_stock_mirrored_with_steps_per_execution_still_fails`
-    and `tests/test_multiworker.py::test_multiworker_steps_per_execution_still_fails_and_is_flagged`.
+    Fixes, narrowest first:
+
+    - Mirrored strategies built by `keras_gpu.make_strategy` get an explicit
+      cross-device ops object (`NcclAllReduce`, `HierarchicalCopyAllReduce` or
+      `ReductionToOneDevice`), none of which uses call-time captures.
+    - :class:`KerasMultiWorkerMirroredStrategy` has no other all-reduce, so its
+      collectives that are traced inside control flow take their instance key
+      at trace time instead (`keras_gpu._tf.collective_keys_fixed_in_control_flow`),
+      the path TensorFlow itself takes outside eager mode. Every worker traces
+      Keras' functions in the same order, so the keys agree; collectives traced
+      outside control flow (everything with `steps_per_execution=1`) are
+      unchanged. Test: `tests/test_multiworker_hardening.py::
+      test_steps_per_execution_4_matches_1_on_every_worker`.
+
+    Still affected, and only guarded by :func:`warn_steps_per_execution`: a
+    stock `tf.distribute.MirroredStrategy` or `MultiWorkerMirroredStrategy`,
+    and XLA-compiled models on GPU-only mirrored strategies or on the
+    multi-worker strategy (not checked), where TensorFlow uses collectives
+    itself. Stock failure:
+    `tests/test_strategy.py::test_stock_mirrored_with_steps_per_execution_still_fails`.
+
+Per-batch values Keras reduces with `axis=0` under multi-worker
+    Keras' `reduce_per_replica` reduces a train or test step's logs with
+    `strategy.reduce("MEAN", v, axis=0)` under multi-worker, and with
+    `tf.reduce_mean(local_results, axis=0)` (the element-wise mean over
+    replicas) otherwise. For a rank-1 log such as `Precision(thresholds=[0.3,
+    0.5, 0.7])`, TensorFlow's `axis=0` also averages the three values into one
+    number, so callbacks and the progress bar saw something a mirrored run
+    never gives. :class:`KerasMultiWorkerMirroredStrategy` reduces what Keras'
+    `reduce_per_replica` passes element-wise across replicas, as the mirrored
+    path does. Test: `tests/test_multiworker_hardening.py::
+    test_vector_metric_per_batch_logs_are_element_wise`.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from keras_gpu._log import log_once
-from keras_gpu._tf import collective_cross_device_ops, strategy_devices
+from keras_gpu._tf import collective_cross_device_ops, collective_keys_fixed_in_control_flow, strategy_devices
 from keras_gpu.topology import device_type
 
 __all__ = [
@@ -53,6 +78,7 @@ __all__ = [
 ]
 
 _ISSUE_STEPS_PER_EXECUTION = "keras-team/keras#19246"
+_KERAS_TF_TRAINER = "keras.src.backend.tensorflow.trainer"
 
 
 class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -75,20 +101,47 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
     - a nested structure (list, tuple, dict, namedtuple) that holds at least
       one `tf.distribute.DistributedValues` is reduced leaf by leaf, with the
       same `reduce_op` and `axis`, and returned in the same structure;
-    - an `axis` (an int, or a non-empty list or tuple) given for a value whose
-      every local component has static rank 0 is treated as `axis=None`,
-      i.e. the per-replica scalars are reduced across replicas only.
+    - `axis=0` (or `[0]`, `(0,)`) given for a value whose every local
+      component has static rank 0 is treated as `axis=None`, i.e. the
+      per-replica scalars are reduced across replicas only. Other axes on
+      scalars are left to the stock `reduce`, which rejects them.
 
-    Everything else, rank >= 1 values with any `axis` included, goes to the
-    stock `reduce` unchanged. The object is a real
+    Two further changes (see the module docstring):
+
+    - a call from Keras' own `reduce_per_replica` (the only caller that means
+      "element-wise across replicas" by `axis=0`) is reduced with
+      `axis=None`, so rank-1 per-batch logs keep their shape;
+    - collectives traced inside control flow get trace-time instance keys,
+      so `steps_per_execution > 1` trains (keras-team/keras#19246).
+
+    Everything else, rank >= 1 values with any `axis` from any other caller
+    included, goes to the stock `reduce` unchanged. The object is a real
     `tf.distribute.MultiWorkerMirroredStrategy` (same constructor, same
     `scope()`, `run()` and `extended`), so `isinstance` checks in Keras and
     TensorFlow see it as one.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._keras_gpu_fixed_keys = collective_keys_fixed_in_control_flow(self) > 0
+
     def reduce(self, reduce_op: Any, value: Any, axis: Any) -> Any:
         """Reduce `value` across replicas; see the class docstring for what differs from stock."""
+        if _called_from_keras_reduce_per_replica(sys._getframe(1)):
+            axis = None
         return _compat_reduce(super().reduce, self.experimental_local_results, reduce_op, value, axis)
+
+
+def _called_from_keras_reduce_per_replica(frame: Any) -> bool:
+    """Whether `frame` is the `_reduce` helper of Keras' TensorFlow `reduce_per_replica`.
+
+    Runs while Keras traces a step function, never per step.
+    """
+    return (
+        frame is not None
+        and frame.f_code.co_name == "_reduce"
+        and frame.f_globals.get("__name__") == _KERAS_TF_TRAINER
+    )
 
 
 def _compat_reduce(
@@ -121,7 +174,7 @@ def _reduce_leaf(
     value: Any,
     axis: Any,
 ) -> Any:
-    if _has_axis(axis) and _all_rank0(local_results(value)):
+    if _is_axis0(axis) and _all_rank0(local_results(value)):
         axis = None
     return stock_reduce(reduce_op, value, axis)
 
@@ -132,12 +185,10 @@ def _is_nest_of_distributed(value: Any) -> bool:
     return any(isinstance(leaf, tf.distribute.DistributedValues) for leaf in tf.nest.flatten(value))
 
 
-def _has_axis(axis: Any) -> bool:
-    if axis is None:
-        return False
+def _is_axis0(axis: Any) -> bool:
     if isinstance(axis, (list, tuple)):
-        return len(axis) > 0
-    return True
+        return len(axis) == 1 and _is_axis0(axis[0])
+    return not isinstance(axis, bool) and isinstance(axis, int) and axis == 0
 
 
 def _all_rank0(components: Sequence[Any]) -> bool:
@@ -149,12 +200,13 @@ def steps_per_execution_affected(strategy: Any, *, jit_compile: bool = False) ->
     """Whether `strategy` hits keras-team/keras#19246 when `steps_per_execution > 1`.
 
     True for a strategy with more than one replica whose gradient all-reduce
-    uses TensorFlow's collective ops: any `MultiWorkerMirroredStrategy`, a
-    `MirroredStrategy` built with its default (collective) cross-device ops,
-    and a `MirroredStrategy` over GPUs only when the model is XLA-compiled
+    uses TensorFlow's collective ops without this module's fix: a stock
+    `MultiWorkerMirroredStrategy`, a `MirroredStrategy` built with its default
+    (collective) cross-device ops, and, when the model is XLA-compiled
     (`jit_compile=True` makes TensorFlow use collectives whatever the
-    cross-device ops). Mirrored strategies from `keras_gpu.make_strategy` are
-    not affected unless compiled with XLA.
+    cross-device ops; not checked with the fix), a `MirroredStrategy` over GPUs
+    only or a :class:`KerasMultiWorkerMirroredStrategy`. Strategies from
+    `keras_gpu.make_strategy` are not affected unless compiled with XLA.
 
     Args:
         strategy: A `tf.distribute.Strategy`.
@@ -163,7 +215,7 @@ def steps_per_execution_affected(strategy: Any, *, jit_compile: bool = False) ->
     if not isinstance(strategy, tf.distribute.Strategy) or strategy.num_replicas_in_sync <= 1:
         return False
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return True
+        return not getattr(strategy, "_keras_gpu_fixed_keys", False) or bool(jit_compile)
     if not isinstance(strategy, tf.distribute.MirroredStrategy):
         return False
     if collective_cross_device_ops(strategy):

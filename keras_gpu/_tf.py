@@ -22,6 +22,7 @@ __all__ = [
     "clear_logical_configuration",
     "clear_memory_growth",
     "collective_cross_device_ops",
+    "collective_keys_fixed_in_control_flow",
     "configure_coordination_service",
     "constant_value",
     "coordination_service_config",
@@ -171,6 +172,45 @@ def collective_cross_device_ops(strategy: Any) -> bool:
 
     ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
     return isinstance(ops, cross_device_ops.CollectiveAllReduce)
+
+
+def collective_keys_fixed_in_control_flow(strategy: Any) -> int:
+    """Make `strategy`'s collectives traced inside `tf.cond`/`tf.while_loop` take trace-time instance keys.
+
+    TensorFlow 2.21 gives each collective a call-time instance key
+    (`FuncGraph.capture_call_time_value`) when `CollectiveReplicaLauncher`'s
+    class flag `_prefer_unique_instance_key` is on (the default). When the
+    collective sits in a nested `tf.function` that is called from a
+    control-flow branch, the deferred capture is re-registered on the branch
+    graph, which never feeds it: `You must feed a value for placeholder tensor
+    '...while/cond/Placeholder'` (keras-team/keras#19246). This sets, on
+    each launcher of `strategy`'s `_cross_device_ops` and
+    `_host_cross_device_ops` only, `_use_unique_instance_key` to answer False
+    while the graph being built is nested in a control-flow graph, so those
+    collectives get an instance key at trace time, the path TensorFlow takes
+    itself outside eager mode. Collectives traced elsewhere keep call-time keys.
+
+    Returns:
+        How many launchers were changed (0 when the strategy has none).
+    """
+    from tensorflow.python.framework import ops
+
+    def in_control_flow() -> bool:
+        graph = ops.get_default_graph()
+        while graph is not None:
+            if getattr(graph, "is_control_flow_graph", False):
+                return True
+            graph = getattr(graph, "outer_graph", None)
+        return False
+
+    changed = 0
+    extended = getattr(strategy, "extended", None)
+    for name in ("_cross_device_ops", "_host_cross_device_ops"):
+        for launcher in getattr(getattr(extended, name, None), "_launchers", None) or ():
+            stock = launcher._use_unique_instance_key
+            launcher._use_unique_instance_key = lambda stock=stock: stock() and not in_control_flow()
+            changed += 1
+    return changed
 
 
 def slurm_cluster_resolver(**kwargs: Any) -> Any:

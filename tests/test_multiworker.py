@@ -239,14 +239,12 @@ def test_multiworker_reduce_on_real_per_replica_values(multiworker_run):
         assert r["ragged_mean_axis0"] == pytest.approx((2 * 1 + 3 * 4) / 5)  # rank 1 keeps axis=0 semantics
 
 
-def test_multiworker_steps_per_execution_still_fails_and_is_flagged(multiworker_run):
-    """keras-team/keras#19246 with the multi-worker strategy; when this fails, upstream fixed it."""
+def test_multiworker_steps_per_execution_trains_and_is_not_flagged(multiworker_run):
+    """keras-team/keras#19246 is fixed for keras-gpu's multi-worker strategy: no warning, and it trains."""
     for r in multiworker_run:
-        assert r["spe_affected"] is True
-        assert "You must feed a value for placeholder tensor" in r["spe_fit"] and "while/cond/Placeholder" in r["spe_fit"]
-        assert any(lvl == "INFO" and "keras-team/keras#19246" in m for lvl, m in r["logs"])
-        warnings = [m for lvl, m in r["spe_logs"] if lvl == "WARNING"]
-        assert len(warnings) == 1 and "keras-team/keras#19246" in warnings[0] and "steps_per_execution=1" in warnings[0]
+        assert r["spe_affected"] is False
+        assert r["spe_fit"] == "trained"
+        assert not [m for lvl, m in r["logs"] if "keras-team/keras#19246" in m]
 
 
 def test_auto_picks_multiworker_from_tf_config():

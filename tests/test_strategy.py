@@ -287,12 +287,15 @@ def test_nested_structures_are_reduced_leaf_by_leaf():
     assert [c[0] for c in r.calls] == ["MEAN"] * 3
 
 
-def test_rank0_axis_becomes_none_and_nothing_else_changes():
+def test_rank0_axis0_becomes_none_and_nothing_else_changes():
     r = _Recorder()
     scalar, vector = _FakePerReplica(0, 0), _FakePerReplica(1, 1)
     assert r("MEAN", scalar, 0) == ("reduced", scalar, None)
     assert r("SUM", scalar, [0]) == ("reduced", scalar, None)
-    assert r("SUM", scalar, -1) == ("reduced", scalar, None)
+    assert r("SUM", scalar, (0,)) == ("reduced", scalar, None)
+    assert r("SUM", scalar, -1) == ("reduced", scalar, -1)  # invalid on a scalar: left to TensorFlow's error
+    assert r("SUM", scalar, 1) == ("reduced", scalar, 1)
+    assert r("SUM", scalar, [0, 1]) == ("reduced", scalar, [0, 1])
     assert r("MEAN", scalar, []) == ("reduced", scalar, [])  # the stock reduce accepts an empty axis list
     assert r("MEAN", vector, 0) == ("reduced", vector, 0)
     assert r("MEAN", _FakePerReplica(0, 1), 0)[2] == 0

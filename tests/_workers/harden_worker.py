@@ -1,0 +1,156 @@
+"""Multi-worker hardening test worker: one case per run, results in OUT/w<rank>.json.
+
+Usage: harden_worker.py OUT --case CASE
+
+Run under `keras-gpu launch`. Cases:
+
+- `core`: `steps_per_execution` 1 against 4 (SGD and Adam), per-batch logs of
+  a vector metric (`Precision(thresholds=[...])`) with a frozen model, an
+  invalid `axis` on a scalar, and `keras_gpu.ModelCheckpoint` next to Keras' own.
+- `uneven`: `evaluate` on a 1-sample input, then a valid `evaluate`, `fit`
+  with a last batch of 1, and `predict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+records: list[list[str]] = []
+
+
+class _Keep(logging.Handler):
+    def emit(self, record):
+        records.append([record.levelname, record.getMessage()])
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def core(out: dict, args, strategy) -> None:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_gpu
+
+    rs = np.random.RandomState(0)
+    x = rs.rand(256, 8).astype("float32")
+    y = (x @ rs.rand(8, 1)).astype("float32")
+
+    def regression(make_optimizer, spe):
+        with strategy.scope():
+            keras.utils.set_random_seed(7)
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+            model.compile(make_optimizer(), "mse", steps_per_execution=spe)
+        return model
+
+    for name, make in (("sgd", lambda: keras.optimizers.SGD(0.05)), ("adam", lambda: keras.optimizers.Adam(1e-2))):
+        for spe in (1, 4):
+            model = regression(make, spe)
+            try:
+                history = model.fit(x, y, batch_size=32, epochs=5, verbose=0, shuffle=False)  # 40 steps
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                out[f"{name}_spe{spe}"] = {"error": _error(exc)}
+                continue
+            out[f"{name}_spe{spe}"] = {
+                "loss": history.history["loss"],
+                "iterations": int(model.optimizer.iterations.numpy()),
+                "weights": [w.tolist() for w in model.get_weights()],
+            }
+
+    # A frozen classifier (learning rate 0): the test recomputes every per-batch log by hand.
+    labels = (x[:, :1] + 0.3 * x[:, 1:2] > 0.75).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(3)
+        clf = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1, activation="sigmoid")])
+        clf.compile(keras.optimizers.SGD(0.0), "binary_crossentropy", metrics=[keras.metrics.Precision(thresholds=[0.3, 0.5, 0.7])])
+
+    class Logs(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches.append(np.asarray(logs["precision"]).tolist())
+
+    seen = Logs()
+    history = clf.fit(x, labels, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[seen])
+    out["precision_batches"] = seen.batches
+    out["precision_epoch"] = np.asarray(history.history["precision"][0]).tolist()
+    out["probabilities"] = clf.predict(x, batch_size=32, verbose=0).ravel().tolist()
+    out["labels"] = labels.ravel().tolist()
+
+    one = strategy.run(tf.function(lambda: tf.constant(1.0)))
+    try:
+        strategy.reduce("SUM", one, axis=1)
+        out["scalar_axis1"] = "no error"
+    except Exception as exc:  # noqa: BLE001
+        out["scalar_axis1"] = _error(exc)
+    out["scalar_axis0"] = float(strategy.reduce("SUM", one, axis=0))
+
+    ckpt = os.path.join(args.out, "ckpt")
+    os.makedirs(ckpt, exist_ok=True)
+    model = regression(lambda: keras.optimizers.SGD(0.05), 1)
+    callback = keras_gpu.ModelCheckpoint(os.path.join(ckpt, "e{epoch}.weights.h5"), save_weights_only=True)
+    best = keras_gpu.ModelCheckpoint(os.path.join(ckpt, "best.keras"), monitor="loss", save_best_only=True)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False, callbacks=[callback, best])
+    out["ckpt_writes"] = [callback.writes_checkpoints, best.writes_checkpoints]
+    out["ckpt_weights"] = [w.tolist() for w in model.get_weights()]
+
+
+def uneven(out: dict, args, strategy) -> None:
+    import keras
+    import numpy as np
+
+    rs = np.random.RandomState(0)
+    x = rs.rand(64, 8).astype("float32")
+    y = (x @ rs.rand(8, 1)).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(7)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.05), "mse")
+    out["replicas"] = strategy.num_replicas_in_sync
+    attempts = [
+        ("evaluate_1", lambda: model.evaluate(x[:1], y[:1], batch_size=32, verbose=0)),
+        ("evaluate_ok", lambda: model.evaluate(x, y, batch_size=32, verbose=0)),
+        ("fit_last_batch_1", lambda: model.fit(x[:33], y[:33], batch_size=32, epochs=1, verbose=0, shuffle=False).history["loss"]),
+        ("fit_ok", lambda: model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False).history["loss"]),
+        ("predict_3", lambda: model.predict(x[:3], batch_size=32, verbose=0).ravel().tolist()),
+    ]
+    for name, call in attempts:
+        try:
+            out[name] = {"value": call()}
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"error": _error(exc)}
+    out["weights"] = [w.tolist() for w in model.get_weights()]
+    out["local_evaluate"] = float(np.mean((model(x).numpy() - y) ** 2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--case", required=True, choices=("core", "uneven"))
+    args = parser.parse_args()
+    rank = int(os.environ["KERAS_GPU_WORKER_INDEX"])
+    log = logging.getLogger("keras_gpu")
+    log.setLevel(logging.INFO)
+    log.addHandler(_Keep())
+
+    import keras_gpu
+
+    strategy = keras_gpu.make_strategy("multiworker", startup_timeout=60)
+    out: dict = {"rank": rank, "is_chief": keras_gpu.is_chief(strategy)}
+    {"core": core, "uneven": uneven}[args.case](out, args, strategy)
+    out["logs"] = records
+    with open(os.path.join(args.out, f"w{rank}.json"), "w") as f:
+        json.dump(out, f)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
