@@ -32,6 +32,7 @@ from numbers import Integral, Real
 from types import MappingProxyType
 from typing import Any, Literal
 
+from keras_gpu._checks import check_bool, check_choice
 from keras_gpu._log import logger
 from keras_gpu._tf import clear_logical_configuration, clear_memory_growth, runtime_initialized
 
@@ -204,15 +205,6 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _check_bool(name: str, value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise TypeError(
-        f"`{name}` must be True, False or None (leave as is). "
-        f"Received: {name}={value!r} (type {_type_name(value)})."
-    )
-
-
 def _check_count(name: str, value: Any, minimum: int, meaning: str = "") -> int | None:
     if value is None:
         return None
@@ -332,18 +324,6 @@ def _check_visible(value: Any) -> tuple[int, ...] | Literal["all"] | None:
     return tuple(sorted(indices))
 
 
-def _check_choice(name: str, value: Any, allowed: Sequence[str]) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(
-            f"`{name}` must be one of {list(allowed)}. Received: {name}={value!r} (type {_type_name(value)})."
-        )
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {list(allowed)}. Received: {name}={value!r}.")
-    return value
-
-
 def _covers(value: _PerGpu) -> set[int] | Literal["all"]:
     if value is None:
         return set()
@@ -360,19 +340,19 @@ def _parse_request(**kwargs: Any) -> _Request:
     """Check each argument and the combinations that are wrong on any machine."""
     req = _Request(
         visible_gpus=_check_visible(kwargs["visible_gpus"]),
-        memory_growth=_check_bool("memory_growth", kwargs["memory_growth"]),
+        memory_growth=check_bool("memory_growth", kwargs["memory_growth"], allow_none=True),
         memory_limit_mb=_per_gpu("memory_limit_mb", kwargs["memory_limit_mb"], _check_mb),
         memory_fraction=_per_gpu("memory_fraction", kwargs["memory_fraction"], _check_fraction),
         logical_gpus=_per_gpu("logical_gpus", kwargs["logical_gpus"], _check_split),
         cpu_devices=_check_count("cpu_devices", kwargs["cpu_devices"], 1),
-        soft_placement=_check_bool("soft_placement", kwargs["soft_placement"]),
-        log_placement=_check_bool("log_placement", kwargs["log_placement"]),
-        mixed_precision=_check_choice("mixed_precision", kwargs["mixed_precision"], MIXED_PRECISION_POLICIES),
-        xla=_check_bool("xla", kwargs["xla"]),
-        tf32=_check_bool("tf32", kwargs["tf32"]),
+        soft_placement=check_bool("soft_placement", kwargs["soft_placement"], allow_none=True),
+        log_placement=check_bool("log_placement", kwargs["log_placement"], allow_none=True),
+        mixed_precision=check_choice("mixed_precision", kwargs["mixed_precision"], MIXED_PRECISION_POLICIES, allow_none=True),
+        xla=check_bool("xla", kwargs["xla"], allow_none=True),
+        tf32=check_bool("tf32", kwargs["tf32"], allow_none=True),
         intra_op_threads=_check_count("intra_op_threads", kwargs["intra_op_threads"], 0, " (0 lets TensorFlow choose)"),
         inter_op_threads=_check_count("inter_op_threads", kwargs["inter_op_threads"], 0, " (0 lets TensorFlow choose)"),
-        gpu_thread_mode=_check_choice("gpu_thread_mode", kwargs["gpu_thread_mode"], GPU_THREAD_MODES),
+        gpu_thread_mode=check_choice("gpu_thread_mode", kwargs["gpu_thread_mode"], GPU_THREAD_MODES, allow_none=True),
         gpu_thread_count=_check_count("gpu_thread_count", kwargs["gpu_thread_count"], 1),
     )
 

@@ -58,6 +58,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from keras_gpu._checks import check_index, check_indices, check_seconds
 from keras_gpu._log import log_once, logger
 
 __all__ = [
@@ -109,6 +110,7 @@ _CLOCK_SM = 1  # NVML_CLOCK_SM
 
 # Upper bounds beyond which a reading is garbage (NVML's "not available"
 # sentinels are all-ones integers, far above these).
+_TF_INDEX = "TensorFlow's index of a GPU (`GPU:<index>`)"
 _MAX_PERCENT = 100.0
 _MAX_TEMPERATURE_C = 200.0
 _MAX_POWER_W = 10_000.0
@@ -505,20 +507,6 @@ def static_info() -> list[GpuInfo]:
 # --------------------------------------------------------------------------- index mapping
 
 
-def _check_tf_index(tf_gpu_index: Any) -> int:
-    if isinstance(tf_gpu_index, bool) or not isinstance(tf_gpu_index, int):
-        raise TypeError(
-            f"`tf_gpu_index` must be an int, TensorFlow's index of a GPU (`GPU:<index>`). "
-            f"Received: tf_gpu_index={tf_gpu_index!r}"
-        )
-    if tf_gpu_index < 0:
-        raise ValueError(
-            f"`tf_gpu_index` must be >= 0, TensorFlow's index of a GPU (`GPU:<index>`). "
-            f"Received: tf_gpu_index={tf_gpu_index!r}"
-        )
-    return tf_gpu_index
-
-
 def _resolve_entry(entry: str, count: int) -> _Target | None:
     """The device one `CUDA_VISIBLE_DEVICES` entry names, or None when it names none."""
     if entry.isdigit():
@@ -588,7 +576,7 @@ def tf_to_nvml_index(tf_gpu_index: int, *, environ: Any = None) -> int | None:
         The NVML index (of the parent GPU for a MIG instance), or `None` when
         NVML is not available or no such GPU is visible.
     """
-    target = _target(_check_tf_index(tf_gpu_index), environ)
+    target = _target(check_index("tf_gpu_index", tf_gpu_index, _TF_INDEX), environ)
     return target.nvml_index if target is not None else None
 
 
@@ -597,7 +585,7 @@ def memory_total_bytes(tf_gpu_index: int, *, environ: Any = None) -> int | None:
 
     `None` when NVML is not available or no such GPU is visible.
     """
-    target = _target(_check_tf_index(tf_gpu_index), environ)
+    target = _target(check_index("tf_gpu_index", tf_gpu_index, _TF_INDEX), environ)
     if target is None:
         return None
     memory = _call("nvmlDeviceGetMemoryInfo", target.handle, metric="memory", device=target)
@@ -703,7 +691,7 @@ def process_memory_bytes(tf_gpu_index: int, *, environ: Any = None) -> int | Non
     `None` when NVML is not available, the GPU is not visible, or the driver
     does not list this process (another PID namespace) or its memory.
     """
-    target = _target(_check_tf_index(tf_gpu_index), environ)
+    target = _target(check_index("tf_gpu_index", tf_gpu_index, _TF_INDEX), environ)
     if target is None:
         return None
     memory = _call("nvmlDeviceGetMemoryInfo", target.handle, metric="memory", device=target)
@@ -716,7 +704,7 @@ def sample(tf_gpu_index: int, *, environ: Any = None) -> GpuSample | None:
     `None` when NVML is not available or the GPU is not visible; a field is
     `None` when that metric is not available.
     """
-    target = _target(_check_tf_index(tf_gpu_index), environ)
+    target = _target(check_index("tf_gpu_index", tf_gpu_index, _TF_INDEX), environ)
     return _sample_target(target) if target is not None else None
 
 
@@ -755,9 +743,9 @@ class GpuSampler:
         alive: Callable[[], bool] | None = None,
         max_idle_s: float | None = 600.0,
     ) -> None:
-        self.indices = _check_indices(indices)
-        self.interval_s = _check_seconds("interval_s", interval_s)
-        self.max_idle_s = None if max_idle_s is None else _check_seconds("max_idle_s", max_idle_s)
+        self.indices = check_indices("indices", indices, "TensorFlow GPU indices", none_means="every visible GPU")
+        self.interval_s = check_seconds("interval_s", interval_s)
+        self.max_idle_s = check_seconds("max_idle_s", max_idle_s, allow_none=True)
         if alive is not None and not callable(alive):
             raise TypeError(f"`alive` must be a callable returning a bool, or None. Received: alive={alive!r}")
         self._alive = alive
@@ -940,28 +928,3 @@ class GpuSampler:
             self._ready.set()
             with _lock:
                 _samplers.discard(self)
-
-
-def _check_indices(indices: Any) -> tuple[int, ...] | None:
-    if indices is None:
-        return None
-    if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
-        raise TypeError(
-            "`indices` must be a sequence of TensorFlow GPU indices (ints), or None for every visible GPU. "
-            f"Received: indices={indices!r}"
-        )
-    for index in indices:
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ValueError(
-                "`indices` must hold non-negative ints (TensorFlow GPU indices). "
-                f"Received: indices={indices!r}"
-            )
-    if len(set(indices)) != len(indices):
-        raise ValueError(f"`indices` must not repeat a GPU. Received: indices={indices!r}")
-    return tuple(indices)
-
-
-def _check_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise ValueError(f"`{name}` must be a positive, finite number of seconds. Received: {name}={value!r}")
-    return float(value)

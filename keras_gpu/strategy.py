@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from keras_gpu._checks import check_choice
 from keras_gpu._log import log_once, logger
 from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
 from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
@@ -212,10 +213,10 @@ def plan_strategy(
             other, a device does not exist, or the cluster is malformed.
         TypeError: An argument has the wrong type.
     """
-    _check_choice("kind", kind, KINDS)
-    _check_choice("cross_device_ops", cross_device_ops, CROSS_DEVICE_OPS)
-    _check_choice("communication", communication, COMMUNICATIONS)
-    _check_choice("cluster_source", cluster_source, SOURCES)
+    check_choice("kind", kind, KINDS)
+    check_choice("cross_device_ops", cross_device_ops, CROSS_DEVICE_OPS)
+    check_choice("communication", communication, COMMUNICATIONS)
+    check_choice("cluster_source", cluster_source, SOURCES)
     collective_timeout = _check_timeout("collective_timeout", collective_timeout)
     startup_timeout = _check_timeout("startup_timeout", startup_timeout)
     wanted = _normalize_devices(devices)
@@ -700,11 +701,6 @@ def _check_combinations(
                 f"Received: kind={kind!r}, cluster_source={cluster_source!r}, cluster={cluster!r}, "
                 f"task_index={task_index!r}"
             )
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
 
 
 def _check_timeout(name: str, value: Any) -> float | None:

@@ -7,45 +7,12 @@ from typing import Any
 
 import keras
 
+from keras_gpu._checks import check_log_dir, check_positive  # kept importable from here
 from keras_gpu.loggers import _writer
 from keras_gpu.loggers._layout import write_layout
 from keras_gpu.cluster import ClusterInfo, task_info
 
 __all__ = ["LoggingCallback", "check_log_dir", "check_positive", "read_step"]
-
-
-def check_log_dir(log_dir: Any) -> str:
-    """Validate a `log_dir` argument and return it as a string."""
-    if isinstance(log_dir, bool) or not isinstance(log_dir, (str, os.PathLike)):
-        raise TypeError(f"`log_dir` must be a path (str or os.PathLike). Received: log_dir={log_dir!r}")
-    path = os.fspath(log_dir)
-    if not isinstance(path, str) or not path.strip():
-        raise ValueError(f"`log_dir` must be a non-empty path. Received: log_dir={log_dir!r}")
-    return path
-
-
-def check_positive(
-    name: str, value: Any, *, integer: bool = False, allow_none: bool = False, minimum: float = 0.0
-) -> Any:
-    """Validate a positive, finite number argument (at least `minimum`); returns it unchanged."""
-    if value is None and allow_none:
-        return None
-    kinds = (int,) if integer else (int, float)
-    ok = not isinstance(value, bool) and isinstance(value, kinds)
-    if ok and not integer:
-        try:
-            ok = minimum <= float(value) < float("inf") and value > 0
-        except OverflowError:  # an int beyond the float range
-            ok = False
-    elif ok:
-        ok = value >= max(minimum, 1)
-    if not ok:
-        what = "a positive integer" if integer else "a positive, finite number"
-        if minimum > 0 and not integer:
-            what += f" of at least {minimum:g}"
-        suffix = " or None" if allow_none else ""
-        raise ValueError(f"`{name}` must be {what}{suffix}. Received: {name}={value!r}")
-    return value
 
 
 def read_step(model: Any, fallback: int = 0) -> int:
