@@ -56,6 +56,23 @@ Per-batch values Keras reduces with `axis=0` under multi-worker
     `reduce_per_replica` passes element-wise across replicas, as the mirrored
     path does. Test: `tests/test_multiworker_hardening.py::
     test_vector_metric_per_batch_logs_are_element_wise`.
+
+Batches that do not split evenly over the replicas of every worker
+    At the start of every `fit`, `evaluate` and `predict`, Keras'
+    `_maybe_symbolic_build` all-reduces the whole first data batch with
+    `strategy.reduce("MEAN", batch, axis=None)`, only to get tensors of the
+    right structure for building the model. Under multi-worker that is a
+    collective on the data itself: when replicas hold different shapes (a
+    1-sample `evaluate` on 2 workers gives `[1, 8]` and `[0, 8]`; padded
+    batches differ in length), it aborts with `Shape mismatch in the
+    collective instance`, and every later collective of the process fails
+    (sometimes with a SIGSEGV). :class:`KerasMultiWorkerMirroredStrategy`
+    answers that call with this worker's first local component of each value,
+    with no collective; the values only serve to build the model. The steps
+    themselves all-reduce gradients and metric states, whose shapes never
+    depend on the batch, so such batches train and evaluate correctly. Test:
+    `tests/test_multiworker_hardening.py::
+    test_batches_that_leave_a_replica_empty_work_and_the_process_stays_healthy`.
 """
 
 from __future__ import annotations
@@ -106,8 +123,11 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
       per-replica scalars are reduced across replicas only. Other axes on
       scalars are left to the stock `reduce`, which rejects them.
 
-    Two further changes (see the module docstring):
+    Three further changes (see the module docstring):
 
+    - the call from Keras' `_maybe_symbolic_build`, which only needs a data
+      batch of the right structure to build the model, gets this worker's
+      first local component of each value, with no collective;
     - a call from Keras' own `reduce_per_replica` (the only caller that means
       "element-wise across replicas" by `axis=0`) is reduced with
       `axis=None`, so rank-1 per-batch logs keep their shape;
@@ -127,20 +147,28 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
 
     def reduce(self, reduce_op: Any, value: Any, axis: Any) -> Any:
         """Reduce `value` across replicas; see the class docstring for what differs from stock."""
-        if _called_from_keras_reduce_per_replica(sys._getframe(1)):
+        caller = sys._getframe(1)
+        if _is_keras_trainer_frame(caller, "_maybe_symbolic_build") and _is_nest_of_distributed(value):
+            return _first_local_results(self.experimental_local_results, value)
+        if _is_keras_trainer_frame(caller, "_reduce"):
             axis = None
         return _compat_reduce(super().reduce, self.experimental_local_results, reduce_op, value, axis)
 
 
-def _called_from_keras_reduce_per_replica(frame: Any) -> bool:
-    """Whether `frame` is the `_reduce` helper of Keras' TensorFlow `reduce_per_replica`.
+def _is_keras_trainer_frame(frame: Any, function: str) -> bool:
+    """Whether `frame` runs `function` of Keras' TensorFlow trainer module.
 
-    Runs while Keras traces a step function, never per step.
+    `_reduce` is the helper of its `reduce_per_replica` (called while Keras
+    traces a step function, never per step); `_maybe_symbolic_build` runs
+    once at the start of `fit`, `evaluate` and `predict`.
     """
-    return (
-        frame is not None
-        and frame.f_code.co_name == "_reduce"
-        and frame.f_globals.get("__name__") == _KERAS_TF_TRAINER
+    return frame is not None and frame.f_code.co_name == function and frame.f_globals.get("__name__") == _KERAS_TF_TRAINER
+
+
+def _first_local_results(local_results: Callable[[Any], Sequence[Any]], value: Any) -> Any:
+    """`value` with each distributed leaf replaced by this worker's first local component."""
+    return tf.nest.map_structure(
+        lambda leaf: local_results(leaf)[0] if isinstance(leaf, tf.distribute.DistributedValues) else leaf, value
     )
 
 

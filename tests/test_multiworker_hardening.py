@@ -112,3 +112,49 @@ def test_model_checkpoint_is_written_by_the_chief_only(core):
     assert w0["ckpt_weights"] == w1["ckpt_weights"]
     best = keras.saving.load_model(out / "ckpt" / "best.keras")
     assert _max_diff([w.tolist() for w in best.get_weights()], w0["ckpt_weights"]) == 0.0
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory):
+    proc, results = launch_case(tmp_path_factory.mktemp("uneven"), "uneven")
+    assert proc.returncode == 0 and all(results), f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return results
+
+
+def test_batches_that_leave_a_replica_empty_work_and_the_process_stays_healthy(uneven):
+    """A 1-sample `evaluate`, a last batch of 1 and a 3-sample `predict` on 2 workers.
+
+    Keras' `_maybe_symbolic_build` used to all-reduce the first data batch
+    itself, and shapes `[1, 8]` and `[0, 8]` aborted that collective for the
+    rest of the process (sometimes with a SIGSEGV). The truth for each result
+    is the worker's own forward pass of the same weights, with no collective.
+    """
+    results = uneven
+    for r in results:
+        assert r["replicas"] == 2
+        for name in ("evaluate_1", "evaluate_ok", "fit_last_batch_1", "fit_ok", "evaluate_after", "predict_3"):
+            assert "error" not in r[name], (name, r[name]["error"])
+        for name in ("evaluate_1", "evaluate_ok", "evaluate_after"):
+            assert r[name]["value"] == pytest.approx(r[name]["local"], rel=1e-5)
+        np.testing.assert_allclose(r["predict_3"]["value"], r["predict_3"]["local"], rtol=1e-5)
+        assert len(r["predict_3"]["value"]) == 3
+        loss = r["fit_ok"]["value"]
+        assert all(np.isfinite(loss)) and loss[-1] < loss[0]
+    assert results[0]["weights"] == results[1]["weights"]
+    assert results[0]["fit_ok"] == results[1]["fit_ok"]
+
+
+def test_padded_batches_whose_shapes_differ_between_replicas(uneven):
+    """Each worker pads its own shard: padded lengths differ between replicas at the same step."""
+    w0, w1 = uneven
+    assert any(a != b for a, b in zip(w0["padded_shapes"], w1["padded_shapes"]))
+    for r in (w0, w1):
+        assert "error" not in r["padded_fit"] and "error" not in r["padded_evaluate"], r
+        assert r["after_padded"]["value"] == pytest.approx(r["after_padded"]["local"], rel=1e-5)
+    # evaluate's loss is the mean over every sample of every worker, counted here from each worker's own pass.
+    total = w0["padded_local_sse"] + w1["padded_local_sse"]
+    count = w0["padded_local_count"] + w1["padded_local_count"]
+    assert count == 16
+    for r in (w0, w1):
+        assert r["padded_evaluate"]["value"] == pytest.approx(total / count, rel=1e-5)
+    assert w0["seq_weights"] == w1["seq_weights"] and w0["padded_fit"] == w1["padded_fit"]

@@ -7,8 +7,9 @@ Run under `keras-gpu launch`. Cases:
 - `core`: `steps_per_execution` 1 against 4 (SGD and Adam), per-batch logs of
   a vector metric (`Precision(thresholds=[...])`) with a frozen model, an
   invalid `axis` on a scalar, and `keras_gpu.ModelCheckpoint` next to Keras' own.
-- `uneven`: `evaluate` on a 1-sample input, then a valid `evaluate`, `fit`
-  with a last batch of 1, and `predict`.
+- `uneven`: `evaluate` on a 1-sample input (one replica gets no sample),
+  then a valid `evaluate`, `fit` with a last batch of 1, `fit`, `evaluate`
+  and a 3-sample `predict`, each next to this worker's own forward pass.
 """
 
 from __future__ import annotations
@@ -115,20 +116,58 @@ def uneven(out: dict, args, strategy) -> None:
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.05), "mse")
     out["replicas"] = strategy.num_replicas_in_sync
+
+    def mse(n=None):  # this worker's own forward pass: no collective
+        return float(np.mean((model(x[:n]).numpy() - y[:n]) ** 2))
+
     attempts = [
-        ("evaluate_1", lambda: model.evaluate(x[:1], y[:1], batch_size=32, verbose=0)),
-        ("evaluate_ok", lambda: model.evaluate(x, y, batch_size=32, verbose=0)),
-        ("fit_last_batch_1", lambda: model.fit(x[:33], y[:33], batch_size=32, epochs=1, verbose=0, shuffle=False).history["loss"]),
-        ("fit_ok", lambda: model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False).history["loss"]),
-        ("predict_3", lambda: model.predict(x[:3], batch_size=32, verbose=0).ravel().tolist()),
+        ("evaluate_1", lambda: model.evaluate(x[:1], y[:1], batch_size=32, verbose=0), lambda: mse(1)),
+        ("evaluate_ok", lambda: model.evaluate(x, y, batch_size=32, verbose=0), lambda: mse()),
+        ("fit_last_batch_1", lambda: model.fit(x[:33], y[:33], batch_size=32, epochs=1, verbose=0, shuffle=False).history["loss"], None),
+        ("fit_ok", lambda: model.fit(x, y, batch_size=32, epochs=3, verbose=0, shuffle=False).history["loss"], None),
+        ("evaluate_after", lambda: model.evaluate(x, y, batch_size=32, verbose=0), lambda: mse()),
+        ("predict_3", lambda: model.predict(x[:3], batch_size=32, verbose=0).ravel().tolist(), lambda: model(x[:3]).numpy().ravel().tolist()),
     ]
-    for name, call in attempts:
+    for name, call, truth in attempts:
+        expected = truth() if truth is not None else None
+        try:
+            out[name] = {"value": call(), "local": expected}
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"error": _error(exc), "local": expected}
+    out["weights"] = [w.tolist() for w in model.get_weights()]
+
+    # Padded batches whose shapes differ between workers: sequence lengths 1..8, padded per batch of 2.
+    import tensorflow as tf
+
+    lengths = [1 + (i * 5) % 8 for i in range(16)]
+    seqs = tf.data.Dataset.from_generator(
+        lambda: ((np.full((n, 2), n / 8, "float32"), np.array([n / 8], "float32")) for n in lengths),
+        output_signature=(tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((1,), tf.float32)),
+    )
+    # Each worker pads its own shard, so the padded lengths differ between replicas.
+    padded = strategy.distribute_datasets_from_function(
+        lambda ctx: seqs.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).padded_batch(2)
+    )
+    with strategy.scope():
+        keras.utils.set_random_seed(5)
+        seq_model = keras.Sequential([keras.Input((None, 2)), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        seq_model.compile(keras.optimizers.SGD(0.1), "mse")
+    out["padded_shapes"] = [
+        int(strategy.experimental_local_results(b[0])[0].shape[1]) for b in padded
+    ]  # this worker's padded length per step
+    for name, call in (
+        ("padded_fit", lambda: seq_model.fit(padded, epochs=2, verbose=0).history["loss"]),
+        ("padded_evaluate", lambda: seq_model.evaluate(padded, verbose=0)),
+    ):
         try:
             out[name] = {"value": call()}
         except Exception as exc:  # noqa: BLE001
             out[name] = {"error": _error(exc)}
-    out["weights"] = [w.tolist() for w in model.get_weights()]
-    out["local_evaluate"] = float(np.mean((model(x).numpy() - y) ** 2))
+    out["seq_weights"] = [w.tolist() for w in seq_model.get_weights()]
+    local = [[strategy.experimental_local_results(t)[0] for t in b] for b in padded]
+    out["padded_local_sse"] = float(sum(np.sum((seq_model(bx).numpy() - by.numpy()) ** 2) for bx, by in local))
+    out["padded_local_count"] = int(sum(int(by.shape[0]) for _, by in local))
+    out["after_padded"] = {"value": model.evaluate(x, y, batch_size=32, verbose=0), "local": mse()}
 
 
 def main() -> None:
