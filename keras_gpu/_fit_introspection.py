@@ -1,4 +1,9 @@
-"""What the running `fit` feeds: batch size, batches per pass, the short last batch.
+"""The running `fit`, found on the Python stack: what it feeds, and whether it is still running.
+
+This is keras-gpu's one stack walker (:func:`walk_stack`). :class:`FitWatch`
+tells background threads whether the `fit` that started them still runs.
+The rest describes what the running `fit` feeds: batch size, batches per
+pass, the short last batch.
 
 Keras does not tell callbacks the batch size. This module finds the `fit`
 call that is running on a model (by walking the Python stack up from the
@@ -19,14 +24,18 @@ so that a different Keras yields `None` fields, never an exception.
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from keras_gpu._log import logger
 
-__all__ = ["FitData", "inspect_fit"]
+__all__ = ["FitData", "FitWatch", "inspect_fit", "walk_stack"]
 
 _MAX_FRAMES = 64
+_LIBRARIES = ("keras.", "keras_gpu.")
 
 
 @dataclass(frozen=True)
@@ -58,17 +67,64 @@ class FitData:
     x_spec: Any = None
 
 
+# --------------------------------------------------------------------------- the stack
+
+
+def walk_stack(start: FrameType | None, max_frames: int | None = None) -> Iterator[FrameType]:
+    """`start` and the frames that called it, innermost first (at most `max_frames` of them)."""
+    frame, seen = start, 0
+    while frame is not None and (max_frames is None or seen < max_frames):
+        yield frame
+        frame, seen = frame.f_back, seen + 1
+
+
+def _is_fit(frame: FrameType) -> bool:
+    return frame.f_code.co_name == "fit"
+
+
+class FitWatch:
+    """Tells whether the `fit` call that started a run is still on its thread's stack.
+
+    Keras does not call `on_train_end` when `fit` raises, so background
+    threads cannot wait for it. :meth:`capture`, called from `on_train_begin`,
+    records the frame of the enclosing `fit` (or, when the hook is called by
+    hand, of the first caller outside Keras and keras-gpu) and the thread
+    running it; the run is alive while that frame is on that thread's stack.
+    Checking costs a walk of one stack, on the background thread.
+    """
+
+    def __init__(self, frame: FrameType | None, ident: int) -> None:
+        self._frame = frame
+        self._ident = ident
+
+    @classmethod
+    def capture(cls) -> FitWatch:
+        """Watch the `fit` (or outside caller) above the frame that calls this."""
+        caller = sys._getframe(1)  # noqa: SLF001 - the stack is the only record of the running fit
+        frame = next((f for f in walk_stack(caller) if _is_fit(f)), None)
+        if frame is None:
+            outside = (f for f in walk_stack(caller) if not f.f_globals.get("__name__", "").startswith(_LIBRARIES))
+            frame = next(outside, None)
+        return cls(frame, threading.get_ident())
+
+    def alive(self) -> bool:
+        """Whether the watched frame is still on the watched thread's stack."""
+        target = self._frame
+        if target is None:
+            return False
+        if any(f is target for f in walk_stack(sys._current_frames().get(self._ident))):
+            return True
+        self._frame = None  # let the finished frame (and its locals) go
+        return False
+
+
 def _find_epoch_iterator(model: Any) -> Any:
     """The epoch iterator of the `fit` currently running on `model`, or None."""
-    frame = sys._getframe(1)  # noqa: SLF001 - stack walk is the only way to reach fit's locals
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "fit":
+    for frame in walk_stack(sys._getframe(1), _MAX_FRAMES):  # noqa: SLF001 - the only way to reach fit's locals
+        if _is_fit(frame):
             local = frame.f_locals
             if local.get("self") is model and local.get("epoch_iterator") is not None:
                 return local["epoch_iterator"]
-        frame = frame.f_back
     return None
 
 

@@ -16,7 +16,7 @@ import logging
 import sys
 import threading
 
-__all__ = ["logger", "log_once", "PrefixFormatter"]
+__all__ = ["Once", "PrefixFormatter", "log_once", "logger"]
 
 _PREFIX = "keras-gpu: "
 
@@ -50,8 +50,34 @@ if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
 
-_seen: set[str] = set()
-_seen_lock = threading.Lock()
+class Once:
+    """Logs each message key once within one scope: the process (:func:`log_once`), or one object.
+
+    A callback that should repeat a hint for each new instance keeps its own
+    `Once()`; thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: str) -> bool:
+        """True the first time `key` is seen in this scope, False afterwards."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
+
+    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+        """Log `msg % args` at `level` the first time `key` is seen; True when it was emitted."""
+        if not self.first(key):
+            return False
+        logger.log(level, msg, *args)
+        return True
+
+
+_process = Once()
 
 
 def log_once(level: int, key: str, msg: str, *args: object) -> bool:
@@ -59,9 +85,4 @@ def log_once(level: int, key: str, msg: str, *args: object) -> bool:
 
     Returns True when the message was emitted.
     """
-    with _seen_lock:
-        if key in _seen:
-            return False
-        _seen.add(key)
-    logger.log(level, msg, *args)
-    return True
+    return _process.log(level, key, msg, *args)

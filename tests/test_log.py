@@ -40,3 +40,24 @@ def test_application_logging_setup_takes_over_without_duplicates():
 
 def test_warning_level_hides_the_info_lines():
     assert _stderr("logging.getLogger('keras_gpu').setLevel(logging.WARNING)") == ["keras-gpu: warned once"]
+
+
+def test_once_scopes_are_independent_and_each_logs_a_key_once(caplog):
+    import logging
+    import threading
+
+    from keras_gpu._log import Once
+
+    first, second = Once(), Once()
+    with caplog.at_level(logging.INFO, logger="keras_gpu"):
+        emitted = []
+        threads = [threading.Thread(target=lambda: emitted.append(first.log(logging.INFO, "k", "hint %d", 1))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert second.log(logging.INFO, "k", "hint %d", 2) is True
+        assert second.log(logging.INFO, "k", "hint %d", 2) is False
+        assert first.log(logging.INFO, "other", "other key") is True
+    assert sorted(emitted) == [False] * 7 + [True]
+    assert [r.getMessage() for r in caplog.records if r.name == "keras_gpu"] == ["hint 1", "hint 2", "other key"]

@@ -12,6 +12,7 @@ from typing import Any
 
 
 from keras_gpu import nvml as _nvml
+from keras_gpu._fit_introspection import FitWatch
 from keras_gpu._log import log_once, logger
 from keras_gpu._units import format_bytes
 from keras_gpu.loggers import _writer
@@ -398,44 +399,7 @@ class _Run:
         return "; ".join(parts) + "." if parts else "no memory figures were available."
 
 
-class _FitWatch:
-    """Tells whether the `fit` call that started a run is still on its thread's stack.
-
-    Keras does not call `on_train_end` when `fit` raises, so the background
-    threads cannot wait for it. At `on_train_begin` this records the frame of
-    the enclosing `fit` (or, when the hook is called by hand, of the first
-    caller outside Keras and keras-gpu) and the thread running it; the run is
-    alive while that frame is on that thread's stack. Checking costs a walk
-    of one stack, on the background thread.
-    """
-
-    def __init__(self, frame: Any, ident: int) -> None:
-        self._frame = frame
-        self._ident = ident
-
-    @classmethod
-    def capture(cls) -> _FitWatch:
-        caller = sys._getframe(1)
-        frame = caller
-        while frame is not None and frame.f_code.co_name != "fit":
-            frame = frame.f_back
-        if frame is None:
-            frame = caller
-            while frame is not None and frame.f_globals.get("__name__", "").startswith(("keras.", "keras_gpu.")):
-                frame = frame.f_back
-        return cls(frame, threading.get_ident())
-
-    def alive(self) -> bool:
-        target = self._frame
-        if target is None:
-            return False
-        frame = sys._current_frames().get(self._ident)
-        while frame is not None:
-            if frame is target:
-                return True
-            frame = frame.f_back
-        self._frame = None  # let the finished frame (and its locals) go
-        return False
+_FitWatch = FitWatch  # the one stack walker: keras_gpu._fit_introspection
 
 
 # --------------------------------------------------------------------------- devices
