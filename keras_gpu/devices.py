@@ -18,6 +18,13 @@ created. Asking for a change to one of them afterwards raises a
 settings (soft placement, placement logging, XLA, TF32, mixed precision) apply
 at any time.
 
+Each simple setting (thread counts, soft and logged placement, XLA, TF32,
+mixed precision) is one row of `_SIMPLE`: its name, check, read, write, and
+whether it must come before the runtime starts; the request, the snapshot,
+the plan and the setters are built from that table. The GPU memory planner
+(visible GPUs, memory growth, limits, logical devices) and the GPU thread
+environment variables are resolved against the machine and stay explicit.
+
 Importing this module imports neither TensorFlow nor Keras.
 """
 
@@ -27,7 +34,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from numbers import Integral, Real
 from types import MappingProxyType
 from typing import Any, Literal
@@ -59,21 +66,16 @@ _GPU_ARGS = (
     "gpu_thread_count",
 )
 
-# Resolved settings, in the order they are applied. The first group can only
-# change before the runtime is initialised; it is applied first so that a
-# failure there leaves the any-time settings untouched.
-_INIT_ONLY = (
+# The planner's resolved settings that can only change before the runtime is
+# initialised, in the order they are applied (the table's follow them).
+_PLANNER_INIT_ONLY = (
     "gpu_thread_mode",
     "gpu_thread_count",
     "visible_gpus",
     "memory_growth",
     "gpu_memory_limits_mb",
     "cpu_devices",
-    "intra_op_threads",
-    "inter_op_threads",
 )
-_ANY_TIME = ("soft_placement", "log_placement", "xla", "tf32", "mixed_precision")
-_ORDER = _INIT_ONLY + _ANY_TIME
 
 _ENV_THREAD_MODE = "TF_GPU_THREAD_MODE"
 _ENV_THREAD_COUNT = "TF_GPU_THREAD_COUNT"
@@ -171,6 +173,115 @@ def _show(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------- #
+# The settings table: each simple setting is one row
+# --------------------------------------------------------------------------- #
+
+
+def _tensorflow() -> Any:
+    import tensorflow as tf
+
+    return tf
+
+
+def _keras() -> Any:
+    import keras
+
+    return keras
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """One simple setting: one argument of `configure_devices` that is one TensorFlow or Keras value.
+
+    Attributes:
+        name: The argument, and the setting's name in `DeviceConfig`.
+        check: `check(name, value)` returns the normalised argument or raises (None passes through).
+        read: Returns the value in force, without initialising TensorFlow's runtime.
+        write: Sets a value (the target, or the value read, when restoring).
+        before_init: Whether it can only change before TensorFlow initialises its runtime.
+    """
+
+    name: str
+    check: Callable[[str, Any], Any]
+    read: Callable[[], Any]
+    write: Callable[[Any], None]
+    before_init: bool
+
+
+def _check_threads(name: str, value: Any) -> int | None:
+    return _check_count(name, value, 0, " (0 lets TensorFlow choose)")
+
+
+def _check_policy(name: str, value: Any) -> str | None:
+    return check_choice(name, value, MIXED_PRECISION_POLICIES, allow_none=True)
+
+
+def _check_switch(name: str, value: Any) -> bool | None:
+    return check_bool(name, value, allow_none=True)
+
+
+# A new simple setting: its argument and docstring in `configure_devices`, and one row here.
+_SIMPLE: tuple[_Setting, ...] = (
+    _Setting(
+        "intra_op_threads",
+        _check_threads,
+        lambda: _tensorflow().config.threading.get_intra_op_parallelism_threads(),
+        lambda n: _tensorflow().config.threading.set_intra_op_parallelism_threads(n),
+        before_init=True,
+    ),
+    _Setting(
+        "inter_op_threads",
+        _check_threads,
+        lambda: _tensorflow().config.threading.get_inter_op_parallelism_threads(),
+        lambda n: _tensorflow().config.threading.set_inter_op_parallelism_threads(n),
+        before_init=True,
+    ),
+    _Setting(
+        "soft_placement",
+        _check_switch,
+        lambda: bool(_tensorflow().config.get_soft_device_placement()),
+        lambda on: _tensorflow().config.set_soft_device_placement(on),
+        before_init=False,
+    ),
+    _Setting(
+        "log_placement",
+        _check_switch,
+        lambda: bool(_tensorflow().debugging.get_log_device_placement()),
+        lambda on: _tensorflow().debugging.set_log_device_placement(on),
+        before_init=False,
+    ),
+    _Setting(
+        "xla",
+        _check_switch,
+        lambda: _tensorflow().config.optimizer.get_jit() == "autoclustering",
+        lambda on: _tensorflow().config.optimizer.set_jit("autoclustering" if on else False),
+        before_init=False,
+    ),
+    _Setting(
+        "tf32",
+        _check_switch,
+        lambda: bool(_tensorflow().config.experimental.tensor_float_32_execution_enabled()),
+        lambda on: _tensorflow().config.experimental.enable_tensor_float_32_execution(on),
+        before_init=False,
+    ),
+    _Setting(
+        "mixed_precision",
+        _check_policy,
+        lambda: _keras().mixed_precision.global_policy().name,
+        lambda name: _keras().mixed_precision.set_global_policy(name),
+        before_init=False,
+    ),
+)
+
+# Resolved settings, in the order they are applied: the ones that can only
+# change before initialisation first, so that a failure there leaves the
+# any-time settings untouched.
+_INIT_ONLY = _PLANNER_INIT_ONLY + tuple(s.name for s in _SIMPLE if s.before_init)
+_ANY_TIME = tuple(s.name for s in _SIMPLE if not s.before_init)
+_ORDER = _INIT_ONLY + _ANY_TIME
+
+
+# --------------------------------------------------------------------------- #
 # Step 1: the arguments on their own
 # --------------------------------------------------------------------------- #
 
@@ -178,8 +289,8 @@ _PerGpu = Any  # a value for every visible GPU, or a read-only {gpu_index: value
 
 
 @dataclass(frozen=True)
-class _Request:
-    """The arguments of one call, type-checked and normalised."""
+class _PlannedRequest:
+    """The arguments the planner resolves against the machine (GPU memory, devices, GPU threads)."""
 
     visible_gpus: tuple[int, ...] | Literal["all"] | None = None
     memory_growth: bool | None = None
@@ -187,18 +298,17 @@ class _Request:
     memory_fraction: _PerGpu = None
     logical_gpus: _PerGpu = None
     cpu_devices: int | None = None
-    soft_placement: bool | None = None
-    log_placement: bool | None = None
-    mixed_precision: str | None = None
-    xla: bool | None = None
-    tf32: bool | None = None
-    intra_op_threads: int | None = None
-    inter_op_threads: int | None = None
     gpu_thread_mode: str | None = None
     gpu_thread_count: int | None = None
 
     def given(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if getattr(self, n) is not None]
+
+
+# The arguments of one call, type-checked and normalised: one field per argument.
+_Request = make_dataclass(
+    "_Request", [(s.name, Any, field(default=None)) for s in _SIMPLE], bases=(_PlannedRequest,), frozen=True
+)
 
 
 def _type_name(value: Any) -> str:
@@ -345,13 +455,7 @@ def _parse_request(**kwargs: Any) -> _Request:
         memory_fraction=_per_gpu("memory_fraction", kwargs["memory_fraction"], _check_fraction),
         logical_gpus=_per_gpu("logical_gpus", kwargs["logical_gpus"], _check_split),
         cpu_devices=_check_count("cpu_devices", kwargs["cpu_devices"], 1),
-        soft_placement=check_bool("soft_placement", kwargs["soft_placement"], allow_none=True),
-        log_placement=check_bool("log_placement", kwargs["log_placement"], allow_none=True),
-        mixed_precision=check_choice("mixed_precision", kwargs["mixed_precision"], MIXED_PRECISION_POLICIES, allow_none=True),
-        xla=check_bool("xla", kwargs["xla"], allow_none=True),
-        tf32=check_bool("tf32", kwargs["tf32"], allow_none=True),
-        intra_op_threads=_check_count("intra_op_threads", kwargs["intra_op_threads"], 0, " (0 lets TensorFlow choose)"),
-        inter_op_threads=_check_count("inter_op_threads", kwargs["inter_op_threads"], 0, " (0 lets TensorFlow choose)"),
+        **{s.name: s.check(s.name, kwargs[s.name]) for s in _SIMPLE},
         gpu_thread_mode=check_choice("gpu_thread_mode", kwargs["gpu_thread_mode"], GPU_THREAD_MODES, allow_none=True),
         gpu_thread_count=_check_count("gpu_thread_count", kwargs["gpu_thread_count"], 1),
     )
@@ -423,8 +527,8 @@ def _parse_request(**kwargs: Any) -> _Request:
 
 
 @dataclass(frozen=True)
-class _Snapshot:
-    """The machine and the settings in force, as read before any change.
+class _MachineSnapshot:
+    """The machine and the planner's settings in force, as read before any change.
 
     GPU tuples are indexed by physical GPU index (TensorFlow's enumeration).
     """
@@ -437,14 +541,11 @@ class _Snapshot:
     memory_growth: tuple[bool | None, ...]  # None: never set
     gpu_logical_mb: tuple[tuple[float, ...] | None, ...]  # None: no logical-device configuration
     cpu_logical_devices: int | None  # None: no logical-device configuration (one CPU device)
-    intra_op_threads: int
-    inter_op_threads: int
-    soft_placement: bool
-    log_placement: bool
-    xla: bool
-    tf32: bool
-    mixed_precision: str | None  # only read when `mixed_precision` is used
     env: Mapping[str, str]
+
+
+# The snapshot: the machine, plus one field per simple setting (read only when the call names it, else None).
+_Snapshot = make_dataclass("_Snapshot", [(s.name, Any) for s in _SIMPLE], bases=(_MachineSnapshot,), frozen=True)
 
 
 @dataclass(frozen=True)
@@ -623,11 +724,11 @@ def _make_plan(req: _Request, snap: _Snapshot) -> _Plan:
         count = now if now is not None else snap.cpu_count
         change = _Change("cpu_devices", req.cpu_devices, count, req.cpu_devices, now)
         candidates.append((change, count == req.cpu_devices))
-    for name in ("intra_op_threads", "inter_op_threads", *_ANY_TIME):
-        wanted = getattr(req, name)
+    for setting in _SIMPLE:
+        wanted = getattr(req, setting.name)
         if wanted is not None:
-            now = getattr(snap, name)
-            candidates.append((_Change(name, wanted, now, wanted, now), now == wanted))
+            now = getattr(snap, setting.name)
+            candidates.append((_Change(setting.name, wanted, now, wanted, now), now == wanted))
 
     candidates.sort(key=lambda item: _ORDER.index(item[0].setting))
     changes = tuple(c for c, in_force in candidates if not in_force)
@@ -690,12 +791,6 @@ def _take_snapshot(req: _Request) -> _Snapshot:
     if req.memory_fraction is not None:
         memory = {i: _gpu_total_bytes(i) for i in range(len(gpus))}
 
-    policy = None
-    if req.mixed_precision is not None:
-        import keras
-
-        policy = keras.mixed_precision.global_policy().name
-
     return _Snapshot(
         initialized=initialized,
         gpu_count=len(gpus),
@@ -705,13 +800,7 @@ def _take_snapshot(req: _Request) -> _Snapshot:
         memory_growth=tuple(tf.config.experimental.get_memory_growth(g) for g in gpus),
         gpu_logical_mb=tuple(gpu_logical),
         cpu_logical_devices=None if cpu_config is None else len(cpu_config),
-        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
-        inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
-        soft_placement=bool(tf.config.get_soft_device_placement()),
-        log_placement=bool(tf.debugging.get_log_device_placement()),
-        xla=tf.config.optimizer.get_jit() == "autoclustering",
-        tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
-        mixed_precision=policy,
+        **{s.name: s.read() if getattr(req, s.name) is not None else None for s in _SIMPLE},
         env=MappingProxyType(
             {k: os.environ[k] for k in (_ENV_THREAD_MODE, _ENV_THREAD_COUNT, _ENV_FORCE_GROWTH) if k in os.environ}
         ),
@@ -777,48 +866,6 @@ def _set_cpu_devices(count: int | None) -> None:
         tf.config.set_logical_device_configuration(device, config)
 
 
-def _set_intra(n: int) -> None:
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(n)
-
-
-def _set_inter(n: int) -> None:
-    import tensorflow as tf
-
-    tf.config.threading.set_inter_op_parallelism_threads(n)
-
-
-def _set_soft(enable: bool) -> None:
-    import tensorflow as tf
-
-    tf.config.set_soft_device_placement(enable)
-
-
-def _set_log(enable: bool) -> None:
-    import tensorflow as tf
-
-    tf.debugging.set_log_device_placement(enable)
-
-
-def _set_xla(enable: bool) -> None:
-    import tensorflow as tf
-
-    tf.config.optimizer.set_jit("autoclustering" if enable else False)
-
-
-def _set_tf32(enable: bool) -> None:
-    import tensorflow as tf
-
-    tf.config.experimental.enable_tensor_float_32_execution(enable)
-
-
-def _set_policy(name: str) -> None:
-    import keras
-
-    keras.mixed_precision.set_global_policy(name)
-
-
 _SETTERS: dict[str, Callable[[Any], None]] = {
     "gpu_thread_mode": lambda v: _set_env(_ENV_THREAD_MODE, v),
     "gpu_thread_count": lambda v: _set_env(_ENV_THREAD_COUNT, v),
@@ -826,13 +873,7 @@ _SETTERS: dict[str, Callable[[Any], None]] = {
     "memory_growth": _set_memory_growth,
     "gpu_memory_limits_mb": _set_gpu_limits,
     "cpu_devices": _set_cpu_devices,
-    "intra_op_threads": _set_intra,
-    "inter_op_threads": _set_inter,
-    "soft_placement": _set_soft,
-    "log_placement": _set_log,
-    "xla": _set_xla,
-    "tf32": _set_tf32,
-    "mixed_precision": _set_policy,
+    **{s.name: s.write for s in _SIMPLE},
 }
 
 
