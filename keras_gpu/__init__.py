@@ -1,25 +1,22 @@
 """keras-gpu: GPU strategies, device configuration and monitoring callbacks for Keras 3.
 
 Importing this package is cheap and side-effect free: it does not import
-TensorFlow, does not initialise any device and changes no global state, so it
-is safe to import before :func:`configure_devices`. Public names are loaded on
-first access.
+TensorFlow (nor any other backend), does not initialise any device and changes
+no global state, so it is safe to import before :func:`configure_devices`.
+Public names are loaded on first access.
+
+The callbacks work on every Keras backend (TensorFlow, JAX, PyTorch);
+TensorFlow is needed only on its own backend and for the TensorFlow-only parts
+(`make_strategy`, `configure_devices`, `PlacementLogger`, `keras-gpu launch`),
+which raise an `ImportError` naming the install line when it is missing.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from keras_gpu._version import __version__
-
-if importlib.util.find_spec("tensorflow") is None:  # pragma: no cover - exercised in a subprocess test
-    raise ImportError(
-        "keras-gpu needs TensorFlow, which is not installed: run "
-        "`pip install 'keras-gpu[cpu]'` for CPU or `pip install 'keras-gpu[cuda]'` for NVIDIA GPUs "
-        "(or install the TensorFlow build of your choice)."
-    )
 
 # Public name -> defining module. Loaded lazily (PEP 562) so that `import keras_gpu`
 # neither imports TensorFlow nor touches a device.

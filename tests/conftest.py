@@ -8,6 +8,10 @@ import shutil
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow keeps CPU allocator statistics (`get_memory_info("CPU:0")`) only with
+# its oneDNN ops on, which it leaves off by default on some x86 CPUs; the memory
+# tests read them. Child processes inherit this.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 # In CI the fuzz tests replay the same examples on every run, so a red run is
 # reproducible; locally hypothesis explores new examples each time.

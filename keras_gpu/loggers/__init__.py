@@ -14,16 +14,20 @@ factory function. Each worker of a cluster writes its own run
 
 from __future__ import annotations
 
+import logging
 import os
 
 import keras
 
+from keras_gpu import backend
+from keras_gpu._log import log_once
 from keras_gpu.loggers._base import check_log_dir, check_positive
 from keras_gpu.loggers.memory import MemoryLogger
 from keras_gpu.loggers.placement import PlacementLogger
+from keras_gpu.loggers.step_time import StepTimeLogger, check_profile_every_s
 from keras_gpu.loggers.throughput import ThroughputLogger
 
-__all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger"]
+__all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger", "StepTimeLogger"]
 
 
 def _flag(name: str, value: object) -> bool:
@@ -38,7 +42,9 @@ def callbacks(
     throughput: bool = True,
     memory: bool = True,
     placement: bool = True,
+    step_time: bool = True,
     every_s: float | None = None,
+    profile_every_s: float | None = None,
     batch_size: int | None = None,
     samples_per_epoch: int | None = None,
     flops_per_sample: float | None = None,
@@ -55,9 +61,15 @@ def callbacks(
         log_dir: TensorBoard log directory, shared by every worker of a job.
         throughput: Include :class:`ThroughputLogger`.
         memory: Include :class:`MemoryLogger`.
-        placement: Include :class:`PlacementLogger`.
+        placement: Include :class:`PlacementLogger` (TensorFlow backend only;
+            on the others it is left out with one INFO line).
+        step_time: Include :class:`StepTimeLogger`: a step-time breakdown
+            (input, compute, communication, other) measured on a few traced
+            steps after warm-up and then every `profile_every_s`.
         every_s: Logging window in seconds for throughput and memory
             (`None`: each callback's default).
+        profile_every_s: Seconds between step-time traces (`None`: 300;
+            `0`: no tracing).
         batch_size: Global batch size, for inputs where it cannot be read
             from `fit` (for example a `tf.data` dataset without a static batch
             dimension).
@@ -92,11 +104,32 @@ def callbacks(
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
         out.append(MemoryLogger(log_dir, **memory_window))
+    if profile_every_s is not None:
+        profile_every_s = check_profile_every_s(profile_every_s)
     if _flag("placement", placement):
-        out.append(PlacementLogger(log_dir))
+        backend_name = backend.name()
+        if backend_name == "tensorflow":
+            out.append(PlacementLogger(log_dir))
+        else:
+            log_once(
+                logging.INFO,
+                "callbacks:no-placement",
+                "keras-gpu: placement is logged on the TensorFlow backend only; on the %s backend "
+                "keras_gpu.callbacks() leaves PlacementLogger out.",
+                backend_name,
+            )
+    if _flag("step_time", step_time) and profile_every_s != 0:
+        profile = {} if profile_every_s is None else {"profile_every_s": profile_every_s}
+        out.append(StepTimeLogger(log_dir, **profile))
+    if not out and placement:
+        raise ValueError(
+            f"keras_gpu.callbacks() has nothing to log on the {backend.name()} backend: placement is "
+            "TensorFlow-only. Set throughput=True, memory=True or step_time=True. "
+            "Received: throughput=False, memory=False, placement=True"
+        )
     if not out:
         raise ValueError(
-            "keras_gpu.callbacks() needs at least one of throughput, memory or placement. "
-            "Received: throughput=False, memory=False, placement=False"
+            "keras_gpu.callbacks() needs at least one of throughput, memory, placement or step_time. "
+            f"Received: throughput=False, memory=False, placement=False, step_time={step_time!r}"
         )
     return out

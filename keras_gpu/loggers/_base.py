@@ -7,10 +7,11 @@ from typing import Any
 
 import keras
 
+from keras_gpu import backend
+from keras_gpu.cluster import ClusterInfo
 from keras_gpu._checks import check_log_dir, check_positive  # kept importable from here
 from keras_gpu.loggers import _writer
 from keras_gpu.loggers._layout import write_layout
-from keras_gpu.cluster import ClusterInfo, task_info
 
 __all__ = ["LoggingCallback", "check_log_dir", "check_positive", "read_step"]
 
@@ -48,15 +49,14 @@ class LoggingCallback(keras.callbacks.Callback):
         self.run_dir: str | None = None
 
     def _strategy(self) -> Any:
-        import tensorflow as tf
-
-        return getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
+        """The model's `tf.distribute.Strategy` on the TensorFlow backend; None on the others."""
+        return backend.strategy(self.model)
 
     def _open(self) -> _writer.SummaryWriter:
         """Resolve the run directory, prove it writable, and take the shared writer."""
         if self._writer is not None:  # a previous fit ended without on_train_end (interrupted)
             self._close()
-        self._task = task_info(self._strategy())
+        self._task = backend.task_info(self.model)
         self.run_dir = _writer.run_dir(self.log_dir, self._task)
         _writer.check_writable(self.run_dir, received=self.log_dir)
         self._writer = _writer.acquire(self.run_dir)

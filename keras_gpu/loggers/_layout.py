@@ -27,8 +27,17 @@ def write_layout(writer: SummaryWriter) -> bool:
     if getattr(writer, "_layout_written", False):
         return True
 
-    from tensorboard.plugins.custom_scalar import summary as custom_scalar
+    from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorboard.plugins.custom_scalar import metadata
 
-    ok = writer.summary(custom_scalar.pb(_layout_proto()), step=0)
+    # What the custom-scalars plugin's own `pb()` writes, built without TensorFlow.
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        string_val=[_layout_proto().SerializeToString()],
+    )
+    summary = summary_pb2.Summary()
+    summary.value.add(tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(), tensor=tensor)
+    ok = writer.summary(summary, step=0)
     writer._layout_written = ok  # type: ignore[attr-defined]
     return ok

@@ -1,4 +1,4 @@
-"""`MemoryLogger`: TensorFlow allocator, GPU (NVML) and host memory in TensorBoard."""
+"""`MemoryLogger`: the backend's allocator, GPU (NVML) and host memory in TensorBoard."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 
+from keras_gpu import backend
 from keras_gpu import nvml as _nvml
 from keras_gpu._fit_introspection import FitWatch
 from keras_gpu._log import log_once, logger
@@ -30,7 +31,7 @@ _MIN_EPOCH_WINDOW_S = 1.0
 
 
 class MemoryLogger(LoggingCallback):
-    """Logs memory (TensorFlow allocator, GPU, host) and GPU activity to TensorBoard.
+    """Logs memory (the backend's allocator, GPU, host) and GPU activity to TensorBoard.
 
     Everything is measured and written on background threads; the callback
     defines no per-batch hook, and nothing runs on the training thread's
@@ -42,35 +43,49 @@ class MemoryLogger(LoggingCallback):
     training (on the training thread, once
     the background threads have stopped):
 
-    TensorFlow's allocator, for each device this worker trains on (from the
-    model's distribution strategy; logical CPU devices share one allocator,
-    so it is logged once, as `CPU_0`):
+    The Keras backend's allocator, for each device this worker trains on
+    (TensorFlow: the model's distribution strategy, with logical CPU devices
+    sharing one allocator, logged once as `CPU_0`; JAX: the devices of the
+    `keras.distribution`, else the default device; PyTorch: the model's
+    device; see :mod:`keras_gpu.backend`):
 
-    - `memory/allocator/<device>/current_bytes`: bytes allocated at the end
-      of the window.
+    - `memory/allocator/<device>/current_bytes`: bytes allocated when the
+      window is written. It is read on the background thread while training
+      runs, so it is a mid-step reading that includes the step's temporaries
+      (except for the last window of `fit`, read after the last step).
     - `memory/allocator/<device>/peak_bytes`: the most bytes allocated at
-      once within the window (the allocator's peak is reset with
-      `tf.config.experimental.reset_memory_stats` at the start of `fit` and
-      after each window, so other readers of that peak see it reset too).
+      once within the window on TensorFlow and PyTorch (the peak is reset at
+      the start of `fit` and after each window, with
+      `tf.config.experimental.reset_memory_stats` /
+      `torch.cuda.reset_peak_memory_stats`, so other readers of that peak see
+      it reset too); on JAX, which cannot reset it, the peak since the process
+      started.
     - `memory/allocator/<device>/run_peak_bytes`: the largest `peak_bytes` so
       far in this `fit`; also in the summary line logged at the end.
 
-    On CPU, TensorFlow's allocator statistics leave small allocations out (a
-    40 KB tensor is not counted, a 400 KB one is), so a tiny model may show
-    0 there. The allocator is read, and its peak reset, on the background
-    thread: both are cheap, thread-safe calls.
+    Sources: TensorFlow's `get_memory_info`, JAX's `Device.memory_stats()`,
+    PyTorch's `torch.cuda.memory_allocated` / `max_memory_allocated`. JAX
+    and PyTorch keep no allocator statistics on CPU: there, the host metrics
+    below are the process's memory, and the allocator is left out after one
+    INFO line. On CPU, TensorFlow's allocator statistics leave small
+    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
+    tiny model may show 0 there. The allocator is read, and its peak reset,
+    on the background thread: both are cheap, thread-safe calls.
 
     The host:
 
-    - `memory/host/rss_bytes`: this process's resident set size, in bytes
-      (`/proc/self/statm`; absent where there is no `/proc`).
+    - `memory/host/rss_bytes`: this process's resident set size when the
+      window is written, in bytes.
     - `memory/host/peak_rss_bytes`: the largest resident set size since the
-      process started, in bytes (`resource.getrusage`).
+      process started, in bytes; never below `rss_bytes` of the same window
+      or the previous `peak_rss_bytes`. Both come from one read of
+      `/proc/self/status` (`VmRSS`, `VmHWM`); without it, from
+      `/proc/self/statm` and `resource.getrusage`.
 
     Each GPU this process trains on, from NVML, sampled every
-    `sample_interval_s` seconds by a background thread. `<i>` is
-    TensorFlow's physical GPU index (a CUDA ordinal of this process; see
-    `keras_gpu.nvml` for how it maps to NVML). The plain tag is the mean of
+    `sample_interval_s` seconds by a background thread. `<i>` is the CUDA
+    ordinal of the GPU among this process's visible GPUs (TensorFlow's
+    physical GPU index; see `keras_gpu.nvml` for how it maps to NVML). The plain tag is the mean of
     the window's samples and the `_max` tag their maximum:
 
     - `gpu/<i>/memory_used_bytes`, `gpu/<i>/memory_used_bytes_max`: device
@@ -108,10 +123,10 @@ class MemoryLogger(LoggingCallback):
         every_s: Seconds between windows.
         sample_interval_s: Seconds between NVML samples (at most `every_s`).
         nvml: Log the NVML GPU metrics.
-        allocator: Log TensorFlow's allocator metrics.
+        allocator: Log the backend's allocator metrics.
         host: Log the host metrics.
-        gpus: TensorFlow GPU indices to monitor with NVML, or `None` for the
-            GPUs the model's distribution strategy uses.
+        gpus: GPU indices (CUDA ordinals of this process) to monitor with
+            NVML, or `None` for the GPUs the model trains on.
 
     Raises:
         TypeError, ValueError: An argument is malformed.
@@ -159,9 +174,9 @@ class MemoryLogger(LoggingCallback):
         self._end_run(abandoned=True)
         writer = self._open()
         watch = _FitWatch.capture()
-        devices = _allocator_devices(self._strategy())
-        gpus = self._gpu_indices(devices) if self.nvml else []
-        run = _Run(self, writer, devices if self.allocator else [], gpus, watch)
+        allocators = backend.allocators(self.model) if self.allocator else []
+        gpus = self._gpu_indices() if self.nvml else []
+        run = _Run(self, writer, allocators, gpus, watch)
         run.start()
         self._run = run
 
@@ -183,17 +198,16 @@ class MemoryLogger(LoggingCallback):
         if run is not None:
             run.finish(abandoned=abandoned)
 
-    def _gpu_indices(self, devices: list[tuple[str, str]]) -> list[int]:
-        """The physical GPUs to sample: `gpus`, or those behind the strategy's logical GPUs."""
+    def _gpu_indices(self) -> list[int]:
+        """The GPUs to sample: `gpus`, or those the model's replicas run on."""
         if self.gpus is not None:
             return list(self.gpus)
-        logical = [int(dev.split(":")[1]) for dev, _ in devices if dev.startswith("GPU:")]
-        physical = _physical_gpus(logical)
+        physical = backend.physical_gpus(self.model)
         if not physical:
             log_once(
                 logging.INFO,
                 "memory:no-gpu",
-                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs TensorFlow allocator "
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs allocator "
                 "and host memory only.",
             )
         return physical
@@ -206,7 +220,7 @@ class _Run:
         self,
         owner: MemoryLogger,
         writer: _writer.SummaryWriter,
-        allocators: list[tuple[str, str]],
+        allocators: list[backend.Allocator],
         gpus: list[int],
         watch: _FitWatch,
     ) -> None:
@@ -219,7 +233,8 @@ class _Run:
         self.sampler = (
             _nvml.GpuSampler(gpus, owner.sample_interval_s, alive=watch.alive, max_idle_s=None) if gpus else None
         )
-        self.run_peaks: dict[str, int] = {}
+        self.run_peaks: dict[str, int] = {}  # allocator tag -> bytes
+        self._unread: dict[str, str] = {}  # allocator device -> why it has given no reading yet
         self.gpu_peaks: dict[tuple[int, str], float] = {}
         self.host_peak: int | None = None
         self.windows = 0
@@ -232,23 +247,20 @@ class _Run:
         self._thread = threading.Thread(target=self._loop, name="keras-gpu-memory-logger", daemon=True)
 
     def start(self) -> None:
-        import tensorflow as tf
-
         usable = []
-        for device, tag in self.allocators:
+        for allocator in self.allocators:
             try:
-                tf.config.experimental.get_memory_info(device)
-                tf.config.experimental.reset_memory_stats(device)
-            except Exception as exc:  # noqa: BLE001 - some devices have no allocator statistics
-                log_once(
-                    logging.INFO,
-                    f"memory:no-allocator:{device}",
-                    "keras-gpu: TensorFlow keeps no allocator statistics for %s (%s); it is not logged.",
-                    device,
-                    exc,
-                )
-                continue
-            usable.append((device, tag))
+                reading = backend.allocator_memory(allocator)
+                if reading is not None:
+                    backend.reset_allocator_peak(allocator)
+            except Exception as exc:  # noqa: BLE001 - not yet available (TensorFlow before its first allocation)
+                self._unread[allocator.device] = f"{type(exc).__name__}: {exc}"
+            else:
+                if reading is None:  # definitive: the backend keeps no statistics for this device
+                    self._say_no_allocator(allocator.device, "the backend keeps none on this device; the host "
+                                           "metrics are this process's memory")
+                    continue
+            usable.append(allocator)
         self.allocators = usable
         self._step = read_step(self.model, 0)
         self._written_step: int | None = None
@@ -308,6 +320,8 @@ class _Run:
         # A window already written at this step (the last epoch's) is not repeated.
         self.write_window(only_new_step=True)
         self.writer.flush()
+        for device, why in sorted(self._unread.items()):
+            self._say_no_allocator(device, why)
         if abandoned:
             # Nobody will call on_train_end: close the run's event file now. The
             # other callbacks' writes become no-ops, and the next `fit` opens a
@@ -345,29 +359,44 @@ class _Run:
             self.windows += 1
 
     def _allocator_window(self, values: dict[str, float]) -> None:
-        import tensorflow as tf
-
-        for device, tag in self.allocators:
+        for allocator in self.allocators:
             try:
-                info = tf.config.experimental.get_memory_info(device)
-                tf.config.experimental.reset_memory_stats(device)
+                reading = backend.allocator_memory(allocator)
+                backend.reset_allocator_peak(allocator)
             except Exception:  # noqa: BLE001 - a device that went away: skip it this window
                 continue
-            peak = int(info["peak"])
-            self.run_peaks[device] = max(self.run_peaks.get(device, 0), peak)
-            values[f"memory/allocator/{tag}/current_bytes"] = int(info["current"])
-            values[f"memory/allocator/{tag}/peak_bytes"] = peak
-            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[device]
+            if reading is None:
+                continue
+            self._unread.pop(allocator.device, None)
+            tag = allocator.tag
+            self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), reading.peak_bytes)
+            values[f"memory/allocator/{tag}/current_bytes"] = reading.current_bytes
+            values[f"memory/allocator/{tag}/peak_bytes"] = reading.peak_bytes
+            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[tag]
+
+    @staticmethod
+    def _say_no_allocator(device: str, why: str) -> None:
+        log_once(
+            logging.INFO,
+            f"memory:no-allocator:{backend.name()}:{device}",
+            "keras-gpu: no allocator statistics for %s on the %s backend (%s); they are not logged.",
+            device,
+            backend.name(),
+            why,
+        )
 
     def _host_window(self, values: dict[str, float]) -> None:
-        rss, peak = _host_rss_bytes(), _host_peak_rss_bytes()
+        rss, peak = _host_memory()
         if rss is None and peak is None:
             log_once(logging.INFO, "memory:no-host", "keras-gpu: host memory is not measurable on this platform.")
+        if peak is not None or rss is not None:
+            # The peak since the process started can never be below what was resident at any reading.
+            peak = max(p for p in (peak, rss, self.host_peak) if p is not None)
+            self.host_peak = peak
         if rss is not None:
             values["memory/host/rss_bytes"] = rss
         if peak is not None:
             values["memory/host/peak_rss_bytes"] = peak
-            self.host_peak = max(self.host_peak or 0, peak)
 
     def _gpu_window(self, values: dict[str, float]) -> None:
         for gpu, metrics in sorted(self.sampler.drain().items()):
@@ -380,9 +409,7 @@ class _Run:
 
     def summary(self) -> str:
         """One line: the run's peaks."""
-        parts = [
-            f"peak TensorFlow allocator memory on {dev}: {format_bytes(peak)}" for dev, peak in self.run_peaks.items()
-        ]
+        parts = [f"peak allocator memory on {tag}: {format_bytes(peak)}" for tag, peak in self.run_peaks.items()]
         gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
         for gpu in gpus:
             used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
@@ -402,49 +429,39 @@ class _Run:
 _FitWatch = FitWatch  # the one stack walker: keras_gpu._fit_introspection
 
 
-# --------------------------------------------------------------------------- devices
+# --------------------------------------------------------------------------- host memory
 
 
-def _allocator_devices(strategy: Any) -> list[tuple[str, str]]:
-    """`(device, tag)` of each distinct allocator the strategy's devices on this worker use."""
-    from keras_gpu import topology
+def _host_memory() -> tuple[int | None, int | None]:
+    """`(resident set size, peak resident set size)` of this process, in bytes; `None` where unknown.
 
-    return topology.allocator_devices(topology.replica_devices(strategy))
-
-
-def _logical_to_physical(layout: Sequence[tuple[int, int]], logical: Sequence[int]) -> list[int]:
-    """Physical GPU indices behind logical GPU indices.
-
-    Args:
-        layout: For each visible physical GPU in order, `(physical index,
-            number of logical devices on it)`; TensorFlow numbers logical GPUs
-            in that order.
-        logical: Logical GPU indices.
+    Both come from one read of `/proc/self/status` (`VmRSS`, `VmHWM`): the
+    kernel computes them together, so the peak is never below the RSS. Where
+    that file is missing, `/proc/self/statm` and `resource.getrusage`, read
+    one after the other (the caller keeps the peak at or above the RSS).
     """
-    order = [physical for physical, count in layout for _ in range(max(count, 1))]
-    result: list[int] = []
-    for index in logical:
-        if 0 <= index < len(order) and order[index] not in result:
-            result.append(order[index])
-    return result
+    try:
+        with open("/proc/self/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        rss, peak = (_kib(fields.get(key)) for key in (b"VmRSS", b"VmHWM"))
+        if rss is not None and peak is not None:
+            return rss, peak
+    except OSError:
+        pass
+    return _statm_rss_bytes(), _rusage_peak_rss_bytes()
 
 
-def _physical_gpus(logical: Sequence[int]) -> list[int]:
-    if not logical:
-        return []
-    import tensorflow as tf
-
-    layout = []
-    for device in tf.config.get_visible_devices("GPU"):
-        configs = tf.config.get_logical_device_configuration(device)
-        layout.append((int(device.name.rsplit(":", 1)[1]), len(configs) if configs else 1))
-    return _logical_to_physical(layout, logical)
+def _kib(field: bytes | None) -> int | None:
+    """`b"   1234 kB"` -> 1234 * 1024."""
+    if field is None:
+        return None
+    parts = field.split()
+    if len(parts) != 2 or parts[1] != b"kB" or not parts[0].isdigit():
+        return None
+    return int(parts[0]) * 1024
 
 
-# --------------------------------------------------------------------------- small helpers
-
-
-def _host_rss_bytes() -> int | None:
+def _statm_rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as f:
             pages = int(f.read().split()[1])
@@ -453,7 +470,7 @@ def _host_rss_bytes() -> int | None:
         return None
 
 
-def _host_peak_rss_bytes() -> int | None:
+def _rusage_peak_rss_bytes() -> int | None:
     try:
         import resource
     except ImportError:  # Windows
@@ -467,11 +484,11 @@ def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
         return None
     if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence):
         raise TypeError(
-            "`gpus` must be a list of TensorFlow GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
+            "`gpus` must be a list of GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
             f"Received: gpus={gpus!r}"
         )
     if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
-        raise ValueError(f"`gpus` must hold non-negative ints (TensorFlow GPU indices). Received: gpus={gpus!r}")
+        raise ValueError(f"`gpus` must hold non-negative ints (GPU indices). Received: gpus={gpus!r}")
     if len(set(gpus)) != len(gpus):
         raise ValueError(f"`gpus` must not repeat a GPU. Received: gpus={gpus!r}")
     return tuple(gpus)
