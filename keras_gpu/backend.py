@@ -50,6 +50,7 @@ __all__ = [
     "replica_devices",
     "num_replicas",
     "require_tensorflow",
+    "require_tensorflow_backend",
     "reset_allocator_peak",
     "strategy",
     "task_info",
@@ -90,6 +91,22 @@ def require_tensorflow(feature: str) -> None:
             f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
             f"build: {INSTALL_HINT}. The callbacks (keras_gpu.callbacks(), ThroughputLogger, "
             "MemoryLogger) work without it on the JAX and PyTorch backends."
+        )
+
+
+def require_tensorflow_backend(feature: str) -> None:
+    """Like :func:`require_tensorflow`, and also raise when Keras runs on another backend.
+
+    Raises:
+        ImportError: TensorFlow is not installed.
+        RuntimeError: Keras uses another backend (set `KERAS_BACKEND=tensorflow`).
+    """
+    require_tensorflow(feature)
+    current = name()
+    if current != "tensorflow":
+        raise RuntimeError(
+            f"{feature} works on Keras' TensorFlow backend only: set KERAS_BACKEND=tensorflow before "
+            f"importing keras, or leave it out (keras_gpu.callbacks() does so by itself). Received: backend={current!r}"
         )
 
 

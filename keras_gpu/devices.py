@@ -42,6 +42,7 @@ from typing import Any, Literal
 from keras_gpu._checks import check_bool, check_choice
 from keras_gpu._log import logger
 from keras_gpu._tf import clear_logical_configuration, clear_memory_growth, runtime_initialized
+from keras_gpu.backend import require_tensorflow
 
 __all__ = ["DeviceConfig", "configure_devices"]
 
@@ -998,6 +999,7 @@ def configure_devices(
             force; or `memory_fraction` is used and NVML cannot report the
             card's memory. Nothing is changed in either case.
     """
+    require_tensorflow("keras_gpu.configure_devices()")
     req = _parse_request(
         visible_gpus=visible_gpus,
         memory_growth=memory_growth,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from keras_gpu._checks import check_choice
 from keras_gpu._log import log_once, logger
 from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
+from keras_gpu.backend import require_tensorflow
 from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
 from keras_gpu.topology import visible_gpu_count
 
@@ -213,6 +214,7 @@ def plan_strategy(
             other, a device does not exist, or the cluster is malformed.
         TypeError: An argument has the wrong type.
     """
+    require_tensorflow("keras_gpu.plan_strategy()")
     check_choice("kind", kind, KINDS)
     check_choice("cross_device_ops", cross_device_ops, CROSS_DEVICE_OPS)
     check_choice("communication", communication, COMMUNICATIONS)
@@ -353,6 +355,7 @@ def make_strategy(
             `startup_timeout`; or the default strategy was asked for inside
             another strategy's scope.
     """
+    require_tensorflow("keras_gpu.make_strategy()")
     plan = plan_strategy(
         kind,
         devices=devices,

@@ -11,6 +11,7 @@ from typing import Any
 
 from keras_gpu import placement as _placement
 from keras_gpu._log import log_once, logger
+from keras_gpu.backend import require_tensorflow_backend
 from keras_gpu.loggers._base import LoggingCallback, check_positive
 
 __all__ = ["PlacementLogger"]
@@ -97,6 +98,7 @@ class PlacementLogger(LoggingCallback):
     """
 
     def __init__(self, log_dir: str | os.PathLike, *, max_rows: int = 50, write_graph: bool = True) -> None:
+        require_tensorflow_backend("keras_gpu.PlacementLogger")
         super().__init__(log_dir)
         self.max_rows = check_positive("max_rows", max_rows, integer=True)
         if not isinstance(write_graph, bool):
