@@ -6,6 +6,7 @@ import logging
 import os
 import queue
 import shutil
+import tempfile
 import threading
 import time
 from typing import Any
@@ -154,11 +155,14 @@ class StepTimeLogger(LoggingCallback):
     # -- tracing ------------------------------------------------------------------
 
     def _start(self, fit: _Fit, batch: int) -> None:
-        profile_dir = os.path.join(self.run_dir, _PROFILE_SUBDIR)
-        before = _subdirs(profile_dir)
+        # The profilers name a trace's directory by the second it ends in, so
+        # each trace goes to a directory of its own first; the parser thread
+        # moves it under plugins/profile/ with a name no other trace has.
+        staging = tempfile.mkdtemp(prefix="keras-gpu-trace-")
         try:
-            fit.profiler.start(self.run_dir)
+            fit.profiler.start(staging)
         except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
+            shutil.rmtree(staging, ignore_errors=True)
             fit.arm_batch = _INF
             self._once.log(
                 logging.WARNING,
@@ -170,7 +174,7 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         fit.tracing = True
-        fit.before = before
+        fit.staging = staging
         fit.start_batch = fit.last_batch = batch
         fit.stop_batch = batch + self.profile_steps
         fit.t_start = fit.last_t = time.perf_counter()
@@ -190,11 +194,11 @@ class StepTimeLogger(LoggingCallback):
                 type(exc).__name__,
                 exc,
             )
+            shutil.rmtree(fit.staging, ignore_errors=True)
             return
-        profile_dir = os.path.join(self.run_dir, _PROFILE_SUBDIR)
         job = _Job(
-            profile_dir=profile_dir,
-            before=fit.before,
+            profile_dir=os.path.join(self.run_dir, _PROFILE_SUBDIR),
+            staging=fit.staging,
             steps=steps,
             wall_sec=wall,
             step=read_step(self.model),
@@ -209,17 +213,16 @@ class StepTimeLogger(LoggingCallback):
     # -- on the parser thread -------------------------------------------------------
 
     def _handle(self, job: _Job) -> None:
-        new = sorted(set(_subdirs(job.profile_dir)) - set(job.before))
         try:
             if job.steps < 1 or job.wall_sec <= 0:
-                for name in new:  # nothing to learn from a trace of no complete step
-                    shutil.rmtree(os.path.join(job.profile_dir, name), ignore_errors=True)
-                return
-            paths = [p for name in new for p in xspace.find_traces(os.path.join(job.profile_dir, name))]
+                return  # nothing to learn from a trace of no complete step
+            paths = xspace.find_traces(job.staging)
             if not paths:
-                raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.profile_dir}")
+                raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
+            space = xspace.load(paths[-1])
+            _keep(os.path.dirname(paths[-1]), job.profile_dir)
             result = steptime.analyze(
-                xspace.load(paths[-1]),
+                space,
                 steps=job.steps,
                 wall_sec=job.wall_sec,
                 num_replicas=job.num_replicas,
@@ -229,9 +232,7 @@ class StepTimeLogger(LoggingCallback):
                 self._once.log(
                     logging.WARNING,
                     "empty-trace",
-                    "keras-gpu: StepTimeLogger found no training ops in the profiler trace (%s); no breakdown is "
-                    "logged.",
-                    paths[-1],
+                    "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
                 )
                 return
             self._write(result, job)
@@ -244,6 +245,7 @@ class StepTimeLogger(LoggingCallback):
                 exc,
             )
         finally:
+            shutil.rmtree(job.staging, ignore_errors=True)
             _prune(job.profile_dir, self.max_traces)
 
     def _write(self, result: steptime.StepTime, job: _Job) -> None:
@@ -342,7 +344,7 @@ class _Fit:
         self.arm_batch: float = warmup_steps - 1  # the first epoch: after warm-up
         self.next_time: float = -_INF  # the first trace waits for no clock
         self.tracing = False
-        self.before: list[str] = []
+        self.staging = ""
         self.start_batch = self.stop_batch = self.last_batch = 0
         self.t_start = self.last_t = 0.0
 
@@ -380,6 +382,18 @@ class _Parser:
                 done.set()
                 continue
             self._owner._handle(job)
+
+
+def _keep(session_dir: str, profile_dir: str) -> str:
+    """Move a trace's directory under `profile_dir`, under a name no other trace has there."""
+    os.makedirs(profile_dir, exist_ok=True)
+    name = os.path.basename(session_dir.rstrip(os.sep))
+    target, n = os.path.join(profile_dir, name), 1
+    while os.path.exists(target):
+        n += 1
+        target = os.path.join(profile_dir, f"{name}_{n}")
+    shutil.move(session_dir, target)
+    return target
 
 
 def _subdirs(path: str) -> list[str]:
