@@ -31,10 +31,9 @@ names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
 from __future__ import annotations
 
 import importlib.util
-import logging
 from typing import Any, NamedTuple
 
-from keras_gpu._log import log_once
+from keras_gpu._log import logger
 from keras_gpu.cluster import ClusterInfo
 
 __all__ = [
@@ -44,7 +43,7 @@ __all__ = [
     "allocator_memory",
     "allocators",
     "compute_dtype",
-    "gpu_names",
+    "gpu_peak_flops",
     "name",
     "physical_gpus",
     "replica_devices",
@@ -227,51 +226,72 @@ def num_replicas(model: Any) -> int:
 
 
 def physical_gpus(model: Any) -> list[int]:
-    """CUDA ordinals (of this process's visible GPUs) that the replicas run on, for NVML."""
+    """CUDA ordinals (among this process's visible GPUs) of the distinct GPUs the replicas run on, for NVML."""
+    return [ordinal for ordinal, _ in _replica_gpus(model)]
+
+
+def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
+    """Summed peak FLOP/s (the table of :mod:`keras_gpu.flops`) of the distinct GPUs under this process's replicas.
+
+    Replicas on logical GPUs that share one physical GPU count it once.
+
+    Args:
+        model: The model being trained.
+        dtype: A key of the peak table (see :func:`compute_dtype`).
+
+    Returns:
+        `(peak, names)`: the GPUs' product names, and their summed peak, or
+        `None` when one of them is not in the table; `(None, [])` when the
+        replicas run on no GPU.
+    """
+    from keras_gpu import flops
+
+    names = [gpu_name for _, gpu_name in _replica_gpus(model)]
+    peaks = [flops.peak_flops(n, dtype) for n in names]
+    if not peaks or any(p is None for p in peaks):
+        return None, names
+    return float(sum(p for p in peaks if p is not None)), names
+
+
+def _replica_gpus(model: Any) -> list[tuple[int, str]]:
+    """`(CUDA ordinal, product name)` of each distinct GPU under this process's replicas, in replica order."""
     backend = name()
-    devices = replica_devices(model)
-    if backend == "tensorflow":
-        from keras_gpu import topology
+    out: list[tuple[int, str]] = []
 
-        logical = sorted({p.index or 0 for p in map(topology.parse_device, devices) if p and p.device_type == "GPU"})
-        return topology.physical_gpus(logical)
-    result: list[int] = []
-    for device in devices:
-        kind, _, index = device.rsplit("/device:", 1)[-1].partition(":")
-        if kind == "GPU" and int(index) not in result:
-            result.append(int(index))
-    return result
+    def add(ordinal: int, product: str) -> None:
+        if all(o != ordinal for o, _ in out):
+            out.append((ordinal, product))
 
-
-def gpu_names(model: Any) -> list[str]:
-    """The product name of the GPU under each replica device of this process (`""` for a non-GPU replica)."""
-    backend = name()
     if backend == "tensorflow":
         import tensorflow as tf
 
         from keras_gpu import topology
 
-        physical = tf.config.get_visible_devices("GPU")
         layout = topology.gpu_layout()
-        names = []
+        visible = tf.config.get_visible_devices("GPU")
         for device in replica_devices(model):
             parsed = topology.parse_device(device)
             if parsed is None or parsed.device_type != "GPU":
-                names.append("")
                 continue
-            phys = topology.logical_to_physical(layout, [parsed.index or 0])
-            entry = next((d for d in physical if phys and d.name.endswith(f":{phys[0]}")), None)
-            details = tf.config.experimental.get_device_details(entry) if entry is not None else {}
-            names.append(str(details.get("device_name", "")))
-        return names
-    if backend == "jax":
-        return [d.device_kind if d.platform == "gpu" else "" for d in _jax_devices(model)]
-    if backend == "torch":
+            for ordinal in topology.logical_to_physical(layout, [parsed.index or 0]):
+                entry = next((d for d in visible if d.name.endswith(f":{ordinal}")), None)
+                try:
+                    details = tf.config.experimental.get_device_details(entry) if entry is not None else {}
+                except Exception:  # noqa: BLE001 - no details: the name stays unknown
+                    details = {}
+                add(ordinal, str(details.get("device_name", "")))
+    elif backend == "jax":
+        for d in _jax_devices(model):
+            if d.platform == "gpu":
+                local = getattr(d, "local_hardware_id", None)
+                add(int(d.id if local is None else local), str(d.device_kind))
+    elif backend == "torch":
         import torch
 
         device = _torch_device(model)
-        return [torch.cuda.get_device_name(device) if device.type == "cuda" else ""]
-    return [""]
+        if device.type == "cuda":
+            add(device.index or 0, torch.cuda.get_device_name(device))
+    return out
 
 
 def compute_dtype(model: Any) -> str:
@@ -409,7 +429,7 @@ def reset_allocator_peak(allocator: Allocator) -> None:
 
 
 def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
-    """Training FLOPs per sample (3 x forward), or None with one INFO line saying why.
+    """Training FLOPs per sample (3 x forward), or None (the reason is logged at DEBUG level).
 
     TensorFlow: the traced graph count of :mod:`keras_gpu.flops` (`input_spec`
     is its `tf.TensorSpec` structure). JAX: XLA's cost analysis of the
@@ -441,15 +461,8 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
                 return 3.0 * forward
             if forward is not None:
                 reason = "the counter found no FLOPs"
-    log_once(
-        logging.INFO,
-        f"backend-flops:{backend}:{id(model)}",
-        "keras-gpu: model FLOPs are not available on the %s backend for %s: %s. Pass `flops_per_sample=` "
-        "to log throughput/tflops_per_sec and throughput/mfu.",
-        backend,
-        getattr(model, "name", "this model"),
-        reason,
-    )
+    logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", backend,
+                 getattr(model, "name", "this model"), reason)
     return None
 
 

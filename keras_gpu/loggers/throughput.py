@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from keras_gpu import backend
 from keras_gpu import flops as _flops
 from keras_gpu._fit_introspection import FitData, inspect_fit
 from keras_gpu._log import logger
@@ -246,12 +247,13 @@ class ThroughputLogger(LoggingCallback):
 
     def _build_meter(self) -> ThroughputMeter:
         model = self.model
-        strategy = self._strategy()
-        self._warn_steps_per_execution(strategy)
+        strategy = self._strategy()  # None off the TensorFlow backend
+        if strategy is not None:
+            self._warn_steps_per_execution(strategy)
         fit = inspect_fit(model)
         schedule = self._schedule(fit)
-        num_replicas = int(getattr(strategy, "num_replicas_in_sync", 1) or 1)
-        devices = list(topology.replica_devices(strategy))
+        num_replicas = backend.num_replicas(model)
+        devices = list(backend.replica_devices(model))
         flops_per_sample = None
         if schedule.counts_samples:
             flops_per_sample = self._flops_per_sample(model, fit)
@@ -340,9 +342,9 @@ class ThroughputLogger(LoggingCallback):
     def _flops_per_sample(self, model: Any, fit: FitData | None) -> float | None:
         if self.flops_per_sample is not None:
             return float(self.flops_per_sample)
-        value = _flops.training_flops_per_sample(model)
+        value = backend.training_flops_per_sample(model)
         if value is None and fit is not None and fit.x_spec is not None:
-            value = _flops.training_flops_per_sample(model, fit.x_spec)
+            value = backend.training_flops_per_sample(model, fit.x_spec)
         if value is None:
             self._say(
                 logging.INFO,
@@ -358,7 +360,7 @@ class ThroughputLogger(LoggingCallback):
         if self.peak_flops is not None:
             return float(self.peak_flops) * num_replicas
         kinds = {topology.device_type(d) or "device" for d in devices}
-        dtype = _flops.compute_dtype(model)
+        dtype = backend.compute_dtype(model)
         if kinds != {"GPU"}:
             self._say(
                 logging.INFO,
@@ -368,7 +370,7 @@ class ThroughputLogger(LoggingCallback):
                 "/".join(sorted(kinds)),
             )
             return None
-        local, names = _gpu_peak_local(devices, dtype)
+        local, names = backend.gpu_peak_flops(model, dtype)
         if local is None:
             self._say(
                 logging.INFO,
