@@ -5,8 +5,10 @@ Run from the repository root (nothing else should run on the machine meanwhile):
 ```
 python -m benchmarks.overhead                 # full: about 15-20 minutes on 2 quiet CPU cores
 python -m benchmarks.overhead --quick         # the same measurements, smaller: 2-4 minutes
-keras-gpu bench [--quick] [options]           # the same, from the command line tool
 ```
+
+This is a script of the repository, not part of the installed package:
+`keras-gpu bench` only says how to run it.
 
 It writes a JSON result (default `benchmarks/results/<hostname>.json`;
 `--output`, `--label`) with the machine description, the raw measurements
@@ -97,7 +99,7 @@ from typing import Any
 
 from benchmarks import _analysis
 from benchmarks._machine import describe_machine, load_average
-from benchmarks._variants import VARIANTS, variant
+from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
 from benchmarks._workload import CONFIGS
 
 __all__ = ["SCHEMA", "build_parser", "failed_parts", "main", "options_from_args", "run_benchmark", "run_from_options", "write_result"]
@@ -111,10 +113,36 @@ _FULL = {"rounds": 3, "scale": 1.0, "leak_steps": 20000, "import_repeats": 7, "e
 _QUICK = {"rounds": 1, "scale": 0.25, "leak_steps": 2000, "import_repeats": 3, "epochs": [2, 2], "short_windows": False}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's parser; its options are shared with `keras-gpu bench` (`keras_gpu.cli.bench`)."""
-    from keras_gpu.cli.bench import add_options
+def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the benchmark's options to `parser` and return it."""
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller run: 1 round, quarter-length epochs, short leak check (a few minutes)"
+    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated callback sets compared with bare fit, from {', '.join(DEFAULT_VARIANTS)}, "
+        "or module:callable (called with the log directory, returns callbacks)",
+    )
+    parser.add_argument("--rounds", type=int, help="A/B pairs per variant and configuration (full: 3, quick: 1)")
+    parser.add_argument("--scale", type=float, help="steps per epoch as a multiple of the defaults (full: 1, quick: 0.25)")
+    parser.add_argument("--epochs", help="epochs of each successive fit on a model (full: 3,2, quick: 2,2; each at least 2)")
+    parser.add_argument("--leak-steps", type=int, help="steps of the leak check (full: 20000, quick: 2000; 0 skips it)")
+    parser.add_argument("--import-repeats", type=int, help="fresh processes timing the import (full: 7, quick: 3; 0 skips)")
+    parser.add_argument("--no-accuracy", action="store_true", help="skip the ThroughputLogger accuracy runs")
+    parser.add_argument("--no-self-check", action="store_true", help="skip the instruments' self-check")
+    parser.add_argument("--seed", type=int, default=0, help="model, data and shuffling seed (default 0)")
+    parser.add_argument("--label", help="name of the result file (default: the host name)")
+    parser.add_argument("--output", help="path of the JSON result (default: benchmarks/results/<label>.json)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to each measuring process")
+    parser.add_argument("--no-table", action="store_true", help="do not print the tables")
+    return parser
 
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's parser (`python -m benchmarks.overhead --help`)."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.overhead", description="Measure what keras-gpu's callbacks cost a training run."
     )

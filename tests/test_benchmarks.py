@@ -1,4 +1,4 @@
-"""Smoke tests of the overhead benchmark harness (`benchmarks/`, `keras-gpu bench`).
+"""Smoke tests of the overhead benchmark harness (`benchmarks/`, a repository script), and of `keras-gpu bench`.
 
 They check that the instruments measure what they claim (exact call counts,
 hook time against the hook's own timing, thread CPU against the thread's own
@@ -184,12 +184,11 @@ def test_variants_and_configs_are_known_and_bad_names_are_rejected():
     assert variant("benchmarks.peers:TimeHistory").group == "custom"
     with pytest.raises(ValueError, match=r"Received: variant='nope'"):
         variant("nope")
-    from keras_gpu.cli import bench
+    from benchmarks import overhead
 
-    assert bench._CONFIGS == tuple(CONFIGS)  # the CLI's help lists what the harness runs
-    assert bench._VARIANTS == DEFAULT_VARIANTS
-    assert bench.find_checkout() == REPO
-    assert bench.find_checkout(REPO / "tests") is None
+    defaults = overhead.build_parser().parse_args([])
+    assert defaults.configs == ",".join(CONFIGS)  # the help lists what the harness runs
+    assert defaults.variants == ",".join(DEFAULT_VARIANTS)
 
 
 @pytest.mark.parametrize(
@@ -203,10 +202,32 @@ def test_variants_and_configs_are_known_and_bad_names_are_rejected():
     ],
 )
 def test_bad_options_name_the_argument(argv, message, capsys):
-    from keras_gpu.cli.main import main
+    from benchmarks import overhead
 
-    assert main(["bench", *argv]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        overhead.main(argv)
+    assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_installed_cli_never_imports_the_benchmark_and_says_how_to_run_it(tmp_path):
+    """`keras-gpu bench` run outside the checkout: no `benchmarks` import, the command to run, status 2."""
+    code = (
+        "import sys\n"
+        "from keras_gpu.cli.main import main\n"
+        "before = list(sys.path)\n"
+        "status = main(['bench', '--quick', '--configs', 'mlp-1'])\n"
+        "print('imported' if any(m == 'benchmarks' or m.startswith('benchmarks.') for m in sys.modules) else 'clean')\n"
+        "print('same-path' if sys.path == before else 'path-changed')\n"
+        "sys.exit(status)\n"
+    )
+    env = subprocess_env()
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout.split() == ["clean", "same-path"]
+    assert "python -m benchmarks.overhead --quick --configs mlp-1" in proc.stderr
+    assert "not part of the installed package" in proc.stderr
 
 
 # --------------------------------------------------------------------------- end to end
@@ -216,7 +237,7 @@ def test_bad_options_name_the_argument(argv, message, capsys):
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "smoke.json"
     cmd = [
-        sys.executable, "-m", "keras_gpu.cli", "bench", "--configs", "mlp-2", "--variants",
+        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2", "--variants",
         "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2", "--epochs", "2,2",
         "--leak-steps", "200", "--import-repeats", "1", "--output", str(out), "--label", "smoke",
     ]
