@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "worker_index": "keras_gpu.cluster",
     "BackupAndRestore": "keras_gpu.backup",
     "ModelCheckpoint": "keras_gpu.checkpoint",
+    "Heartbeat": "keras_gpu.heartbeat",
     "callbacks": "keras_gpu.loggers",
     "ThroughputLogger": "keras_gpu.loggers",
     "MemoryLogger": "keras_gpu.loggers",
@@ -57,6 +58,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
     from keras_gpu.backup import BackupAndRestore  # noqa: F401
     from keras_gpu.checkpoint import ModelCheckpoint  # noqa: F401
+    from keras_gpu.heartbeat import Heartbeat  # noqa: F401
     from keras_gpu.loggers import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks  # noqa: F401
     from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
     from keras_gpu.devices import DeviceConfig, configure_devices  # noqa: F401

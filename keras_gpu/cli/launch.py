@@ -42,6 +42,20 @@ with it, and any still running when the job ends are killed. On Linux each
 worker also gets SIGKILL when the launcher dies, even by SIGKILL, so no worker
 outlives it (processes the worker started are then its own business).
 
+With `--hang-timeout SECONDS` (off by default), a job whose workers stop
+making progress is ended too. Each worker gets `KERAS_GPU_PROGRESS_FILE`, a
+file of its own that `keras_gpu.Heartbeat` (a callback the script adds)
+keeps up to date from a daemon thread with the number of finished batches
+(see `keras_gpu.progress`). When a worker inside `fit`, `evaluate` or
+`predict` finishes no batch for SECONDS, the launcher logs which workers
+stopped progressing, how many batches each finished and where each main
+thread was, stops every worker (SIGTERM, SIGKILL after `--grace-period`)
+and exits with 124, or restarts the job when `--max-restarts` allows. A
+worker stuck in Python, in its input pipeline or in a collective waiting for
+such a peer is caught this way, where TensorFlow's coordination service only
+notices a process that stopped answering altogether. Workers whose script
+does not use `keras_gpu.Heartbeat` are not watched.
+
 `WorkerGroup` holds the process management on its own, so that the restart
 loop starts a fresh group for every attempt.
 """
@@ -58,6 +72,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,13 +81,17 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from keras_gpu._log import logger
+from keras_gpu.backend import require_tensorflow
 from keras_gpu.cli import UsageError
+from keras_gpu.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE, Progress, read_progress
 
 __all__ = [
+    "EXIT_HANG",
     "ENV_MAX_RESTARTS",
     "ENV_NUM_WORKERS",
     "ENV_RESTART_COUNT",
     "ENV_WORKER_INDEX",
+    "HangWatch",
     "WorkerExit",
     "WorkerGroup",
     "add_parser",
@@ -90,6 +109,8 @@ ENV_RESTART_COUNT = "KERAS_GPU_RESTART_COUNT"
 """Environment variable holding how many times the job was restarted before this attempt (0 first)."""
 ENV_MAX_RESTARTS = "KERAS_GPU_MAX_RESTARTS"
 """Environment variable holding the launcher's `--max-restarts`."""
+EXIT_HANG = 124
+"""The launcher's exit status when `--hang-timeout` ended the job (as `timeout(1)` uses)."""
 
 _LOOPBACK = "127.0.0.1"
 _MAX_WORKERS = 1024  # one machine; more would exhaust its processes and loopback ports
@@ -111,7 +132,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "launch",
         help="run N local workers of a script as one multi-worker job",
         usage=(
-            "%(prog)s -n N [--cpu-replicas K] [--grace-period SECONDS] [--max-restarts R] "
+            "%(prog)s -n N [--cpu-replicas K] [--grace-period SECONDS] [--max-restarts R] [--hang-timeout SECONDS] "
             "(SCRIPT | -m MODULE) [ARGS ...]"
         ),
         description=(
@@ -125,7 +146,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "Each worker's output lines are prefixed with `[worker i]`. When a worker fails the others are "
             "stopped and the exit status is that worker's (128 + signal if a signal killed it), unless restarts "
             "are left; SIGINT or SIGTERM to the launcher is forwarded to all workers, never restarts them, and "
-            "gives 128 + signal; 0 means every worker of one attempt exited 0."
+            f"gives 128 + signal; {EXIT_HANG} means --hang-timeout ended the job; 0 means every worker of one "
+            "attempt exited 0."
         ),
     )
     parser.add_argument(
@@ -162,6 +184,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument(
+        "--hang-timeout",
+        type=_float_at_least(0.0, "--hang-timeout"),
+        default=0.0,
+        metavar="SECONDS",
+        help=(
+            "end the job when a worker inside fit/evaluate/predict finishes no batch for this long, naming it "
+            f"(exit status {EXIT_HANG}; restarts count it as a failure); workers report batches with the "
+            "keras_gpu.Heartbeat callback. Default: 0, off. Make it longer than the slowest step plus any "
+            "epoch-end work (validation, checkpoints)"
+        ),
+    )
+    parser.add_argument(
         "-m",
         dest="module",
         nargs=argparse.REMAINDER,
@@ -174,9 +208,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
+    require_tensorflow("keras-gpu launch")
     target, is_module, script_args = _resolve_target(args)
     n = args.nproc
     max_restarts = getattr(args, "max_restarts", 0)
+    hang_timeout = getattr(args, "hang_timeout", 0.0) or None
     command = worker_command(target, script_args, module=is_module, cpu_replicas=args.cpu_replicas)
     if os.environ.get("TF_CONFIG", "").strip():
         logger.warning("TF_CONFIG is set in the environment; each worker gets its own TF_CONFIG instead.")
@@ -191,7 +227,9 @@ def run(args: argparse.Namespace) -> int:
     with _signal_handlers(_FORWARDED_SIGNALS, on_signal):
         restart = 0
         while True:
-            status = _run_attempt(command, n, restart, max_restarts, args.grace_period, stop_requested, force, received)
+            status = _run_attempt(
+                command, n, restart, max_restarts, args.grace_period, stop_requested, force, received, hang_timeout
+            )
             if not isinstance(status, WorkerExit):
                 return status
             if restart == max_restarts:
@@ -211,6 +249,7 @@ def _run_attempt(
     stop_requested: threading.Event,
     force: threading.Event,
     received: list[int],
+    hang_timeout: float | None = None,
 ) -> int | WorkerExit:
     """Run one attempt of the job.
 
@@ -223,6 +262,31 @@ def _run_attempt(
         return 128 + received[0]
     ports = free_loopback_ports(n)
     envs = [worker_env(os.environ, i, ports, restart_count=restart, max_restarts=max_restarts) for i in range(n)]
+    with contextlib.ExitStack() as stack:
+        watch = None
+        if hang_timeout:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keras-gpu-progress-"))
+            paths = [os.path.join(folder, f"worker{i}.json") for i in range(n)]
+            for env, path in zip(envs, paths):
+                env[ENV_PROGRESS_FILE] = path
+                env[ENV_HANG_TIMEOUT] = f"{hang_timeout:g}"
+            watch = HangWatch(paths, hang_timeout)
+        return _run_group(command, n, envs, ports, restart, max_restarts, grace_period, stop_requested, force, received, watch)
+
+
+def _run_group(
+    command: list[str],
+    n: int,
+    envs: list[dict[str, str]],
+    ports: list[int],
+    restart: int,
+    max_restarts: int,
+    grace_period: float,
+    stop_requested: threading.Event,
+    force: threading.Event,
+    received: list[int],
+    watch: HangWatch | None,
+) -> int | WorkerExit:
     group = WorkerGroup([command] * n, envs)
     try:
         group.start()
@@ -233,7 +297,19 @@ def _run_attempt(
             ", ".join(f"{_LOOPBACK}:{p}" for p in ports),
             f" (restart {restart} of {max_restarts})" if restart else "",
         )
-        failure = group.wait(stop_requested)
+        failure = group.wait(stop_requested, watch=watch)
+        if watch is not None and watch.stalled and not received:
+            logger.error("%s; stopping all %d worker(s) (SIGTERM, then SIGKILL after %gs)", watch.describe(), n, grace_period)
+            exits = group.stop(signal.SIGTERM, grace_period, force=force)
+            logger.info("stopped: %s", "; ".join(_describe_stopped(e, grace_period, signal.SIGTERM) for e in exits))
+            if received:
+                return 128 + received[0]
+            return WorkerExit(watch.stalled[0][0], EXIT_HANG, hung=True)
+        if watch is not None and not watch.seen_any:
+            logger.warning(
+                "--hang-timeout watched nothing: no worker reported progress; add keras_gpu.Heartbeat() to the "
+                "callbacks of fit, evaluate and predict"
+            )
         if received:
             signum = received[0]
             logger.warning(
@@ -425,6 +501,7 @@ class WorkerExit:
 
     index: int
     returncode: int
+    hung: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -433,9 +510,90 @@ class WorkerExit:
 
     def describe(self) -> str:
         """E.g. `"worker 1 exited with code 3"` or `"worker 1 was killed by SIGKILL"`."""
+        if self.hung:
+            return f"worker {self.index} stopped making progress (--hang-timeout)"
         if self.returncode < 0:
             return f"worker {self.index} was killed by {_signal_name(-self.returncode)}"
         return f"worker {self.index} exited with code {self.returncode}"
+
+
+class HangWatch:
+    """Decides from the workers' progress files whether the job stopped making progress.
+
+    A worker is judged while its file says it is active (inside `fit`,
+    `evaluate` or `predict`) and its process runs. It has stalled when its
+    batch count has not changed for `timeout` seconds of the launcher's own
+    clock, counted from the first reading that showed it active with that
+    count. Files are read at most every `min(0.5, timeout / 10)` seconds.
+    When one worker has stalled, every judged worker idle for at least half
+    the timeout is reported with it (the peers of a stuck worker wait in a
+    collective), fewest batches first, then one in Python before one waiting
+    inside TensorFlow.
+
+    Args:
+        paths: One progress file per worker, by rank.
+        timeout: The `--hang-timeout` in seconds.
+        clock: The monotonic clock (seconds).
+    """
+
+    def __init__(self, paths: Sequence[str], timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._paths = list(paths)
+        self._timeout = float(timeout)
+        self._clock = clock
+        self._since: list[tuple[int, float] | None] = [None] * len(self._paths)
+        self._latest: list[Progress | None] = [None] * len(self._paths)
+        self._next_read = 0.0
+        self.seen_any = False
+        """Whether any worker has written a progress file."""
+        self.stalled: list[tuple[int, Progress]] = []
+        """The stalled workers once `__call__` returned True, the likely cause first."""
+
+    def __call__(self, codes: Sequence[int | None]) -> bool:
+        """Read the files when due; True when an active, running worker has stalled."""
+        now = self._clock()
+        if now < self._next_read:
+            return False
+        self._next_read = now + min(0.5, self._timeout / 10)
+        idle_for: dict[int, float] = {}
+        for rank, path in enumerate(self._paths):
+            progress = read_progress(path)
+            if progress is None:
+                continue
+            self.seen_any = True
+            self._latest[rank] = progress
+            running = rank >= len(codes) or codes[rank] is None
+            if not (progress.active and running):
+                self._since[rank] = None
+                continue
+            since = self._since[rank]
+            if since is None or since[0] != progress.steps:
+                self._since[rank] = since = (progress.steps, now)
+            idle_for[rank] = now - since[1]
+        if not idle_for or max(idle_for.values()) < self._timeout:
+            return False
+        # Peers of a stuck worker stop within moments of it: report every worker idle for half the timeout,
+        # fewest batches first, then one in Python before one waiting inside TensorFlow.
+        stalled = [(rank, self._latest[rank]) for rank, idle in idle_for.items() if idle >= self._timeout / 2]
+        self.stalled = sorted(stalled, key=lambda item: (item[1].steps, item[1].in_tensorflow, item[0]))
+        return True
+
+    def describe(self) -> str:
+        """The message naming the stalled workers, and the likely cause when one stands out."""
+        parts = [
+            f"worker {rank} ({p.steps} batch(es) done; "
+            f"{'waiting inside TensorFlow' if p.in_tensorflow else 'in Python'} at {p.where or 'unknown'})"
+            for rank, p in self.stalled
+        ]
+        ranks = ", ".join(str(rank) for rank, _ in self.stalled)
+        text = f"no progress for {self._timeout:g}s (--hang-timeout) on worker(s) {ranks}: {'; '.join(parts)}"
+        key = [(p.steps, p.in_tensorflow) for _, p in self.stalled]
+        if len(key) > 1 and key[0] != key[1]:
+            first, progress = self.stalled[0]
+            why = "the fewest batches" if key[0][0] < key[1][0] else "in Python while the others wait inside TensorFlow"
+            text += f". Worker {first} stopped first ({why})"
+        elif len(key) == 1:
+            text += f". Worker {self.stalled[0][0]} stopped making progress"
+        return text
 
 
 class WorkerGroup:
@@ -533,8 +691,17 @@ class WorkerGroup:
         """Each worker's `returncode`, or `None` while it runs. Does not reap them."""
         return [_peek_returncode(p) for p in self._procs]
 
-    def wait(self, stop_event: threading.Event | None = None, poll_interval: float = 0.05) -> WorkerExit | None:
-        """Block until a worker fails, all succeed, or `stop_event` is set.
+    def wait(
+        self,
+        stop_event: threading.Event | None = None,
+        poll_interval: float = 0.05,
+        *,
+        watch: Callable[[list[int | None]], bool] | None = None,
+    ) -> WorkerExit | None:
+        """Block until a worker fails, all succeed, `stop_event` is set, or `watch` says to stop.
+
+        `watch`, when given, is called with `poll()`'s result on every poll
+        and ends the wait by returning True.
 
         Returns:
             The failed worker (the lowest rank if several are found failed at
@@ -548,6 +715,8 @@ class WorkerGroup:
                 if code is not None and code != 0:
                     return WorkerExit(index, code)
             if all(code == 0 for code in codes):
+                return None
+            if watch is not None and watch(codes):
                 return None
             if stop_event is not None:
                 if stop_event.wait(poll_interval):

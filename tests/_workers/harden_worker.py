@@ -10,6 +10,9 @@ Run under `keras-gpu launch`. Cases:
 - `uneven`: `evaluate` on a 1-sample input (one replica gets no sample),
   then a valid `evaluate`, `fit` with a last batch of 1, `fit`, `evaluate`
   and a 3-sample `predict`, each next to this worker's own forward pass.
+- `stuck-python`, `stuck-pipeline`: train with `keras_gpu.Heartbeat`; worker 1
+  blocks forever after 3 batches, in a callback or in its input pipeline
+  (for `keras-gpu launch --hang-timeout`). Each worker writes `pid_w<rank>` first.
 """
 
 from __future__ import annotations
@@ -170,12 +173,59 @@ def uneven(out: dict, args, strategy) -> None:
     out["after_padded"] = {"value": model.evaluate(x, y, batch_size=32, verbose=0), "local": mse()}
 
 
+def _stamp(out_dir: str) -> None:
+    """Record when worker 1 got stuck (wall clock, as the test reads it)."""
+    import time
+
+    with open(os.path.join(out_dir, "stuck_at"), "w") as f:
+        f.write(repr(time.time()))
+
+
+def stuck(out: dict, args, strategy) -> None:
+    import threading
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_gpu
+
+    rank = int(os.environ["KERAS_GPU_WORKER_INDEX"])
+    never = threading.Event()
+
+    class Stuck(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if rank == 1 and batch == 3 and args.case == "stuck-python":
+                _stamp(args.out)
+                never.wait()
+
+    def samples():
+        rs = np.random.RandomState(0)
+        for i in range(10**7):
+            if rank == 1 and i == 32 * 20 and args.case == "stuck-pipeline":
+                _stamp(args.out)
+                never.wait()
+            x = rs.rand(8).astype("float32")
+            yield x, x[:1]
+
+    spec = (tf.TensorSpec((8,), tf.float32), tf.TensorSpec((1,), tf.float32))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    data = tf.data.Dataset.from_generator(samples, output_signature=spec).batch(32).with_options(options)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.01), "mse")
+    model.fit(data, steps_per_epoch=8, epochs=10**4, verbose=0, callbacks=[keras_gpu.Heartbeat(), Stuck()])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("--case", required=True, choices=("core", "uneven"))
+    parser.add_argument("--case", required=True, choices=("core", "uneven", "stuck-python", "stuck-pipeline"))
     args = parser.parse_args()
     rank = int(os.environ["KERAS_GPU_WORKER_INDEX"])
+    with open(os.path.join(args.out, f"pid_w{rank}"), "w") as f:
+        f.write(str(os.getpid()))
     log = logging.getLogger("keras_gpu")
     log.setLevel(logging.INFO)
     log.addHandler(_Keep())
@@ -184,7 +234,7 @@ def main() -> None:
 
     strategy = keras_gpu.make_strategy("multiworker", startup_timeout=60)
     out: dict = {"rank": rank, "is_chief": keras_gpu.is_chief(strategy)}
-    {"core": core, "uneven": uneven}[args.case](out, args, strategy)
+    {"core": core, "uneven": uneven, "stuck-python": stuck, "stuck-pipeline": stuck}[args.case](out, args, strategy)
     out["logs"] = records
     with open(os.path.join(args.out, f"w{rank}.json"), "w") as f:
         json.dump(out, f)

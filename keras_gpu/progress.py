@@ -1,0 +1,209 @@
+"""Progress files: how a launched worker tells `keras-gpu launch --hang-timeout` that it is still training.
+
+With `--hang-timeout SECONDS`, the launcher gives worker `i` the environment
+variable `KERAS_GPU_PROGRESS_FILE` (a path of its own) and watches that file.
+Inside the worker, `keras_gpu.Heartbeat` counts finished batches (train, test
+and predict) in memory, and a daemon thread of :class:`ProgressWriter`
+rewrites the file a few times per timeout with the count and where the
+worker's main thread is. The training thread only adds one to an int: it
+does no I/O and no device work.
+
+"Progress" is a finished batch. While the worker is inside `fit`,
+`evaluate` or `predict` it is *active*; the launcher ends the job when an
+active worker's count has not moved for `--hang-timeout` seconds. Between
+calls (loading data, saving, user code) the worker is idle and not judged.
+This module imports neither Keras nor TensorFlow, so the launcher can read
+the files.
+
+File format (JSON, replaced atomically): `{"pid": int, "steps": int,
+"active": bool, "where": str, "in_tensorflow": bool, "wall": float}`, where
+`where` is the innermost frame of the main thread as `file:line in function`
+and `in_tensorflow` says whether that frame is inside TensorFlow (waiting on
+a collective or the input pipeline) rather than in Python code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ENV_HANG_TIMEOUT",
+    "ENV_PROGRESS_FILE",
+    "Progress",
+    "ProgressWriter",
+    "read_progress",
+    "writer_from_env",
+]
+
+ENV_PROGRESS_FILE = "KERAS_GPU_PROGRESS_FILE"
+"""Environment variable naming the file a launched worker reports its progress to."""
+ENV_HANG_TIMEOUT = "KERAS_GPU_HANG_TIMEOUT"
+"""Environment variable holding the launcher's `--hang-timeout` in seconds."""
+
+_MIN_INTERVAL_S = 0.1
+_MAX_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One reading of a worker's progress file.
+
+    Attributes:
+        pid: The worker's process id.
+        steps: Batches finished so far (train, test and predict).
+        active: Whether the worker is inside `fit`, `evaluate` or `predict`.
+        where: The innermost frame of its main thread, `file:line in function`.
+        in_tensorflow: Whether that frame is inside TensorFlow.
+    """
+
+    pid: int
+    steps: int
+    active: bool
+    where: str
+    in_tensorflow: bool
+
+
+def read_progress(path: str | os.PathLike[str]) -> Progress | None:
+    """The progress in `path`, or `None` when the file is absent or not (yet) valid."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return Progress(
+            pid=int(data["pid"]),
+            steps=int(data["steps"]),
+            active=bool(data["active"]),
+            where=str(data.get("where", "")),
+            in_tensorflow=bool(data.get("in_tensorflow", False)),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class ProgressWriter:
+    """Counts finished batches and rewrites a progress file from a daemon thread.
+
+    `step()`, `begin()` and `end()` are what the training thread calls; they
+    only change ints. The thread writes every `interval` seconds, and once at
+    `start()`.
+
+    Args:
+        path: The progress file.
+        interval: Seconds between writes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], interval: float) -> None:
+        self._path = os.fspath(path)
+        self._interval = float(interval)
+        self._steps = 0
+        self._depth = 0
+        self._main = threading.main_thread()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the writer thread (once)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._write()
+            self._thread = threading.Thread(target=self._run, name="keras-gpu-progress", daemon=True)
+            self._thread.start()
+
+    def begin(self) -> None:
+        """A `fit`, `evaluate` or `predict` call started (calls may nest)."""
+        self._depth += 1
+
+    def end(self) -> None:
+        """The innermost running call ended."""
+        self._depth = max(0, self._depth - 1)
+
+    def step(self) -> None:
+        """One batch (or one execution of `steps_per_execution` batches) finished."""
+        self._steps += 1
+
+    @property
+    def steps(self) -> int:
+        """Batches counted so far."""
+        return self._steps
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            self._write()
+
+    def _write(self) -> None:
+        where, in_tf = _main_thread_frame(self._main)
+        record = {
+            "pid": os.getpid(),
+            "steps": self._steps,
+            "active": self._depth > 0,
+            "where": where,
+            "in_tensorflow": in_tf,
+            "wall": time.time(),
+        }
+        tmp = f"{self._path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(tmp, self._path)
+        except OSError:  # the launcher's directory went away: nothing to report to
+            pass
+
+
+def _main_thread_frame(main: threading.Thread) -> tuple[str, bool]:
+    """Where the main thread is: its innermost frame outside installed libraries, and whether it is inside TensorFlow."""
+    frame = sys._current_frames().get(main.ident) if main.ident is not None else None
+    if frame is None:
+        return "", False
+    in_tf = f"{os.sep}tensorflow{os.sep}" in frame.f_code.co_filename
+    innermost = frame
+    skipped = (*_library_dirs(), __file__)
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
+        frame = frame.f_back
+    shown = frame or innermost
+    text = f"{shown.f_code.co_filename}:{shown.f_lineno} in {shown.f_code.co_name}"
+    if shown is not innermost:
+        text += f" (innermost: {os.path.basename(innermost.f_code.co_filename)}:{innermost.f_lineno} in {innermost.f_code.co_name})"
+    return text, in_tf
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}))
+
+
+_shared: ProgressWriter | None = None
+_shared_lock = threading.Lock()
+
+
+def writer_from_env(environ: Mapping[str, str] | None = None) -> ProgressWriter | None:
+    """This process's one :class:`ProgressWriter`, started, when the launcher asked for one; else `None`."""
+    global _shared
+    env = os.environ if environ is None else environ
+    path = env.get(ENV_PROGRESS_FILE, "").strip()
+    if not path:
+        return None
+    with _shared_lock:
+        if _shared is None:
+            _shared = ProgressWriter(path, _interval(env.get(ENV_HANG_TIMEOUT)))
+            _shared.start()
+        return _shared
+
+
+def _interval(timeout: Any) -> float:
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        return 1.0
+    if not seconds > 0:
+        return 1.0
+    return min(_MAX_INTERVAL_S, max(_MIN_INTERVAL_S, seconds / 10))
