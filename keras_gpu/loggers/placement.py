@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,25 +18,36 @@ __all__ = ["PlacementLogger"]
 JSON_NAME = "placement.json"
 
 
-@dataclass
-class _ModelState:
-    """The last analysis of one model, shared by every `PlacementLogger` that trains it."""
+_ANALYSIS_ATTR = "_keras_gpu_placement_analysis"
 
-    function: Any  # weak reference to the analysed `model.train_function`
-    report: _placement.PlacementReport | None
+
+@dataclass
+class _Analysis:
+    """The placement analysis of one traced training function.
+
+    It is kept on that function (`model.train_function`), so that every
+    `PlacementLogger` that trains the model reuses it (the same instance on a
+    later `fit`, or a new instance: users often build the callback list anew
+    for each `fit`) until Keras retraces the step, which makes a new function.
+    """
+
+    report: _placement.PlacementReport
     graph_def: Any = None
     written_to: set[str] = field(default_factory=set)
-    forced: Any = None  # weak reference to a function retraced to see its placement
 
 
-# Keyed by model, so that a new callback instance on a model that was already
-# analysed (users often build the callback list anew for each `fit`) reuses the
-# analysis instead of retracing.
-_STATES: weakref.WeakKeyDictionary[Any, _ModelState] = weakref.WeakKeyDictionary()
+def _analysis_of(function: Any) -> _Analysis | None:
+    analysis = getattr(function, _ANALYSIS_ATTR, None)
+    return analysis if isinstance(analysis, _Analysis) else None
 
 
-def _alive(ref: Any) -> Any:
-    return ref() if ref is not None else None
+@dataclass
+class _Fit:
+    """What one `PlacementLogger` holds during one `fit`."""
+
+    model: Any
+    wrapped: tuple[Any, Any] | None = None  # (original train_function, the wrapper standing in for it)
+    forced: Any = None  # the train_function this fit retraced to see its placement
 
 
 class PlacementLogger(LoggingCallback):
@@ -108,7 +118,8 @@ class PlacementLogger(LoggingCallback):
         self.analysis_count = 0
         self.overhead_s = 0.0
         self.last_analysis_s: float | None = None
-        self._wrapped: tuple[Any, Any, Any] | None = None  # (model, original, wrapper)
+        self._fit: _Fit | None = None
+        self._unattached: tuple[Any, _Analysis] | None = None  # (function, analysis) for a function without attributes
 
     # ------------------------------------------------------------------ hooks
 
@@ -116,6 +127,7 @@ class PlacementLogger(LoggingCallback):
         start = time.perf_counter()
         self.overhead_s = 0.0
         self._unwrap()  # left over from a `fit` that raised before its first step
+        self._fit = _Fit(self.model)
         self._open()
         self._wrap()
         self.overhead_s += time.perf_counter() - start
@@ -123,13 +135,15 @@ class PlacementLogger(LoggingCallback):
     def on_train_end(self, logs=None):
         start = time.perf_counter()
         self._unwrap()
+        self._fit = None
         self._close()
         self.overhead_s += time.perf_counter() - start
 
     # ------------------------------------------------------------------ wrapping
 
     def _wrap(self) -> None:
-        model = self.model
+        fit = self._fit
+        model = fit.model
         original = getattr(model, "train_function", None)
         if original is None or not callable(original):
             log_once(
@@ -164,15 +178,16 @@ class PlacementLogger(LoggingCallback):
         first_call.__wrapped__ = original  # type: ignore[attr-defined]
         first_call._keras_gpu_placement = True  # type: ignore[attr-defined]
         model.train_function = first_call
-        self._wrapped = (model, original, first_call)
+        fit.wrapped = (original, first_call)
 
     def _unwrap(self) -> None:
-        if self._wrapped is None:
+        fit = self._fit
+        if fit is None or fit.wrapped is None:
             return
-        model, original, wrapper = self._wrapped
-        self._wrapped = None
-        if getattr(model, "train_function", None) is wrapper:
-            model.train_function = original
+        original, wrapper = fit.wrapped
+        fit.wrapped = None
+        if getattr(fit.model, "train_function", None) is wrapper:
+            fit.model.train_function = original
 
     def _guarded(self, fn, *args) -> None:
         start = time.perf_counter()
@@ -190,43 +205,40 @@ class PlacementLogger(LoggingCallback):
     # ------------------------------------------------------------------ analysis
 
     def _after_first_call(self, original: Any, captured: _placement.GraphCapture | None) -> None:
-        model = self.model
-        state = _STATES.get(model)
+        fit = self._fit
+        known = self._known(original)
         if captured is None:  # run_eagerly
-            if state is None or _alive(state.function) is not original:
+            if known is None:
                 reason = "`run_eagerly=True`: there is no traced training step; each op is placed on its own as it runs"
-                report = self._build(None, reason)
-                state = self._remember(model, original, report, None)
-                self._publish(state)
-            else:
-                self._publish(state)
+                known = self._remember(original, self._build(None, reason), None)
+            self._publish(known)
             return
         step_graphs = _placement.step_function_graphs(captured.function_graphs)
         if step_graphs:
             started = time.perf_counter()
             report = self._build(step_graphs, None)
             graph_def = _placement.placed_graph_def(step_graphs) if self.write_graph else None
-            state = self._remember(model, original, report, graph_def)
+            analysis = self._remember(original, report, graph_def)
             self.analysis_count += 1
-            self._publish(state)
+            self._publish(analysis)
             self.last_analysis_s = time.perf_counter() - started
             logger.debug("keras-gpu: placement analysed in %.3f s", self.last_analysis_s)
             return
-        if state is not None and state.report is not None and _alive(state.function) is original:
-            self._publish(state)  # nothing retraced: reuse the analysis
+        if known is not None:
+            self._publish(known)  # nothing retraced: reuse the analysis
             return
-        if state is None or _alive(state.forced) is not original:
+        if fit.forced is not original:
             # The step was compiled before this callback could watch it: retrace once.
             logger.info(
                 "keras-gpu: the training step was compiled before PlacementLogger was attached; retracing it "
                 "once to capture its placement."
             )
-            model.make_train_function(force=True)
-            _STATES[model] = _ModelState(function=None, report=None, forced=weakref.ref(model.train_function))
+            fit.model.make_train_function(force=True)
+            fit.forced = fit.model.train_function
             self._wrap()
             return
         report = self._build(None, "the training step was compiled before it could be captured")
-        self._publish(self._remember(model, original, report, None))
+        self._publish(self._remember(original, report, None))
 
     def _build(self, step_graphs: list[Any] | None, reason: str | None) -> _placement.PlacementReport:
         strategy = _placement.strategy_info(self._strategy(), self._task)
@@ -241,30 +253,40 @@ class PlacementLogger(LoggingCallback):
         self.report = report
         return report
 
-    def _remember(self, model: Any, function: Any, report: _placement.PlacementReport, graph_def: Any) -> _ModelState:
-        state = _ModelState(function=weakref.ref(function) if function is not None else None, report=report, graph_def=graph_def)
-        _STATES[model] = state
-        return state
+    def _known(self, function: Any) -> _Analysis | None:
+        """The analysis already made of `function`, by any PlacementLogger, or None."""
+        known = _analysis_of(function)
+        if known is None and self._unattached is not None and self._unattached[0] is function:
+            known = self._unattached[1]
+        return known
+
+    def _remember(self, function: Any, report: _placement.PlacementReport, graph_def: Any) -> _Analysis:
+        """Keep the analysis with `function`; on this callback too, if the function takes no attributes."""
+        analysis = _Analysis(report=report, graph_def=graph_def)
+        try:
+            setattr(function, _ANALYSIS_ATTR, analysis)
+            self._unattached = None
+        except (AttributeError, TypeError):  # e.g. a bound method: reuse is then limited to this callback
+            self._unattached = (function, analysis)
+        return analysis
 
     # ------------------------------------------------------------------ output
 
-    def _publish(self, state: _ModelState) -> None:
-        """Write `state.report` to this run directory unless it is already there."""
-        if state.report is None:
+    def _publish(self, analysis: _Analysis) -> None:
+        """Write `analysis.report` to this run directory unless it is already there."""
+        self.report = analysis.report
+        if self.run_dir is None or self._writer is None or self.run_dir in analysis.written_to:
             return
-        self.report = state.report
-        if self.run_dir is None or self._writer is None or self.run_dir in state.written_to:
-            return
-        report, writer = state.report, self._writer
+        report, writer = analysis.report, self._writer
         for tag, markdown in report.markdown(self.max_rows).items():
             writer.text(tag, markdown, report.step)
         writer.scalars(report.scalars(), report.step)
-        if state.graph_def is not None:
-            writer.graph(state.graph_def)
+        if analysis.graph_def is not None:
+            writer.graph(analysis.graph_def)
         writer.flush()
         path = os.path.join(self.run_dir, JSON_NAME)
         try:
             _placement.write_json(report, path)
         except Exception as exc:  # noqa: BLE001 - storage failures must not stop training
             logger.error("keras-gpu: could not write %s (%s: %s); training continues.", path, type(exc).__name__, exc)
-        state.written_to.add(self.run_dir)
+        analysis.written_to.add(self.run_dir)
