@@ -1,8 +1,13 @@
-"""Summarise a keras-gpu run from its event files: throughput per worker, peak memory, CPU fallbacks, hints.
+"""Summarise a keras-gpu run from its event files: rates, where the time went, peak memory, CPU fallbacks, hints.
 
 Reads what the callbacks wrote (TensorBoard event files and `placement.json`)
 under a log directory, for a finished or a running job, and returns plain,
 JSON-serialisable data. `keras-gpu report` renders it as tables.
+
+Means are weighted by time: a rate's mean is the mean over the windows
+weighted by each window's wall time (so samples/s is samples over seconds),
+and a step-time part's mean is weighted by the steps each trace covered.
+Every hint names the measurement it follows from.
 """
 
 from __future__ import annotations
@@ -15,11 +20,28 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from keras_gpu import steptime
+from keras_gpu import tags as _tags
+
 __all__ = ["find_runs", "read_scalars", "summarize"]
 
 _WORKER_DIR = re.compile(r"^worker_(\d+)$")
-_ALLOC = re.compile(r"^memory/allocator/([^/]+)/(current_bytes|peak_bytes|run_peak_bytes)$")
-_GPU = re.compile(r"^gpu/(\d+)/([a-z_]+)$")
+_RATE_TAGS = (
+    _tags.SAMPLES_PER_SEC,
+    _tags.STEPS_PER_SEC,
+    _tags.SAMPLES_PER_SEC_PER_REPLICA,
+    _tags.TFLOPS_PER_SEC,
+    _tags.MFU,
+)
+_STEADY_TAGS = (_tags.STEADY_SAMPLES_PER_SEC, _tags.STEADY_STEPS_PER_SEC)
+_TIME_TAGS = (_tags.EPOCH_SEC, _tags.TRAIN_SEC, _tags.FIRST_STEP_SEC, _tags.VALIDATION_SEC, _tags.OTHER_EPOCH_SEC)
+_ALLOC_TAGS = (_tags.ALLOC_CURRENT, _tags.ALLOC_PEAK, _tags.ALLOC_RUN_PEAK)
+_GPU_TAGS = tuple(t for t in _tags.TAGS if t.pattern.startswith("gpu/{gpu}/"))
+_STEP_PARTS = ("input", "compute", "communication", "other")
+#: The first execution of each epoch is worth a hint from this share of the training time on.
+FIRST_STEP_SHARE = 0.2
+#: A GPU is worth a hint when NVML saw it busy less than this share of the time.
+GPU_BUSY_PERCENT = 50.0
 
 
 def find_runs(log_dir: str) -> list[str]:
@@ -71,10 +93,95 @@ def _stats(points: list[tuple[int, float]]) -> dict[str, float]:
         "mean": statistics.fmean(values),
         "median": statistics.median(values),
         "max": max(values),
-        "later_max": max(values[1:], default=values[0]),
         "last": values[-1],
         "points": len(values),
     }
+
+
+def _short(tag: _tags.Tag) -> str:
+    return tag.pattern.split("/", 1)[1]
+
+
+def _rates(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, float]]:
+    """Statistics of the per-window rates; `mean` is weighted by each window's wall time.
+
+    A window's time is its steps (the global-step axis advances by them, from
+    0 for the first window) over its steps/s. Steady-state rates, one point
+    per epoch, get plain statistics.
+    """
+    seconds: dict[int, float] = {}
+    prev = 0
+    for step, rate in scalars.get(_tags.STEPS_PER_SEC.name(), []):
+        if rate > 0 and step > prev:
+            seconds[step] = (step - prev) / rate
+        prev = max(prev, step)
+    out = {}
+    for tag in _RATE_TAGS + _STEADY_TAGS:
+        points = scalars.get(tag.name())
+        if not points:
+            continue
+        stats = _stats(points)
+        weights = [seconds.get(step) for step, _ in points]
+        if tag in _RATE_TAGS and all(w is not None for w in weights) and sum(weights) > 0:
+            stats["mean"] = sum(w * v for w, (_, v) in zip(weights, points)) / sum(weights)
+            stats["seconds"] = sum(weights)
+        out[_short(tag)] = stats
+    return out
+
+
+def _epoch_times(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, float] | None:
+    """Totals of the per-epoch `time/` tags in seconds, and the number of epochs."""
+    epochs = scalars.get(_tags.EPOCH_SEC.name())
+    if not epochs:
+        return None
+    out = {"epochs": len(epochs)}
+    for tag in _TIME_TAGS:
+        out[_short(tag)] = sum(v for _, v in scalars.get(tag.name(), []))
+    return out
+
+
+def _replica_order(label: str) -> tuple[int, str]:
+    index, _, rest = label.partition("_")
+    return (int(index) if index.isdigit() else 0, rest)
+
+
+def _step_time(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | None:
+    """The step-time breakdown over every trace, each weighted by the steps it covered."""
+    points = scalars.get(_tags.STEP_SEC.name())
+    if not points:
+        return None
+    counts = dict(scalars.get(_tags.STEP_TRACED_STEPS.name(), []))
+    weights = {s: counts.get(s, 1.0) for s, _ in points}
+    total = sum(weights.values())
+
+    def mean(tag: str) -> float:
+        values = dict(scalars.get(tag, []))
+        return sum(w * values.get(s, 0.0) for s, w in weights.items()) / total
+
+    labels = sorted(
+        {fields["replica"] for t in scalars if (fields := _tags.REPLICA_COMPUTE_SEC.match(t))}, key=_replica_order
+    )
+    step = steptime.StepTime(
+        steps=int(total),
+        step_sec=mean(_tags.STEP_SEC.name()),
+        input_sec=mean(_tags.STEP_INPUT_SEC.name()),
+        compute_sec=mean(_tags.STEP_COMPUTE_SEC.name()),
+        communication_sec=mean(_tags.STEP_COMMUNICATION_SEC.name()),
+        other_sec=mean(_tags.STEP_OTHER_SEC.name()),
+        replicas=tuple(
+            steptime.ReplicaTime(
+                mean(_tags.REPLICA_COMPUTE_SEC.name(replica=label)),
+                mean(_tags.REPLICA_COMMUNICATION_SEC.name(replica=label)),
+            )
+            for label in labels
+        ),
+        source="report",
+    )
+    out = step.as_dict()
+    out["traces"] = len(points)
+    out["shares"] = {part: step.share(part) for part in _STEP_PARTS}
+    out["replica_labels"] = labels
+    return out
 
 
 def _worker_of(run: str) -> tuple[int | None, str]:
@@ -106,57 +213,82 @@ def _placement(run_path: str) -> dict[str, Any] | None:
     }
 
 
+def _memory(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
+    allocator: dict[str, float] = {}
+    gpus: dict[str, dict[str, dict[str, float]]] = {}
+    for tag, points in scalars.items():
+        if (found := _tags.match(tag, _ALLOC_TAGS)) is not None:
+            device = found[1]["device"]
+            allocator[device] = max(allocator.get(device, 0.0), max(v for _, v in points))
+        elif (found := _tags.match(tag, _GPU_TAGS)) is not None:
+            gpus.setdefault(found[1]["gpu"], {})[tag.split("/", 2)[2]] = _stats(points)
+    host = scalars.get(_tags.HOST_PEAK_RSS.name()) or scalars.get(_tags.HOST_RSS.name())
+    return {
+        "allocator_peak_bytes": allocator,
+        "gpus": gpus,
+        "host_rss_peak_bytes": max(v for _, v in host) if host else None,
+    }
+
+
 def _summarize_run(log_dir: str, run: str) -> dict[str, Any]:
     path = os.path.join(log_dir, run)
     scalars = read_scalars(path)
     worker, label = _worker_of(run)
-    throughput = {
-        tag.split("/", 1)[1]: _stats(points)
-        for tag, points in scalars.items()
-        if tag.startswith("throughput/") and tag.count("/") == 1
-    }
-    allocator: dict[str, dict[str, float]] = {}
-    gpus: dict[str, dict[str, dict[str, float]]] = {}
-    for tag, points in scalars.items():
-        if m := _ALLOC.match(tag):
-            allocator.setdefault(m.group(1), {})[m.group(2)] = max(v for _, v in points)
-        elif m := _GPU.match(tag):
-            gpus.setdefault(m.group(1), {})[m.group(2)] = _stats(points)
-    host = scalars.get("memory/host/peak_rss_bytes") or scalars.get("memory/host/rss_bytes")
+    placement_tags = [t for t in _tags.TAGS if t.pattern.startswith("placement/") and not t.text]
     return {
         "run": run,
         "worker": worker,
         "label": label,
         "steps": max((s for pts in scalars.values() for s, _ in pts), default=0),
-        "throughput": throughput,
-        "memory": {
-            "allocator_peak_bytes": {d: max(v.values()) for d, v in allocator.items()},
-            "gpus": gpus,
-            "host_rss_peak_bytes": max(v for _, v in host) if host else None,
-        },
+        "keras_gpu_tags": sorted(t for t in scalars if _tags.match(t) is not None),
+        "placement_counts": {_short(t): scalars[t.name()][-1][1] for t in placement_tags if t.name() in scalars},
+        "throughput": _rates(scalars),
+        "time": _epoch_times(scalars),
+        "step_time": _step_time(scalars),
+        "memory": _memory(scalars),
         "placement": _placement(path),
     }
 
 
+def _replica_names(step: dict[str, Any]) -> list[str]:
+    names = []
+    for label in step["replica_labels"]:
+        index, _, device = label.partition("_")
+        names.append(f"replica {index} ({device.replace('_', ':')})" if device else f"replica {index}")
+    return names
+
+
 def _hints(runs: list[dict[str, Any]]) -> list[str]:
     hints = []
-    rates = {r["label"]: r["throughput"]["samples_per_sec"]["median"] for r in runs if "samples_per_sec" in r["throughput"]}
-    if len(rates) > 1:
-        slowest, fastest = min(rates, key=rates.get), max(rates, key=rates.get)
-        gap = 1.0 - rates[slowest] / rates[fastest] if rates[fastest] else 0.0
-        if gap > 0.05:
-            hints.append(
-                f"{slowest} reports {gap:.0%} lower throughput than {fastest}; in synchronous training every "
-                "worker waits for the slowest, so check its input pipeline, host load and GPU."
-            )
     for r in runs:
+        step = r.get("step_time")
+        if step:
+            measured = steptime.StepTime(
+                steps=step["steps"],
+                step_sec=step["step_sec"],
+                input_sec=step["input_sec"],
+                compute_sec=step["compute_sec"],
+                communication_sec=step["communication_sec"],
+                other_sec=step["other_sec"],
+                replicas=tuple(steptime.ReplicaTime(**x) for x in step["replicas"]),
+                source=step["source"],
+            )
+            for hint in steptime.verdict(measured, _replica_names(step)):
+                hints.append(f"{r['label']}: {hint} (measured on {step['steps']} traced steps).")
+        times = r.get("time")
+        if times and times["train_sec"] > 0 and times["first_step_sec"] / times["train_sec"] >= FIRST_STEP_SHARE:
+            hints.append(
+                f"{r['label']}: the first execution of each epoch took {times['first_step_sec']:.1f} s in all, "
+                f"{times['first_step_sec'] / times['train_sec']:.0%} of the training time (time/first_step_sec): "
+                "tracing, warm-up and starting the input iterator at every epoch."
+            )
         for gpu, metrics in r["memory"]["gpus"].items():
             util = metrics.get("utilization_percent")
-            if util and util["mean"] < 50:
+            if util and util["mean"] < GPU_BUSY_PERCENT:
+                where = " See step_time/ for where the rest of the step goes." if not step else ""
                 hints.append(
-                    f"{r['label']}: GPU {gpu} was busy only {util['mean']:.0f}% of the time on average; the step is "
-                    "probably waiting for data or the host. Try `dataset.prefetch(tf.data.AUTOTUNE)`, `.cache()`, "
-                    "a larger batch, or `steps_per_execution`."
+                    f"{r['label']}: NVML saw GPU {gpu} running a kernel only {util['mean']:.0f}% of the time on "
+                    f"average.{where}"
                 )
         placement = r.get("placement")
         if placement and placement["cpu_fallback_ops"]:
@@ -165,17 +297,6 @@ def _hints(runs: list[dict[str, Any]]) -> list[str]:
                 f"{r['label']}: {placement['cpu_fallback_ops']} op(s) of the training step ran on the CPU while the "
                 f"replicas sit on GPUs ({top}); see placement/cpu_fallbacks in TensorBoard."
             )
-        # The first epoch's first step includes tracing, so only later epochs say something about input start-up.
-        first = r["throughput"].get("first_step_sec")
-        steps = r["throughput"].get("steps_per_sec")
-        if first and first["points"] > 1 and steps and steps["median"] > 0:
-            later = first["later_max"]
-            if later > 100.0 / steps["median"]:
-                hints.append(
-                    f"{r['label']}: the first step of a later epoch took {later:.1f} s, as long as more than 100 "
-                    "steady steps: the input pipeline restarts slowly at each epoch. For in-memory arrays, try a "
-                    "`tf.data` pipeline with `.cache()` and `.prefetch(tf.data.AUTOTUNE)`."
-                )
     return hints
 
 
@@ -183,23 +304,20 @@ def summarize(log_dir: str) -> dict[str, Any]:
     """Summarise every run under `log_dir`.
 
     Returns:
-        `{"log_dir", "runs": [...], "slowest_worker", "hints"}`: per run its
-        worker, throughput statistics (mean, median, max, last, points) per
-        `throughput/*` tag, peak allocator bytes per device, NVML statistics
-        per GPU, peak host RSS, and the placement digest when
-        `placement.json` is present.
+        `{"log_dir", "runs": [...], "hints"}`: per run its worker,
+        time-weighted rate statistics per `throughput/*` tag (`mean`,
+        `median`, `max`, `last`, `points`, and `seconds` covered), totals of
+        the per-epoch `time/` tags, the step-time breakdown over all traces
+        (seconds per step, shares, per replica), peak allocator bytes per
+        device, NVML statistics per GPU, peak host RSS, and the placement
+        digest when `placement.json` is present. Hints follow from these
+        measurements only.
     """
     runs = [_summarize_run(log_dir, run) for run in find_runs(log_dir)]
     memory = ("allocator_peak_bytes", "gpus", "host_rss_peak_bytes")
-    runs = [r for r in runs if r["throughput"] or r["placement"] or any(r["memory"][k] for k in memory)]
-    timed = [r for r in runs if "samples_per_sec" in r["throughput"]]
-    slowest = min(timed, key=lambda r: r["throughput"]["samples_per_sec"]["median"]) if len(timed) > 1 else None
-    return {
-        "log_dir": log_dir,
-        "runs": runs,
-        "slowest_worker": None if slowest is None else {
-            "label": slowest["label"],
-            "samples_per_sec_median": slowest["throughput"]["samples_per_sec"]["median"],
-        },
-        "hints": _hints(runs),
-    }
+    runs = [
+        r
+        for r in runs
+        if r["throughput"] or r["time"] or r["step_time"] or r["placement"] or any(r["memory"][k] for k in memory)
+    ]
+    return {"log_dir": log_dir, "runs": runs, "hints": _hints(runs)}

@@ -176,6 +176,10 @@ STEP_SEC = Tag(
     "step_time/step_sec", "s/step", "measured wall time per training step over the traced steps",
     "StepTimeLogger", _STEP_CHART,
 )
+STEP_TRACED_STEPS = Tag(
+    "step_time/traced_steps", "steps", "training steps in the trace the breakdown was measured on",
+    "StepTimeLogger", None,
+)
 STEP_INPUT_SEC = Tag(
     "step_time/input_sec", "s/step",
     "time per step the step waited for the input pipeline while no device computed or communicated",

@@ -81,6 +81,7 @@ def test_default_schedule_tags_and_trace_files(tmp_path):
     scalars = read_scalars(run)
     assert {t for t in scalars if t.startswith("step_time/")} == {
         "step_time/step_sec",
+        "step_time/traced_steps",
         *(f"step_time/{p}" for p in PARTS),
         "step_time/replica_0_CPU_0/compute_sec",
         "step_time/replica_0_CPU_0/communication_sec",

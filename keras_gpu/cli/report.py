@@ -66,19 +66,40 @@ def render(data: dict[str, Any], console: Any = None) -> None:
         console.print(f"No keras-gpu data under {data['log_dir']} yet.")
         return
 
-    table = Table(title=f"Throughput  ({data['log_dir']})", title_justify="left")
-    for col in ("worker", "run", "samples/s mean", "samples/s median", "steps/s median", "TFLOP/s", "MFU", "last step"):
+    table = Table(title=f"Throughput, wall clock  ({data['log_dir']})", title_justify="left")
+    for col in ("worker", "run", "samples/s", "steady samples/s", "steps/s", "TFLOP/s", "MFU", "last step"):
         table.add_column(col, justify="left" if col in ("worker", "run") else "right")
-    slowest = (data.get("slowest_worker") or {}).get("label")
     for r in runs:
         t = r["throughput"]
-        label = r["label"] + ("  (slowest)" if r["label"] == slowest else "")
         table.add_row(
-            label, r["run"], _num(t.get("samples_per_sec")), _num(t.get("samples_per_sec"), "median"),
-            _num(t.get("steps_per_sec"), "median", "{:,.2f}"), _num(t.get("tflops_per_sec"), "mean", "{:.3f}"),
+            r["label"], r["run"], _num(t.get("samples_per_sec")), _num(t.get("steady_samples_per_sec"), "median"),
+            _num(t.get("steps_per_sec"), "mean", "{:,.2f}"), _num(t.get("tflops_per_sec"), "mean", "{:.3f}"),
             _num(t.get("mfu"), "mean", "{:.1%}"), str(r["steps"]),
         )
     console.print(table)
+
+    times = Table(title="Where the time goes", title_justify="left")
+    for col in ("worker", "epochs", "training s", "first executions s", "validation s", "other s",
+                "ms/step", "input", "compute", "communication", "other", "traced steps"):
+        times.add_column(col, justify="left" if col == "worker" else "right")
+    replicas = Table(title="Per replica (seconds per step, from the traces)", title_justify="left")
+    for col in ("worker", "replica", "compute ms", "communication ms"):
+        replicas.add_column(col, justify="left" if col in ("worker", "replica") else "right")
+    for r in runs:
+        e, st = r.get("time") or {}, r.get("step_time")
+        if not e and not st:
+            continue
+        epoch_cols = [str(e["epochs"])] + [f"{e[k]:,.2f}" for k in ("train_sec", "first_step_sec", "validation_sec", "other_sec")] if e else ["-"] * 5
+        step_cols = ["-"] * 6
+        if st:
+            step_cols = [f"{1e3 * st['step_sec']:,.3g}"] + [f"{st['shares'][p]:.0%}" for p in ("input", "compute", "communication", "other")] + [str(st["steps"])]
+            for label, rep in zip(st["replica_labels"], st["replicas"]):
+                replicas.add_row(r["label"], label, f"{1e3 * rep['compute_sec']:,.3g}", f"{1e3 * rep['communication_sec']:,.3g}")
+        times.add_row(r["label"], *epoch_cols, *step_cols)
+    if times.row_count:
+        console.print(times)
+    if replicas.row_count > 1:
+        console.print(replicas)
 
     mem = Table(title="Peak memory", title_justify="left")
     for col in ("worker", "device", "allocator peak", "GPU: this process", "GPU: all processes", "GPU util mean"):

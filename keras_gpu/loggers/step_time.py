@@ -42,7 +42,8 @@ class StepTimeLogger(LoggingCallback):
     Tags, in seconds per step, at the global step where the trace ended
     (see :mod:`keras_gpu.steptime` for how each instant is attributed):
 
-    * `step_time/step_sec`: measured wall time per traced step;
+    * `step_time/step_sec`: measured wall time per traced step
+      (`step_time/traced_steps`: how many steps were traced);
     * `step_time/input_sec`: waiting for the input pipeline;
     * `step_time/compute_sec`: at least one replica device computing;
     * `step_time/communication_sec`: reductions and transfers while no
@@ -251,6 +252,7 @@ class StepTimeLogger(LoggingCallback):
     def _write(self, result: steptime.StepTime, job: _Job) -> None:
         values = {
             _tags.STEP_SEC.name(): result.step_sec,
+            _tags.STEP_TRACED_STEPS.name(): float(result.steps),
             _tags.STEP_INPUT_SEC.name(): result.input_sec,
             _tags.STEP_COMPUTE_SEC.name(): result.compute_sec,
             _tags.STEP_COMMUNICATION_SEC.name(): result.communication_sec,
