@@ -1,5 +1,7 @@
 """Where a training step really ran: graph capture and placement analysis.
 
+The Markdown tables of a report are rendered by `keras_gpu.placement_markdown`.
+
 TensorFlow decides where each op of a `tf.function` runs when it instantiates
 the function: it places the graph, splits it into one partition per device and
 joins the partitions with `_Send`/`_Recv` pairs. While graph collection is on,
@@ -72,7 +74,6 @@ from typing import Any
 
 from keras_gpu._log import logger
 from keras_gpu._tf import export_run_metadata, graph_collection, new_graph_def
-from keras_gpu._units import format_bytes
 from keras_gpu.topology import device_sort_key, device_type, replica_devices, short_device
 
 __all__ = [
@@ -509,114 +510,9 @@ class PlacementReport:
         `placement/cpu_fallbacks`. Each list is cut at `max_rows` rows with a
         "... and N more" line; `placement.json` has them all.
         """
-        return {
-            "placement/strategy": self._md_strategy(),
-            "placement/variables": self._md_variables(max_rows),
-            "placement/ops_per_device": self._md_ops(max_rows),
-            "placement/copies": self._md_copies(max_rows),
-            "placement/cpu_fallbacks": self._md_fallbacks(max_rows),
-        }
+        from keras_gpu.placement_markdown import render
 
-    def _md_strategy(self) -> str:
-        s = self.strategy
-        kind = f" (keras-gpu kind `{s.kind}`)" if s.kind else ""
-        worker = "?" if s.worker_index is None else str(s.worker_index)
-        rows = [
-            ("Strategy", f"`{_cell(s.class_name)}`{kind}"),
-            ("Replicas in sync", str(s.num_replicas_in_sync)),
-            ("This worker's replica devices", ", ".join(f"`{short_device(d)}`" for d in s.replica_devices) or "-"),
-            ("Worker", f"{worker} of {s.num_workers}" + (" (chief)" if s.is_chief else "")),
-            ("Analysed at step", str(self.step)),
-        ]
-        return _table(("", ""), rows, max_rows=len(rows))
-
-    def _md_variables(self, max_rows: int) -> str:
-        if not self.variables:
-            return "No variables."
-        groups = Counter(v.group for v in self.variables)
-        head = f"**{len(self.variables)} variables** (" + ", ".join(f"{n} {g}" for g, n in groups.items()) + ")."
-        by_set: dict[tuple[str, ...], list[VariableInfo]] = {}
-        for v in self.variables:
-            by_set.setdefault(v.devices, []).append(v)
-        summary_rows = []
-        for devices, vs in sorted(by_set.items(), key=lambda kv: -len(kv[1])):
-            known = [v.nbytes for v in vs if v.nbytes is not None]
-            summary_rows.append(
-                (", ".join(f"`{short_device(d)}`" for d in devices) or "-", str(len(vs)), format_bytes(sum(known)) if known else "?")
-            )
-        summary = _table(("Devices (one copy each)", "Variables", "Size per copy"), summary_rows, max_rows)
-        rows = [
-            (
-                f"`{_cell(v.path)}`",
-                v.group,
-                _shape_text(v.shape),
-                v.dtype,
-                v.kind,
-                ", ".join(f"`{short_device(d)}`" for d in v.devices),
-            )
-            for v in self.variables
-        ]
-        detail = _table(("Variable", "Group", "Shape", "Dtype", "Kind", "Devices"), rows, max_rows)
-        return f"{head}\n\n{summary}\n\n{detail}"
-
-    def _md_ops(self, max_rows: int) -> str:
-        if self.ops is None:
-            return f"Op placement not captured: {self.ops_unavailable_reason or 'unknown reason'}."
-        ops = self.ops
-        compute_total = sum(ops.compute_ops_per_device.values())
-        head = (
-            f"**{ops.total_ops} placed ops** in {ops.partitions} partition(s) of the training step "
-            f"({ops.function_graphs} function graph(s)); {ops.copy_ops} cross-device transfer(s), "
-            f"{ops.host_device_copy_ops} of them between host and accelerator memory."
-        )
-        rows = []
-        for device, count in sorted(ops.ops_per_device.items(), key=lambda kv: device_sort_key(kv[0])):
-            compute = ops.compute_ops_per_device.get(device, 0)
-            share = f"{100.0 * compute / compute_total:.1f}%" if compute_total else "-"
-            rows.append((f"`{short_device(device)}`", str(count), str(compute), share))
-        text = f"{head}\n\n" + _table(("Device", "Ops", "Compute ops", "Share of compute"), rows, max_rows)
-        if ops.xla_clusters:
-            xla_rows = [
-                (f"`{_cell(c.name)}`", f"`{_cell(c.function)}`", f"`{short_device(c.device)}`", "?" if c.ops is None else str(c.ops))
-                for c in ops.xla_clusters
-            ]
-            text += "\n\n**Compiled by XLA** (the body runs on the cluster's device):\n\n" + _table(
-                ("Node", "Function", "Device", "Ops in body"), xla_rows, max_rows
-            )
-        return text
-
-    def _md_copies(self, max_rows: int) -> str:
-        if self.ops is None:
-            return f"Copies not captured: {self.ops_unavailable_reason or 'unknown reason'}."
-        ops = self.ops
-        if not ops.transfers:
-            return "No cross-device transfers: the step runs on one device."
-        kinds = _table(("Kind", "Transfers per step"), list((f"`{k}`", str(n)) for k, n in ops.copies_by_kind.items()), max_rows)
-        order = {"host_to_device": 0, "device_to_host": 1, "device_to_device": 2, "host_to_host": 3, "host_memory": 4}
-        transfers = sorted(ops.transfers, key=lambda t: (order.get(t.kind, 9), t.src, t.dst, t.tensor))
-        rows = [
-            (f"`{short_device(t.src)}`", f"`{short_device(t.dst)}`", f"`{t.kind}`", f"`{_cell(t.tensor)}`") for t in transfers
-        ]
-        return f"**{ops.copy_ops} transfers** per step.\n\n{kinds}\n\n" + _table(("From", "To", "Kind", "Tensor"), rows, max_rows)
-
-    def _md_fallbacks(self, max_rows: int) -> str:
-        if self.ops is None:
-            return f"CPU fallbacks not checked: {self.ops_unavailable_reason or 'unknown reason'}."
-        ops = self.ops
-        if not ops.fallbacks_checked:
-            devices = ", ".join(f"`{short_device(d)}`" for d in self.strategy.replica_devices) or "the CPU"
-            return f"The replicas run on {devices}: no op counts as a CPU fallback."
-        if not ops.cpu_fallbacks:
-            return "**No CPU fallbacks**: every compute op of the step ran on an accelerator."
-        head = (
-            f"**{ops.cpu_fallback_count} op(s) ran on the CPU** while the replicas run on accelerators. "
-            "Each costs host compute and usually a copy each way; look for ops without a GPU kernel, "
-            "int32/string tensors and ops pinned with `tf.device`."
-        )
-        by_type = _table(("Op type", "Count"), [(f"`{_cell(t)}`", str(n)) for t, n in ops.fallbacks_by_type.items()], max_rows)
-        rows = [(f"`{_cell(op.op_type)}`", f"`{_cell(op.name)}`", f"`{short_device(op.device)}`") for op in ops.cpu_fallbacks]
-        note = "Not counted (host-bound by nature): " + ", ".join(f"`{t}`" for t in sorted(HOST_BOUND_OPS)) + ", and dataset/iterator ops."
-        return f"{head}\n\n{by_type}\n\n" + _table(("Op type", "Name", "Device"), rows, max_rows) + f"\n\n{note}"
+        return render(self, max_rows)
 
 
 # --------------------------------------------------------------------------- analysis
@@ -919,20 +815,3 @@ def _dtype_bytes(dtype: str) -> int | None:
     if match is None:
         return None
     return max(1, int(match.group(1)) // 8)
-
-
-def _shape_text(shape: Sequence[int | None]) -> str:
-    dims = ["?" if d is None else str(d) for d in shape]
-    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], max_rows: int) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows[:max_rows]]
-    if len(rows) > max_rows:
-        lines.append(f"\n... and {len(rows) - max_rows} more (all of them are in `placement.json`).")
-    return "\n".join(lines)
