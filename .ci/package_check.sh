@@ -2,7 +2,8 @@
 # Packaging check: build the wheel and the sdist, check what each contains,
 # install the wheel (with the `[cpu]` extra) into a fresh virtual environment
 # and run the installed `keras-gpu` from outside the repository, so that a
-# missing module, package-data or entry-point mistake cannot ship.
+# missing module, package-data or entry-point mistake cannot ship; then
+# install the wheel with JAX alone (no TensorFlow) and train with the callbacks.
 #
 #   .ci/package_check.sh            # uses `python3` to build and for the fresh venv
 #   PYTHON=/path/to/python .ci/package_check.sh
@@ -148,5 +149,34 @@ PY
     || { cat "${WORK}/report.txt" >&2; fail "keras-gpu report failed on the demo's logs"; }
 grep -q "Throughput" "${WORK}/report.txt" || { cat "${WORK}/report.txt" >&2; fail "keras-gpu report printed no throughput table"; }
 echo "keras-gpu report: ok"
+
+# ---------------------------------------------------------------- without TensorFlow
+step "install the wheel with JAX only (no TensorFlow) into a fresh virtual environment and train"
+"${PYTHON}" -m venv "${WORK}/venv-jax"
+"${WORK}/venv-jax/bin/python" -m pip install --quiet "${WHEEL}" "jax[cpu]" \
+    || fail "pip install ${WHEEL} jax[cpu] failed"
+"${WORK}/venv-jax/bin/python" -m pip check || fail "pip check found broken requirements (JAX environment)"
+KERAS_BACKEND=jax "${WORK}/venv-jax/bin/python" - "${WORK}/logs-jax" 2>"${WORK}/jax.err" <<'PY' \
+    || { cat "${WORK}/jax.err" >&2; fail "the callbacks did not train and log on JAX without TensorFlow"; }
+import importlib.util, os, sys
+
+import keras
+import numpy as np
+
+import keras_gpu
+from keras_gpu.report import read_scalars
+
+if importlib.util.find_spec("tensorflow") is not None:
+    sys.exit("TensorFlow is installed in the JAX-only environment")
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x, y = np.zeros((256, 16), "float32"), np.zeros((256, 1), "float32")
+model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=keras_gpu.callbacks(sys.argv[1], every_s=0.05))
+tags = set(read_scalars(os.path.join(sys.argv[1], "train")))
+for tag in ("throughput/samples_per_sec", "memory/host/rss_bytes"):
+    if tag not in tags:
+        sys.exit(f"no {tag} on JAX; tags: {sorted(tags)}")
+print(f"JAX without TensorFlow: {len(tags)} scalar tags")
+PY
 
 step "package check passed"
