@@ -41,9 +41,11 @@ The variable is read when a mapping is asked for; CUDA reads it once, when
 the process first uses the GPU, so changing it afterwards makes the mapping
 wrong.
 
-**Sampling.** :class:`GpuSampler` samples on a daemon thread and keeps, per
-window, the count, sum and maximum of each metric per GPU; :meth:`GpuSampler.drain`
-returns the window's mean and maximum and starts a new window.
+**Sampling.** :class:`GpuSampler` (in `keras_gpu.nvml_sampler`, importable
+from here) samples on a daemon thread and keeps, per window, the count, sum
+and maximum of each metric per GPU; :meth:`GpuSampler.drain` returns the
+window's mean and maximum and starts a new window. It reaches NVML only
+through this module's functions.
 """
 
 from __future__ import annotations
@@ -53,12 +55,10 @@ import importlib
 import logging
 import os
 import threading
-import time
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from keras_gpu._checks import check_index, check_indices, check_seconds
+from keras_gpu._checks import check_index
 from keras_gpu._log import log_once, logger
 
 __all__ = [
@@ -189,8 +189,8 @@ class WindowStat(NamedTuple):
     max: float
 
 
-class _Target(NamedTuple):
-    """A device to query: NVML's index of the (parent) GPU and the handle to use."""
+class Device(NamedTuple):
+    """A device to query: NVML's index of the (parent) GPU and the handle to use (inside the package only)."""
 
     nvml_index: int
     handle: Any
@@ -215,7 +215,7 @@ class _State:
 
 _lock = threading.RLock()
 _state = _State(0)
-_samplers: weakref.WeakSet[GpuSampler] = weakref.WeakSet()
+_samplers: weakref.WeakSet[Any] = weakref.WeakSet()  # running GpuSamplers, stopped at shutdown
 _atexit_registered = False
 
 
@@ -245,7 +245,7 @@ def _initialize(state: _State) -> None:
         try:
             nv.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
-            state.reason = f"NVML could not start ({_describe(exc)})"
+            state.reason = f"NVML could not start ({describe_error(exc)})"
         else:
             state.nv = nv
             if not _atexit_registered:
@@ -287,7 +287,7 @@ def _reset_for_tests() -> None:
         _state = _State(_state.generation + 1)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     try:
         text = str(exc)
     except Exception:  # noqa: BLE001 - pynvml's __str__ itself calls NVML
@@ -306,7 +306,7 @@ def _call(
     fn_name: str,
     *args: Any,
     metric: str | None = None,
-    device: _Target | None = None,
+    device: Device | None = None,
     quiet: bool = False,
 ) -> Any:
     """Call `pynvml.<fn_name>(*args)`, applying the error policy; None when not available.
@@ -333,7 +333,7 @@ def _call(
 
 
 def _on_error(
-    state: _State, nv: Any, exc: Exception, fn_name: str, metric: str | None, device: _Target | None, quiet: bool
+    state: _State, nv: Any, exc: Exception, fn_name: str, metric: str | None, device: Device | None, quiet: bool
 ) -> None:
     if state.closing or state.failed:
         return
@@ -345,14 +345,14 @@ def _on_error(
             if state.failed:
                 return
             state.failed = True
-            state.reason = f"NVML failed during the run ({_describe(exc)} from {fn_name}{where})"
+            state.reason = f"NVML failed during the run ({describe_error(exc)} from {fn_name}{where})"
         logger.warning(
             "keras-gpu: %s; NVML monitoring is off for the rest of this process. Training continues.",
             state.reason,
         )
         return
     if code in _PER_METRIC_ERRORS or code is None:
-        _disable(state, metric, device, _describe(exc), quiet)
+        _disable(state, metric, device, describe_error(exc), quiet)
         return
     what = metric or fn_name
     where = device.label if device is not None else "the system"
@@ -362,11 +362,11 @@ def _on_error(
         "keras-gpu: NVML could not read %s on %s (%s); that sample is skipped.",
         what,
         where,
-        _describe(exc),
+        describe_error(exc),
     )
 
 
-def _disable(state: _State, metric: str | None, device: _Target | None, why: str, quiet: bool) -> None:
+def _disable(state: _State, metric: str | None, device: Device | None, why: str, quiet: bool) -> None:
     if metric is None or device is None:
         logger.debug("keras-gpu: NVML query failed: %s", why)
         return
@@ -383,7 +383,7 @@ def _disable(state: _State, metric: str | None, device: _Target | None, why: str
     )
 
 
-def _garbage(metric: str, device: _Target, value: Any) -> None:
+def _garbage(metric: str, device: Device, value: Any) -> None:
     log_once(
         logging.WARNING,
         f"nvml:{_state.generation}:garbage:{metric}:{device.key}",
@@ -394,7 +394,7 @@ def _garbage(metric: str, device: _Target, value: Any) -> None:
     )
 
 
-def _valid(metric: str, device: _Target, value: Any, upper: float | None) -> float | int | None:
+def _valid(metric: str, device: Device, value: Any, upper: float | None) -> float | int | None:
     """`value` as a number when it is within `[0, upper]`, else None (with one warning)."""
     if value is None:
         return None
@@ -480,7 +480,7 @@ def static_info() -> list[GpuInfo]:
         handle = _handle(index)
         if handle is None:
             continue
-        target = _Target(index, handle, str(index), _label(index))
+        target = Device(index, handle, str(index), _label(index))
         memory = _call("nvmlDeviceGetMemoryInfo", handle, metric="memory_total", device=target, quiet=True)
         total = _valid("memory_total_bytes", target, getattr(memory, "total", None), None) if memory else None
         capability = _call(
@@ -507,14 +507,14 @@ def static_info() -> list[GpuInfo]:
 # --------------------------------------------------------------------------- index mapping
 
 
-def _resolve_entry(entry: str, count: int) -> _Target | None:
+def _resolve_entry(entry: str, count: int) -> Device | None:
     """The device one `CUDA_VISIBLE_DEVICES` entry names, or None when it names none."""
     if entry.isdigit():
         index = int(entry)
         if index >= count:
             return None
         handle = _handle(index)
-        return _Target(index, handle, str(index), _label(index)) if handle is not None else None
+        return Device(index, handle, str(index), _label(index)) if handle is not None else None
     upper = entry.upper()
     if upper.startswith("GPU-") and len(entry) > 4:
         matches = [i for i in range(count) if (_uuid(i) or "").upper().startswith(upper)]
@@ -522,7 +522,7 @@ def _resolve_entry(entry: str, count: int) -> _Target | None:
             return None
         index = matches[0]
         handle = _handle(index)
-        return _Target(index, handle, str(index), _label(index)) if handle is not None else None
+        return Device(index, handle, str(index), _label(index)) if handle is not None else None
     if upper.startswith("MIG-") and len(entry) > 4:
         mig = _call("nvmlDeviceGetHandleByUUID", entry)
         if mig is None:
@@ -531,11 +531,11 @@ def _resolve_entry(entry: str, count: int) -> _Target | None:
         index = _call("nvmlDeviceGetIndex", parent) if parent is not None else None
         if not isinstance(index, int):
             return None
-        return _Target(index, mig, entry, f"MIG instance {entry} of GPU {index} (NVML index)")
+        return Device(index, mig, entry, f"MIG instance {entry} of GPU {index} (NVML index)")
     return None
 
 
-def _visible(environ: Any = None) -> list[_Target]:
+def visible_devices(environ: Any = None) -> list[Device]:
     """The GPUs CUDA shows this process, in CUDA's (= TensorFlow's) order."""
     env = os.environ if environ is None else environ
     count = device_count()
@@ -546,7 +546,7 @@ def _visible(environ: Any = None) -> list[_Target]:
             handle = _handle(index)
             if handle is None:
                 break
-            targets.append(_Target(index, handle, str(index), _label(index)))
+            targets.append(Device(index, handle, str(index), _label(index)))
         return targets
     targets, seen = [], set()
     for entry in raw.split(","):
@@ -558,8 +558,8 @@ def _visible(environ: Any = None) -> list[_Target]:
     return targets
 
 
-def _target(tf_gpu_index: int, environ: Any = None) -> _Target | None:
-    visible = _visible(environ)
+def _target(tf_gpu_index: int, environ: Any = None) -> Device | None:
+    visible = visible_devices(environ)
     return visible[tf_gpu_index] if tf_gpu_index < len(visible) else None
 
 
@@ -596,7 +596,7 @@ def memory_total_bytes(tf_gpu_index: int, *, environ: Any = None) -> int | None:
 # --------------------------------------------------------------------------- sampling
 
 
-def _process_memory(target: _Target, total: float | None) -> int | None:
+def _process_memory(target: Device, total: float | None) -> int | None:
     """Device memory used by this process on `target`, in bytes, or None when unknown.
 
     Compute and graphics processes are listed separately; a process that uses
@@ -643,7 +643,7 @@ def _process_memory(target: _Target, total: float | None) -> int | None:
     return int(value) if value is not None else None
 
 
-def _sample_target(target: _Target) -> GpuSample:
+def read_device(target: Device) -> GpuSample:
     handle = target.handle
     used = total = None
     memory = _call("nvmlDeviceGetMemoryInfo", handle, metric="memory", device=target)
@@ -705,226 +705,41 @@ def sample(tf_gpu_index: int, *, environ: Any = None) -> GpuSample | None:
     `None` when that metric is not available.
     """
     target = _target(check_index("tf_gpu_index", tf_gpu_index, _TF_INDEX), environ)
-    return _sample_target(target) if target is not None else None
+    return read_device(target) if target is not None else None
 
 
-class GpuSampler:
-    """Samples GPU metrics on a daemon thread into per-window accumulators.
+# --------------------------------------------------------------------------- for the sampler (keras_gpu.nvml_sampler)
 
-    The thread initialises NVML and resolves the GPUs itself, so a caller
-    such as a training loop makes no NVML call at all. It stops when any of
-    these happens:
 
-    * :meth:`stop` is called;
-    * `alive()` returns False (the owner is gone, e.g. the `fit` that
-      started it has ended without calling back), checked before each sample;
-    * nobody called :meth:`drain` for `max_idle_s` seconds (a heartbeat:
-      an owner that stopped draining is presumed gone);
-    * NVML fails for good (GPU lost, driver gone), or is not available, or
-      none of `indices` is a visible GPU.
+def stopped_reason() -> str | None:
+    """Why NVML can no longer be used (it failed after starting, or is shutting down); None while usable."""
+    state = _state
+    if state.failed or state.closing:
+        return state.reason or "NVML is shutting down"
+    return None
 
-    Args:
-        indices: TensorFlow GPU indices to sample (see the module docs for how
-            they map to NVML), or `None` for every GPU visible to this process.
-        interval_s: Seconds between samples.
-        alive: Optional callable returning False once the owner is gone.
-        max_idle_s: Seconds without a :meth:`drain` after which the thread
-            stops by itself, or `None` for no such limit.
 
-    Raises:
-        TypeError, ValueError: An argument is malformed.
-    """
+def generation() -> int:
+    """A number that changes when this module's state is reset (keys once-only messages)."""
+    return _state.generation
 
-    def __init__(
-        self,
-        indices: Sequence[int] | None = None,
-        interval_s: float = 0.5,
-        *,
-        alive: Callable[[], bool] | None = None,
-        max_idle_s: float | None = 600.0,
-    ) -> None:
-        self.indices = check_indices("indices", indices, "TensorFlow GPU indices", none_means="every visible GPU")
-        self.interval_s = check_seconds("interval_s", interval_s)
-        self.max_idle_s = check_seconds("max_idle_s", max_idle_s, allow_none=True)
-        if alive is not None and not callable(alive):
-            raise TypeError(f"`alive` must be a callable returning a bool, or None. Received: alive={alive!r}")
-        self._alive = alive
-        self._acc: dict[int, dict[str, list[float]]] = {}
-        self._acc_lock = threading.Lock()
-        self._stop_event = threading.Event()
-        self._ready = threading.Event()
-        self._final_sample = False
-        self._thread: threading.Thread | None = None
-        self._last_drain = time.monotonic()
-        self._gpus: dict[int, int] = {}
-        self.stop_reason: str | None = None
-        self.samples_taken = 0
 
-    # -- control
+def register_sampler(sampler: Any) -> None:
+    """Remember a running sampler so that shutdown stops it (`sampler.stop(timeout=...)`)."""
+    with _lock:
+        _samplers.add(sampler)
 
-    def start(self) -> GpuSampler:
-        """Start the sampling thread; a second call is a no-op. Returns `self`.
 
-        Raises:
-            RuntimeError: The sampler was already stopped (create a new one).
-        """
-        if self._thread is not None:
-            if self._stop_event.is_set():
-                raise RuntimeError("This GpuSampler was stopped; create a new GpuSampler to sample again.")
-            return self
-        self._last_drain = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="keras-gpu-nvml-sampler", daemon=True)
-        with _lock:
-            _samplers.add(self)
-        self._thread.start()
-        return self
+def unregister_sampler(sampler: Any) -> None:
+    """Forget a sampler whose thread has ended."""
+    with _lock:
+        _samplers.discard(sampler)
 
-    def stop(self, timeout: float | None = 5.0, *, final_sample: bool = False) -> bool:
-        """Stop the thread and wait up to `timeout` seconds for it; idempotent.
 
-        Args:
-            timeout: Seconds to wait for the thread (`None`: no limit).
-            final_sample: Take one last sample, on the sampling thread, before
-                it exits, so the current window ends with a fresh reading.
+def __getattr__(name: str) -> Any:
+    # `GpuSampler` lives in keras_gpu.nvml_sampler and stays importable from here.
+    if name == "GpuSampler":
+        from keras_gpu.nvml_sampler import GpuSampler
 
-        Returns:
-            True when no sampling thread is left running.
-        """
-        self._final_sample = final_sample
-        self._stop_event.set()
-        thread = self._thread
-        if thread is None or thread is threading.current_thread():
-            return True
-        thread.join(timeout)
-        if thread.is_alive():
-            logger.warning(
-                "keras-gpu: the NVML sampling thread did not stop within %.1f s (an NVML call is hanging); "
-                "it is a daemon thread and will not keep the process alive.",
-                timeout,
-            )
-            return False
-        return True
-
-    @property
-    def running(self) -> bool:
-        """Whether the sampling thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def gpus(self) -> dict[int, int]:
-        """TensorFlow GPU index to NVML index of each GPU sampled (filled once the thread has started)."""
-        return dict(self._gpus)
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until the thread has resolved its GPUs and taken a first sample (or given up)."""
-        return self._ready.wait(timeout)
-
-    # -- windows
-
-    def drain(self) -> dict[int, dict[str, WindowStat]]:
-        """The window since the previous drain, and start a new one.
-
-        Returns:
-            TensorFlow GPU index -> metric name (see :data:`METRICS`) ->
-            :class:`WindowStat`. Metrics without a valid sample in the
-            window are absent.
-        """
-        self._last_drain = time.monotonic()
-        with self._acc_lock:
-            acc, self._acc = self._acc, {}
-        return {
-            gpu: {name: WindowStat(int(c), s / c, m) for name, (c, s, m) in metrics.items()}
-            for gpu, metrics in acc.items()
-        }
-
-    # -- thread
-
-    def _should_stop(self) -> bool:
-        if self._stop_event.is_set():
-            return True
-        if _state.failed or _state.closing:
-            self.stop_reason = _state.reason or "NVML is shutting down"
-            return True
-        if self.max_idle_s is not None and time.monotonic() - self._last_drain > self.max_idle_s:
-            self.stop_reason = f"nothing drained the sampler for {self.max_idle_s:g} s"
-            logger.info("keras-gpu: NVML sampler stopped: %s.", self.stop_reason)
-            return True
-        if self._alive is not None:
-            try:
-                alive = bool(self._alive())
-            except Exception as exc:  # noqa: BLE001 - a broken owner check means a gone owner
-                logger.debug("keras-gpu: NVML sampler owner check failed: %r", exc)
-                alive = False
-            if not alive:
-                self.stop_reason = "its owner is gone"
-                return True
-        return False
-
-    def _resolve(self) -> list[tuple[int, _Target]]:
-        if not available():
-            self.stop_reason = unavailable_reason()
-            return []
-        visible = _visible()
-        indices = range(len(visible)) if self.indices is None else self.indices
-        targets = []
-        for index in indices:
-            if index < len(visible):
-                targets.append((index, visible[index]))
-            else:
-                log_once(
-                    logging.WARNING,
-                    f"nvml:{_state.generation}:notvisible:{index}",
-                    "keras-gpu: TensorFlow GPU %d is not a GPU NVML can see (%d visible with "
-                    "CUDA_VISIBLE_DEVICES=%r); it is not monitored.",
-                    index,
-                    len(visible),
-                    os.environ.get("CUDA_VISIBLE_DEVICES"),
-                )
-        if not targets:
-            self.stop_reason = "no GPU to sample"
-        self._gpus = {index: target.nvml_index for index, target in targets}
-        return targets
-
-    def _sample_all(self, targets: list[tuple[int, _Target]]) -> None:
-        readings = [(index, _sample_target(target)) for index, target in targets]
-        with self._acc_lock:
-            for index, reading in readings:
-                metrics = self._acc.setdefault(index, {})
-                for name, value in zip(METRICS, reading):
-                    if value is None:
-                        continue
-                    entry = metrics.get(name)
-                    if entry is None:
-                        metrics[name] = [1, float(value), float(value)]
-                    else:
-                        entry[0] += 1
-                        entry[1] += value
-                        if value > entry[2]:
-                            entry[2] = float(value)
-        self.samples_taken += 1
-
-    def _run(self) -> None:
-        try:
-            targets = self._resolve()
-            if not targets:
-                return
-            next_time = time.monotonic()
-            while True:
-                if self._should_stop():
-                    if self._stop_event.is_set() and self._final_sample and not (_state.failed or _state.closing):
-                        self._sample_all(targets)
-                    return
-                self._sample_all(targets)
-                self._ready.set()
-                next_time += self.interval_s
-                now = time.monotonic()
-                if next_time < now:  # fell behind (slow NVML): skip the missed ticks
-                    next_time = now + self.interval_s
-                self._stop_event.wait(next_time - now)
-        except Exception as exc:  # noqa: BLE001 - never let the thread die with a traceback
-            self.stop_reason = f"unexpected error: {_describe(exc)}"
-            logger.warning("keras-gpu: the NVML sampler stopped after an unexpected error: %s", _describe(exc))
-        finally:
-            self._ready.set()
-            with _lock:
-                _samplers.discard(self)
+        return GpuSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
