@@ -8,6 +8,8 @@ It starts a real `tensorboard` server on 127.0.0.1, drives headless Chromium
 until every chart that has data has drawn its lines, and writes:
 
 - `tensorboard.png`: the Custom Scalars dashboard, keras-gpu's throughput charts;
+- `tensorboard_time.png`: the Custom Scalars dashboard, where the time goes
+  (epoch time and its parts, the step-time breakdown, per replica);
 - `tensorboard_scalars.png`: the Time Series dashboard filtered to the
   `throughput/` and `memory/` tags;
 - `tensorboard_placement.png`: the Text dashboard with the placement tables.
@@ -88,6 +90,18 @@ _JS_CUSTOM_SCALARS_READY = """
 })()
 """
 
+_JS_OPEN_CATEGORY = """
+(() => {
+  const title = %(title)s;
+  const panes = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-category-paginated-view');
+  for (const pane of panes) {
+    if (pane.category && pane.category.name === title) { pane.opened = true; }
+    else if (pane.category) { pane.opened = false; }  // keep the shot to this category
+  }
+  return true;
+})()
+"""
+
 _JS_CATEGORY_BOX = """
 (() => {
   const title = %(title)s;
@@ -115,7 +129,7 @@ _JS_TEXT_READY = """
 
 def _run_demo(log_dir: str, epochs: int, samples: int) -> None:
     cmd = [
-        sys.executable, "-m", "keras_gpu.cli", "demo", "--cpu-replicas", "2",
+        sys.executable, "-m", "keras_gpu.cli", "demo", "--cpu-replicas", "2", "--profile-every-s", "2",
         "--epochs", str(epochs), "--samples", str(samples), "--log-dir", log_dir,
     ]
     print(f"running: {' '.join(cmd)}", flush=True)
@@ -309,10 +323,10 @@ def _scalar_tags(base: str) -> set[str]:
     return {t for run in _get_json(f"{base}/data/plugin/scalars/tags").values() for t in run}
 
 
-def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float) -> None:
+def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float, word: str = "throughput") -> None:
     layout = _get_json(f"{base}/data/plugin/custom_scalars/layout")
     tags = _scalar_tags(base)
-    category = next(c for c in layout["category"] if "throughput" in c["title"])
+    category = next(c for c in layout["category"] if word in c["title"])
     wanted = {}
     for chart in category["chart"]:
         patterns = chart["multiline"]["tag"]
@@ -320,11 +334,16 @@ def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float
         if n:
             wanted[chart["title"]] = n
     if not wanted:
-        raise RuntimeError(f"no throughput chart of the layout matches a logged tag: {sorted(tags)}")
+        raise RuntimeError(f"no {word} chart of the layout matches a logged tag: {sorted(tags)}")
     browser.open(f"{base}/?forceSVG=true#custom_scalars&_smoothingWeight=0", timeout)
+    if category is not layout["category"][0]:  # later categories start collapsed: open this one
+        browser.evaluate(_JS_OPEN_CATEGORY % {"title": json.dumps(category["title"])})
     browser.wait_until(_JS_CUSTOM_SCALARS_READY % {"wanted": json.dumps(wanted)}, timeout, "Custom Scalars")
     box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(category["title"])})
-    clip = {"x": 0, "y": 0, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16)} if box else None
+    clip = None
+    if box:
+        top = max(0, int(box["top"]) - 8)
+        clip = {"x": 0, "y": top, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16 - top)}
     browser.screenshot(out, clip)
 
 
@@ -392,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")  # the Polymer dashboards' own key
                 _shoot_custom_scalars(browser, base, os.path.join(args.out_dir, "tensorboard.png"), args.timeout)
+                _shoot_custom_scalars(
+                    browser, base, os.path.join(args.out_dir, "tensorboard_time.png"), args.timeout, "time goes"
+                )
                 _shoot_timeseries(browser, base, os.path.join(args.out_dir, "tensorboard_scalars.png"), args.timeout)
                 _shoot_text(browser, base, os.path.join(args.out_dir, "tensorboard_placement.png"), args.timeout)
             finally:

@@ -39,6 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=6144, help="synthetic training samples (default: 6144)")
     p.add_argument("--batch-size", type=int, default=64, help="global batch size (default: 64)")
     p.add_argument("--log-dir", default=os.path.join("runs", "demo"), help="TensorBoard log directory (default: runs/demo)")
+    p.add_argument(
+        "--profile-every-s", type=float, default=None, metavar="S",
+        help="seconds between step-time traces (default: the callbacks' 300; 0: none)",
+    )
 
 
 def _positive(flag: str, value: int | None) -> None:
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--cpu-replicas", args.cpu_replicas), ("--workers", args.workers), ("--epochs", args.epochs),
                         ("--samples", args.samples), ("--batch-size", args.batch_size)):
         _positive(flag, value)
+    if args.profile_every_s is not None and not args.profile_every_s >= 0:
+        raise UsageError(f"--profile-every-s must be >= 0. Received: --profile-every-s {args.profile_every_s}")
     if args.workers > 1 and "TF_CONFIG" not in os.environ:
         return _run_through_launch(args)
     return _train(args)
@@ -64,6 +70,8 @@ def _run_through_launch(args: argparse.Namespace) -> int:
         "--strategy", args.strategy, "--epochs", str(args.epochs), "--samples", str(args.samples),
         "--batch-size", str(args.batch_size), "--log-dir", args.log_dir, "--workers", str(args.workers),
     ]
+    if args.profile_every_s is not None:
+        cmd += ["--profile-every-s", str(args.profile_every_s)]
     print(f"Launching {args.workers} workers: {shlex.join(cmd)}", flush=True)
     code = subprocess.call(cmd)
     if code == 0:
@@ -129,7 +137,7 @@ def _train(args: argparse.Namespace) -> int:
         x, y,
         batch_size=args.batch_size,
         epochs=args.epochs,
-        callbacks=keras_gpu.callbacks(args.log_dir),
+        callbacks=keras_gpu.callbacks(args.log_dir, profile_every_s=args.profile_every_s),
         verbose=1 if chief else 2,
     )
     losses = history.history["loss"]
