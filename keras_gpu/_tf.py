@@ -24,6 +24,8 @@ __all__ = [
     "collective_cross_device_ops",
     "collective_keys_fixed_in_control_flow",
     "configure_coordination_service",
+    "coordination_get",
+    "coordination_set",
     "constant_value",
     "coordination_service_config",
     "export_run_metadata",
@@ -218,6 +220,20 @@ def slurm_cluster_resolver(**kwargs: Any) -> Any:
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
     return slurm.SlurmClusterResolver(**kwargs)
+
+
+def coordination_set(key: str, value: str) -> None:
+    """Store `key = value` in the cluster's coordination-service key-value store (after the cluster formed)."""
+    _context().set_config_key_value(key, value)
+
+
+def coordination_get(key: str, timeout_s: float) -> str:
+    """The value of `key` in the coordination-service key-value store, waiting up to `timeout_s` for it to appear.
+
+    Raises:
+        tf.errors.DeadlineExceededError: The key did not appear in time.
+    """
+    return _context().get_config_key_value(key, timeout_in_ms=max(1, int(timeout_s * 1000)))
 
 
 def coordination_service_config() -> Any:

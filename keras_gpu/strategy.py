@@ -19,7 +19,7 @@ from keras_gpu._checks import check_choice
 from keras_gpu._log import log_once, logger
 from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
 from keras_gpu.backend import require_tensorflow
-from keras_gpu.cluster import SOURCES, ClusterInfo, resolve_cluster
+from keras_gpu.cluster import SOURCES, ClusterInfo, check_cluster_agreement, resolve_cluster
 from keras_gpu.topology import visible_gpu_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -445,11 +445,15 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
         _check_own_port(info)
         _bound_registration(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT)
     try:
-        return KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+        strategy = KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     except RuntimeError as exc:
         if "startup" not in str(exc):
             raise
         raise RuntimeError(_LATE_MULTIWORKER) from exc
+    except tf.errors.InvalidArgumentError as exc:
+        if "Unexpected task registered" not in str(exc):
+            raise
+        raise RuntimeError(_unknown_task_message(info, str(exc))) from exc
     except tf.errors.UnknownError as exc:
         if "gRPC server" not in str(exc):
             raise
@@ -458,6 +462,23 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
         raise RuntimeError(
             _startup_failure_message(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, str(exc))
         ) from exc
+    if info.cluster:
+        check_cluster_agreement(info, min(plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, 60.0))
+    return strategy
+
+
+def _unknown_task_message(info: ClusterInfo, detail: str) -> str:
+    """The coordination leader refused this task: their cluster descriptions differ."""
+    spec = {job: list(addresses) for job, addresses in info.cluster.items() if job in ("chief", "worker")}
+    leader = "chief:0" if spec.get("chief") else "worker:0"
+    address = (spec.get("chief") or spec.get("worker") or ["?"])[0]
+    return (
+        f"make_strategy: the tasks disagree on the cluster: the coordination leader at {address} does not know this "
+        f"task ({info.task_type}:{info.task_index}), so its cluster description differs from this one "
+        f"({info.source}: {spec}), e.g. a 'chief' in one and not the other, or different worker lists. The process "
+        f"at {address} is {leader} here. Give every task the same cluster (TF_CONFIG's 'cluster' must be "
+        f"identical; only its 'task' differs). TensorFlow said: {detail.strip().splitlines()[0]}"
+    )
 
 
 _LATE_MULTIWORKER = (
@@ -551,7 +572,24 @@ def _startup_failure_message(info: ClusterInfo, timeout: float, detail: str) -> 
             answers = list(pool.map(_answers, [t[2] for t in tasks]))
         missing = [t for t, up in zip(tasks, answers) if not up]
     first = detail.strip().splitlines()[0] if detail.strip() else "no detail"
-    if missing:
+    running = []
+    if missing and named:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(32, len(missing))) as pool:
+            answers = list(pool.map(_answers, [t[2] for t in missing]))
+        running = [t for t, up in zip(missing, answers) if up]
+        missing = [t for t, up in zip(missing, answers) if not up]
+    if running:
+        listed = ", ".join(f"{job}:{i} ({address})" for job, i, address in running)
+        what = (
+            f"a process answers at the address of {listed} but never registered as that task: the tasks disagree "
+            "on the cluster (e.g. a 'chief' in one TF_CONFIG and not the other, or different worker lists), so "
+            "give every task the same cluster"
+        )
+        if missing:
+            what += "; these tasks never came up: " + ", ".join(f"{job}:{i} ({address})" for job, i, address in missing)
+    elif missing:
         listed = ", ".join(f"{job}:{i} ({address})" for job, i, address in missing)
         what = f"these tasks never came up: {listed}"
     else:

@@ -1,0 +1,100 @@
+"""Workers whose TF_CONFIGs disagree get a keras-gpu error naming the disagreement.
+
+Two real worker processes on 127.0.0.1, each given its own (conflicting)
+TF_CONFIG, as a scheduler that generated them wrongly would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests._util import free_ports, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+_WORKER = textwrap.dedent(
+    """
+    import json, time
+    import keras_gpu
+    start = time.monotonic()
+    try:
+        s = keras_gpu.make_strategy("multiworker", startup_timeout=15)
+        out = {"ok": s.num_replicas_in_sync}
+    except Exception as e:
+        out = {"error": type(e).__name__ + ": " + str(e)}
+    out["seconds"] = time.monotonic() - start
+    print("RESULT " + json.dumps(out), flush=True)
+    """
+)
+
+
+def _run(configs: list[dict]) -> list[dict]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER],
+            env=subprocess_env({"TF_CONFIG": json.dumps(c)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for c in configs
+    ]
+    results = []
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=120)
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+            assert lines, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-4000:]}"
+            results.append(json.loads(lines[-1][len("RESULT "):]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def test_different_cluster_sizes_are_named_on_both_workers():
+    a, b, c = (f"127.0.0.1:{p}" for p in free_ports(3))
+    w0, w1 = _run(
+        [
+            {"cluster": {"worker": [a, b]}, "task": {"type": "worker", "index": 0}},
+            {"cluster": {"worker": [a, b, c]}, "task": {"type": "worker", "index": 1}},
+        ]
+    )
+    # TensorFlow itself accepts this: worker 0 builds 2 replicas, worker 1 builds 3.
+    assert "ok" not in w0 and "ok" not in w1
+    assert w0["error"].startswith("RuntimeError: make_strategy: the tasks disagree on the cluster")
+    assert "'worker' has 2 task(s) here and 3 in worker:1's" in w0["error"]
+    assert w1["error"].startswith("RuntimeError: make_strategy: the tasks disagree on the cluster")
+    assert "'worker' has 3 task(s) here and 2 in worker:0's" in w1["error"]
+    assert "only its 'task' differs" in w1["error"]
+
+
+def test_a_chief_in_one_config_only_is_named_by_the_refused_task():
+    a, b = (f"127.0.0.1:{p}" for p in free_ports(2))
+    chief, worker = _run(
+        [
+            {"cluster": {"chief": [a], "worker": [b]}, "task": {"type": "chief", "index": 0}},
+            {"cluster": {"worker": [a, b]}, "task": {"type": "worker", "index": 1}},
+        ]
+    )
+    assert worker["error"].startswith("RuntimeError: make_strategy: the tasks disagree on the cluster")
+    assert f"the coordination leader at {a} does not know this task (worker:1)" in worker["error"]
+    assert "'chief' in one and not the other" in worker["error"]
+    assert worker["seconds"] < 15  # at once, not after startup_timeout
+    # The chief waits for its worker, which left: it ends at startup_timeout with keras-gpu's startup error.
+    assert chief["error"].startswith("RuntimeError: make_strategy: the cluster from tf_config did not come up")
+
+
+def test_agreeing_workers_still_form_the_cluster():
+    a, b = (f"127.0.0.1:{p}" for p in free_ports(2))
+    cluster = {"worker": [a, b]}
+    results = _run([{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(2)])
+    assert [r.get("ok") for r in results] == [2, 2], results
