@@ -31,6 +31,8 @@ names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
 from __future__ import annotations
 
 import importlib.util
+import threading
+import weakref
 from typing import Any, NamedTuple
 
 from keras_gpu._log import logger
@@ -434,7 +436,8 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     TensorFlow: the traced graph count of :mod:`keras_gpu.flops` (`input_spec`
     is its `tf.TensorSpec` structure). JAX: XLA's cost analysis of the
     compiled forward pass. PyTorch: `torch.utils.flop_counter.FlopCounterMode`
-    over one forward pass of zeros (no gradients are touched). JAX and
+    over one forward pass of zeros (no gradients are touched). Counted once
+    per model and input shape, then cached. JAX and
     PyTorch need the model's symbolic inputs (a functional or `Sequential`
     model with an `Input`); a subclassed model gets None: pass
     `flops_per_sample=` to the callback.
@@ -448,16 +451,26 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     counter = counters.get(backend)
     reason = f"the {backend} backend has no FLOP counter keras-gpu can use"
     if counter is not None:
-        shapes = _input_shapes(model)
+        shapes = _input_shapes(model, _PROBE_BATCH[backend])
         if shapes is None:
             reason = "the model has no symbolic inputs (a subclassed model) to count them from"
         else:
+            key = (backend, tuple(shapes))
+            with _cache_lock:
+                cached = _cache.get(model, {}).get(key)
+            if cached is not None:
+                return cached
             try:
                 forward = counter(model, shapes)
             except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
                 forward = None
                 reason = f"counting failed ({type(exc).__name__}: {exc})"
             if forward is not None and forward > 0:
+                with _cache_lock:
+                    try:
+                        _cache.setdefault(model, {})[key] = 3.0 * forward
+                    except TypeError:  # not weak-referenceable: just don't cache
+                        pass
                 return 3.0 * forward
             if forward is not None:
                 reason = "the counter found no FLOPs"
@@ -466,12 +479,18 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     return None
 
 
-_BATCH = 2
-"""Samples in the probe batch the FLOPs are counted on (divided out again)."""
+_PROBE_BATCH = {"jax": 4096, "torch": 2}
+"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX counts
+abstract shapes, so a large batch costs nothing and makes per-step work (the
+casts of `mixed_*` policies, the optimizer) vanish from the per-sample count;
+PyTorch runs a real forward pass, so its batch is small."""
+
+_cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
 
 
-def _input_shapes(model: Any) -> list[tuple[tuple[int, ...], str]] | None:
-    """`(shape with batch _BATCH, dtype)` of each symbolic model input, or None when unknown."""
+def _input_shapes(model: Any, batch: int) -> list[tuple[tuple[int, ...], str]] | None:
+    """`(shape with batch `batch`, dtype)` of each symbolic model input, or None when unknown."""
     try:
         inputs = model.inputs
     except (AttributeError, ValueError):
@@ -483,7 +502,7 @@ def _input_shapes(model: Any) -> list[tuple[tuple[int, ...], str]] | None:
         shape = tuple(tensor.shape)
         if any(dim is None for dim in shape[1:]):
             return None
-        result.append(((_BATCH, *shape[1:]), str(tensor.dtype)))
+        result.append(((batch, *shape[1:]), str(tensor.dtype)))
     return result
 
 
@@ -504,7 +523,7 @@ def _jax_forward_flops(model: Any, shapes: list[tuple[tuple[int, ...], str]]) ->
         analysis = analysis[0] if analysis else None
     if not analysis or "flops" not in analysis:
         return None
-    return float(analysis["flops"]) / _BATCH
+    return float(analysis["flops"]) / shapes[0][0][0]
 
 
 def _torch_forward_flops(model: Any, shapes: list[tuple[tuple[int, ...], str]]) -> float | None:
@@ -516,4 +535,4 @@ def _torch_forward_flops(model: Any, shapes: list[tuple[tuple[int, ...], str]]) 
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         model(args[0] if len(args) == 1 else args, training=False)
-    return float(counter.get_total_flops()) / _BATCH
+    return float(counter.get_total_flops()) / shapes[0][0][0]
