@@ -327,7 +327,10 @@ def make_strategy(
     - `"multiworker"` returns a
       `keras_gpu._keras_compat.KerasMultiWorkerMirroredStrategy`, a
       `tf.distribute.MultiWorkerMirroredStrategy` that Keras 3 `fit`,
-      `evaluate` and `predict` can use (keras-team/keras#20585). Explicit and
+      `evaluate` and `predict` can use (keras-team/keras#20585), with any
+      `steps_per_execution` (keras-team/keras#19246). Right after creation,
+      every task compares its cluster with the coordination leader's
+      (`keras_gpu.cluster.check_cluster_agreement`). Explicit and
       SLURM clusters are passed through a `SimpleClusterResolver`;
       TF_CONFIG is read but never written. Under SLURM each task's
       `CUDA_VISIBLE_DEVICES` is narrowed to its own GPUs. Create it before
@@ -352,8 +355,8 @@ def make_strategy(
         RuntimeError: A multi-worker strategy was asked for after
             TensorFlow's runtime was initialised in this process; this task's
             port is taken; some tasks of the cluster did not start within
-            `startup_timeout`; or the default strategy was asked for inside
-            another strategy's scope.
+            `startup_timeout`; the tasks' cluster descriptions disagree; or
+            the default strategy was asked for inside another strategy's scope.
     """
     require_tensorflow("keras_gpu.make_strategy()")
     plan = plan_strategy(

@@ -158,3 +158,43 @@ def test_padded_batches_whose_shapes_differ_between_replicas(uneven):
     for r in (w0, w1):
         assert r["padded_evaluate"]["value"] == pytest.approx(total / count, rel=1e-5)
     assert w0["seq_weights"] == w1["seq_weights"] and w0["padded_fit"] == w1["padded_fit"]
+
+
+def test_trace_time_keys_fix_a_stock_collective_mirrored_strategy_in_one_process():
+    """`keras_gpu._tf.collective_keys_fixed_in_control_flow` alone, on the smallest case that fails without it."""
+    from tests._util import run_python
+
+    proc = run_python(
+        """
+        import json
+        import keras_gpu
+        keras_gpu.configure_devices(cpu_devices=2)
+        import keras, numpy as np, tensorflow as tf
+        from keras_gpu._tf import collective_keys_fixed_in_control_flow
+
+        x = np.random.RandomState(0).rand(64, 4).astype("float32")
+        y = x.sum(axis=1, keepdims=True)
+        out = {}
+        for fixed in (False, True):
+            strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])  # collective all-reduce
+            out[f"launchers_{fixed}"] = collective_keys_fixed_in_control_flow(strategy) if fixed else 0
+            weights = {}
+            for spe in (1, 4):
+                with strategy.scope():
+                    keras.utils.set_random_seed(1)
+                    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+                    model.compile(keras.optimizers.SGD(0.1), "mse", steps_per_execution=spe)
+                try:
+                    model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+                    weights[spe] = [w.tolist() for w in model.get_weights()]
+                except Exception as e:
+                    weights[spe] = type(e).__name__ + ": " + str(e)[:300]
+            out[str(fixed)] = weights
+        print("RESULT " + json.dumps(out))
+        """
+    )
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert "while/cond/Placeholder" in out["False"]["4"]  # the stock failure, same process setup
+    assert out["launchers_True"] == 2  # one launcher per replica
+    assert out["True"]["1"] == out["True"]["4"] == out["False"]["1"]
