@@ -207,3 +207,32 @@ def test_tensorflow_only_parts_raise_one_clear_import_error(backend):
     for line, name in zip(lines, [*TF_ONLY, "keras-gpu launch"]):
         assert line.startswith(f"IMPORTERROR {name} | {name} needs TensorFlow, which is not installed."), line
         assert 'pip install "keras-gpu[cpu]"' in line and 'pip install "keras-gpu[cuda]"' in line
+
+
+@pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] == "jax"])
+def test_jax_data_parallel_replicas_are_the_mesh_devices(tmp_path, backend):
+    code = textwrap.dedent(
+        f"""
+        import json
+        import numpy as np, keras, keras_gpu
+        from keras_gpu import backend
+        keras.distribution.set_distribution(keras.distribution.DataParallel())
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        model.compile("sgd", "mse")
+        cb = keras_gpu.ThroughputLogger({str(tmp_path)!r}, every_n_steps=2)
+        model.fit(np.ones((128, 8), "float32"), np.ones((128, 4), "float32"), batch_size=32, epochs=1, verbose=0,
+                  callbacks=[cb])
+        print("RESULT", json.dumps({{
+            "devices": backend.replica_devices(model), "replicas": backend.num_replicas(model),
+            "allocators": [a.tag for a in backend.allocators(model)], "summary": cb.summary,
+        }}))
+        """
+    )
+    env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = json.loads(run_python(code, env=env).stdout.split("RESULT", 1)[1])
+    assert result["devices"] == ["/device:CPU:0", "/device:CPU:1"]
+    assert result["replicas"] == 2
+    assert result["allocators"] == ["CPU_0"]  # one host allocator
+    summary = result["summary"]
+    assert summary["num_replicas"] == 2
+    assert summary["samples_per_sec_per_replica"] == pytest.approx(summary["samples_per_sec"] / 2)
