@@ -205,8 +205,9 @@ def num_replicas(model: Any) -> int:
     """Replicas training in sync over all processes (TensorFlow: `num_replicas_in_sync`).
 
     JAX: the size of the `keras.distribution` mesh's batch dimension (1
-    without a distribution). PyTorch: the `torch.distributed` world size
-    (1 without a process group): Keras trains one replica per process there.
+    without a distribution). PyTorch: 1: Keras trains one replica per
+    process there, and each process of a `torch.distributed` job logs its
+    own run (`log_dir/worker_<rank>/train`) with its own batches.
     """
     backend = name()
     if backend == "tensorflow":
@@ -222,8 +223,6 @@ def num_replicas(model: Any) -> int:
         if axis in tuple(mesh.axis_names):
             return int(mesh.shape[tuple(mesh.axis_names).index(axis)])
         return int(mesh.devices.size)
-    if backend == "torch":
-        return task_info(model).num_workers
     return 1
 
 
