@@ -14,9 +14,8 @@ import time
 
 import pytest
 
+from keras_gpu.cluster import cluster_difference
 from tests._util import free_ports, subprocess_env
-
-pytestmark = pytest.mark.slow
 
 _WORKER = textwrap.dedent(
     """
@@ -60,6 +59,19 @@ def _run(configs: list[dict]) -> list[dict]:
     return results
 
 
+def test_cluster_difference_names_sizes_jobs_and_addresses():
+    two = {"worker": ["h:1", "h:2"]}
+    assert cluster_difference(two, dict(two), "worker:0") == ""
+    assert cluster_difference(two, {"worker": ["h:1", "h:2", "h:3"]}, "worker:0") == (
+        "'worker' has 2 task(s) here and 3 in worker:0's"
+    )
+    assert cluster_difference(two, {"chief": ["h:1"], "worker": ["h:2"]}, "chief:0") == (
+        "a 'chief' job is only in chief:0's cluster; 'worker' has 2 task(s) here and 1 in chief:0's"
+    )
+    assert cluster_difference(two, {"worker": ["h:1", "h:9"]}, "worker:0") == "worker:1 is h:2 here and h:9 in worker:0's"
+
+
+@pytest.mark.slow
 def test_different_cluster_sizes_are_named_on_both_workers():
     a, b, c = (f"127.0.0.1:{p}" for p in free_ports(3))
     w0, w1 = _run(
@@ -77,6 +89,7 @@ def test_different_cluster_sizes_are_named_on_both_workers():
     assert "only its 'task' differs" in w1["error"]
 
 
+@pytest.mark.slow
 def test_a_chief_in_one_config_only_is_named_by_the_refused_task():
     a, b = (f"127.0.0.1:{p}" for p in free_ports(2))
     chief, worker = _run(
@@ -93,6 +106,7 @@ def test_a_chief_in_one_config_only_is_named_by_the_refused_task():
     assert chief["error"].startswith("RuntimeError: make_strategy: the cluster from tf_config did not come up")
 
 
+@pytest.mark.slow
 def test_agreeing_workers_still_form_the_cluster():
     a, b = (f"127.0.0.1:{p}" for p in free_ports(2))
     cluster = {"worker": [a, b]}
