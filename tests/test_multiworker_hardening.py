@@ -198,3 +198,16 @@ def test_trace_time_keys_fix_a_stock_collective_mirrored_strategy_in_one_process
     assert "while/cond/Placeholder" in out["False"]["4"]  # the stock failure, same process setup
     assert out["launchers_True"] == 2  # one launcher per replica
     assert out["True"]["1"] == out["True"]["4"] == out["False"]["1"]
+
+
+def test_steps_per_execution_with_a_batch_shape_only_one_worker_has_seen(uneven):
+    """Global batch 33 (17 + 16), then a last batch of 32 (16 + 16): only worker 0 meets a new shape.
+
+    Collectives inside the multi-step loop take their keys when traced; this
+    checks that no worker runs a collective its peer does not (which would hang).
+    """
+    w0, w1 = uneven
+    for r in (w0, w1):
+        assert "error" not in r["spe_uneven_fit"], r["spe_uneven_fit"]
+        assert r["spe_uneven_evaluate"]["value"] == pytest.approx(r["spe_uneven_evaluate"]["local"], rel=1e-5)
+    assert w0["spe_uneven_fit"] == w1["spe_uneven_fit"] and w0["spe_weights"] == w1["spe_weights"]

@@ -139,6 +139,22 @@ def uneven(out: dict, args, strategy) -> None:
             out[name] = {"error": _error(exc), "local": expected}
     out["weights"] = [w.tolist() for w in model.get_weights()]
 
+    # steps_per_execution=4 with a global batch of 33 (17 + 16 per worker) and a last batch of 32 (16 + 16):
+    # only one worker sees a new shape; every worker must still run the same collectives.
+    with strategy.scope():
+        keras.utils.set_random_seed(7)
+        spe_model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+        spe_model.compile(keras.optimizers.SGD(0.05), "mse", steps_per_execution=4)
+    try:
+        out["spe_uneven_fit"] = {"value": spe_model.fit(x[:65], y[:65], batch_size=33, epochs=2, verbose=0, shuffle=False).history["loss"]}
+        out["spe_uneven_evaluate"] = {
+            "value": spe_model.evaluate(x, y, batch_size=33, verbose=0),
+            "local": float(np.mean((spe_model(x).numpy() - y) ** 2)),
+        }
+    except Exception as exc:  # noqa: BLE001
+        out["spe_uneven_fit"] = {"error": _error(exc)}
+    out["spe_weights"] = [w.tolist() for w in spe_model.get_weights()]
+
     # Padded batches whose shapes differ between workers: sequence lengths 1..8, padded per batch of 2.
     import tensorflow as tf
 
