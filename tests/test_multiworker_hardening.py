@@ -200,11 +200,12 @@ def test_trace_time_keys_fix_a_stock_collective_mirrored_strategy_in_one_process
     assert out["True"]["1"] == out["True"]["4"] == out["False"]["1"]
 
 
-def test_steps_per_execution_with_a_batch_shape_only_one_worker_has_seen(uneven):
-    """Global batch 33 (17 + 16), then a last batch of 32 (16 + 16): only worker 0 meets a new shape.
+def test_steps_per_execution_with_batches_that_split_unevenly(uneven):
+    """Global batch 33 (an odd split over 2 workers), then a last batch of 32.
 
     Collectives inside the multi-step loop take their keys when traced; this
-    checks that no worker runs a collective its peer does not (which would hang).
+    checks that every worker runs the same collectives (a mismatch would hang)
+    and that the result is right.
     """
     w0, w1 = uneven
     for r in (w0, w1):

@@ -139,8 +139,8 @@ def uneven(out: dict, args, strategy) -> None:
             out[name] = {"error": _error(exc), "local": expected}
     out["weights"] = [w.tolist() for w in model.get_weights()]
 
-    # steps_per_execution=4 with a global batch of 33 (17 + 16 per worker) and a last batch of 32 (16 + 16):
-    # only one worker sees a new shape; every worker must still run the same collectives.
+    # steps_per_execution=4 with a global batch of 33 (an odd split over 2 workers) and a last batch of 32:
+    # every worker must still run the same collectives.
     with strategy.scope():
         keras.utils.set_random_seed(7)
         spe_model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
