@@ -187,7 +187,11 @@ def plan_strategy(
         collective_timeout: For `"multiworker"`: seconds after which a
             collective that waits on a peer fails, or `None` for no timeout.
             TensorFlow's coordination service still reports a crashed peer
-            after its heartbeat timeout (about 10 s) without it.
+            after its heartbeat timeout (about 10 s) without it, but not a
+            peer that is alive and stuck (in Python, or in its input
+            pipeline): set this, or run under `keras-gpu launch
+            --hang-timeout` with the `keras_gpu.Heartbeat` callback, which
+            watches finished batches instead of collectives.
         startup_timeout: For `"multiworker"`: seconds to wait, while the
             strategy is created, for every task of the cluster to start and
             register. `None` means `DEFAULT_STARTUP_TIMEOUT` (600 s); the
