@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "ThroughputLogger": "keras_gpu.loggers",
     "MemoryLogger": "keras_gpu.loggers",
     "PlacementLogger": "keras_gpu.loggers",
+    "StepTimeLogger": "keras_gpu.loggers",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
     from keras_gpu.backup import BackupAndRestore  # noqa: F401
     from keras_gpu.checkpoint import ModelCheckpoint  # noqa: F401
     from keras_gpu.heartbeat import Heartbeat  # noqa: F401
-    from keras_gpu.loggers import MemoryLogger, PlacementLogger, ThroughputLogger, callbacks  # noqa: F401
+    from keras_gpu.loggers import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger, callbacks  # noqa: F401
     from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
     from keras_gpu.devices import DeviceConfig, configure_devices  # noqa: F401
     from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401

@@ -22,6 +22,7 @@ from typing import Any
 
 from keras_gpu import steptime
 from keras_gpu import tags as _tags
+from keras_gpu.cluster_view import STRAGGLER_IMBALANCE, straggler_sentence
 
 __all__ = ["find_runs", "read_scalars", "summarize"]
 
@@ -184,6 +185,35 @@ def _step_time(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | 
     return out
 
 
+def _cluster(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | None:
+    """The chief's cluster view over every gather: the straggler, if one is clear."""
+    slowest = scalars.get(_tags.CLUSTER_SLOWEST_WORKER.name())
+    imbalance = dict(scalars.get(_tags.CLUSTER_IMBALANCE.name(), []))
+    if not slowest:
+        return None
+    gathers = [(int(worker), imbalance.get(step)) for step, worker in slowest if imbalance.get(step) is not None]
+    clear = [(w, i) for w, i in gathers if i > STRAGGLER_IMBALANCE]
+    straggler = ratio = None
+    if clear and len(clear) * 2 > len(gathers):  # a clear imbalance in most gathers
+        straggler = Counter(w for w, _ in clear).most_common(1)[0][0]
+        ratio = statistics.median(i for w, i in clear if w == straggler)
+    reporting = scalars.get(_tags.CLUSTER_WORKERS_REPORTING.name(), [])
+    out: dict[str, Any] = {
+        "gathers": len(gathers),
+        "straggler": straggler,
+        "imbalance": ratio if straggler is not None else statistics.median(i for _, i in gathers) if gathers else None,
+        "workers_reporting": reporting[-1][1] if reporting else None,
+    }
+    for part in ("busy", "input", "communication"):
+        out[part] = {
+            stat: scalars[f"cluster/{part}_sec/{stat}"][-1][1]
+            for stat in ("min", "median", "max")
+            if f"cluster/{part}_sec/{stat}" in scalars
+        }
+    out["sentence"] = straggler_sentence(straggler, out["imbalance"])
+    return out
+
+
 def _worker_of(run: str) -> tuple[int | None, str]:
     parts = run.split(os.sep)
     if parts[0] == "train" or (len(parts) == 1 and parts[0] == "."):
@@ -245,6 +275,7 @@ def _summarize_run(log_dir: str, run: str) -> dict[str, Any]:
         "throughput": _rates(scalars),
         "time": _epoch_times(scalars),
         "step_time": _step_time(scalars),
+        "cluster": _cluster(scalars),
         "memory": _memory(scalars),
         "placement": _placement(path),
     }
@@ -318,6 +349,11 @@ def summarize(log_dir: str) -> dict[str, Any]:
     runs = [
         r
         for r in runs
-        if r["throughput"] or r["time"] or r["step_time"] or r["placement"] or any(r["memory"][k] for k in memory)
+        if r["throughput"] or r["time"] or r["step_time"] or r["cluster"] or r["placement"]
+        or any(r["memory"][k] for k in memory)
     ]
-    return {"log_dir": log_dir, "runs": runs, "hints": _hints(runs)}
+    cluster = next((r["cluster"] for r in runs if r.get("cluster")), None)
+    hints = _hints(runs)
+    if cluster is not None:
+        hints.insert(0, f"cluster: {cluster['sentence']} (from {cluster['gathers']} gather(s) of every worker's breakdown).")
+    return {"log_dir": log_dir, "runs": runs, "cluster": cluster, "hints": hints}

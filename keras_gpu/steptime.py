@@ -9,7 +9,8 @@ splits each step's time into four parts that add up to it:
 * **compute**: at least one replica device ran a model op (or kernel);
 * **communication**: a cross-replica or cross-worker reduction or transfer
   ran (`_Send`/`_Recv`, collectives, NCCL, device-to-device and host-device
-  copies) while no device computed;
+  copies) while no device computed; a multi-worker collective counts from its
+  start to its end, so the time a worker waits for a slower peer is here;
 * **other**: the rest: host-side overhead (Python, callbacks, launching
   work) and idle time.
 
@@ -64,6 +65,10 @@ _REPLICA_SCOPE = re.compile(r"(?:^|/)replica_(\d+)(?:/|$)")
 _UPDATE_SCOPE = re.compile(r"(?:^|/)update_(\d+)(?:_\d+)?(?:/|$)")
 _GPU_COMMUNICATION = re.compile(r"(?i)^(nccl|memcpy|memset.*p2p)|all_?reduce|all_?gather|reduce_?scatter|collective")
 _INPUT_ACTIVITY = re.compile(r"^Iterator.*::DoCompute$|^IteratorGetNext")
+# Multi-worker collectives run asynchronously: their op event on a compute line
+# is only the launch. The exchange itself, waiting for the slowest peer
+# included, is on the `collective_ops` lines and in the executor's activities.
+_COLLECTIVE_ACTIVITY = re.compile(r"^(Base)?CollectiveExecutor::")
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,14 @@ def analyze(
         if event.line.startswith("tf_data_iterator_get_next") and _INPUT_ACTIVITY.match(event.name):
             kinds["input"].append(span)
             continue
+        if event.line.startswith("collective_ops") or _COLLECTIVE_ACTIVITY.match(event.name):
+            # The collective executor's own threads, and its parameter exchange
+            # with the group leader over RPC: all of it is communication.
+            if not on_gpu and not event.name.startswith("Threadpool"):
+                op = classify_op(event.name)
+                kinds["communication"].append(span)
+                replicas[_replica_of(op[1], len(replicas)) if op else 0]["communication"].append(span)
+            continue
         if not event.line.startswith("tf_Compute"):
             continue
         op = classify_op(event.name)
@@ -288,7 +301,8 @@ def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list
     if step.share("communication") >= BOUND_SHARE:
         hints.append(
             f"communication-bound: {step.share('communication'):.0%} of each step is spent in reductions and "
-            "transfers; a larger batch per replica, fewer replicas per host link, or a faster interconnect helps"
+            "transfers (waiting for a slower worker included); if no worker is a straggler, a larger batch per "
+            "replica, fewer replicas per host link, or a faster interconnect helps"
         )
     slow = slow_replica(step.replicas, step.step_sec)
     if slow is not None:

@@ -210,6 +210,44 @@ REPLICA_COMMUNICATION_SEC = Tag(
     "StepTimeLogger", (_TIME, "communication seconds per step, per replica"),
 )
 
+# -- the cluster view (the chief's run of a multi-worker job) -------------------------
+_CLUSTER = "keras-gpu: cluster"
+CLUSTER_SLOWEST_WORKER = Tag(
+    "cluster/slowest_worker", "worker index",
+    "the worker the others wait for: the one with the most busy (non-waiting) time per step in the last trace",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowest worker (index)"),
+)
+CLUSTER_IMBALANCE = Tag(
+    "cluster/imbalance", "fraction",
+    "the slowest worker's busy time per step over the median worker's, minus 1 (0: balanced)",
+    "StepTimeLogger (chief)", (_CLUSTER, "imbalance (slowest busy / median busy - 1)"),
+)
+CLUSTER_WORKERS_REPORTING = Tag(
+    "cluster/workers_reporting", "workers",
+    "workers whose breakdown was ready at the gather (the others sent 'not available')",
+    "StepTimeLogger (chief)", (_CLUSTER, "workers reporting"),
+)
+
+
+def _cluster_stats(part: str, meaning: str) -> tuple[Tag, Tag, Tag]:
+    chart = (_CLUSTER, f"{part} seconds per step across workers: min, median, max")
+    return tuple(  # type: ignore[return-value]
+        Tag(
+            f"cluster/{part}_sec/{stat}", "s/step", f"{stat} across workers of {meaning}", "StepTimeLogger (chief)",
+            chart,
+        )
+        for stat in ("min", "median", "max")
+    )
+
+
+CLUSTER_BUSY_MIN, CLUSTER_BUSY_MEDIAN, CLUSTER_BUSY_MAX = _cluster_stats(
+    "busy", "the busy time per step: step time less communication (waiting for peers included there)"
+)
+CLUSTER_INPUT_MIN, CLUSTER_INPUT_MEDIAN, CLUSTER_INPUT_MAX = _cluster_stats("input", "step_time/input_sec")
+CLUSTER_COMMUNICATION_MIN, CLUSTER_COMMUNICATION_MEDIAN, CLUSTER_COMMUNICATION_MAX = _cluster_stats(
+    "communication", "step_time/communication_sec"
+)
+
 # -- memory ------------------------------------------------------------------------
 ALLOC_CURRENT = Tag(
     "memory/allocator/{device}/current_bytes", "bytes",

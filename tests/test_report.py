@@ -167,7 +167,12 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
         | {f"memory/allocator/{d}/current_bytes" for d in run["memory"]["allocator_peak_bytes"]}
         | {f"gpu/{g}/{m}" for g, ms in run["memory"]["gpus"].items() for m in ms}
         | {f"placement/{k}" for k in run["placement_counts"]}
+        | {f"cluster/{part}_sec/{stat}" for part in ("busy", "input", "communication") for stat in run["cluster"][part]}
     )
+    if run["cluster"]["gathers"]:
+        found |= {"cluster/slowest_worker", "cluster/imbalance"}
+    if run["cluster"]["workers_reporting"] is not None:
+        found.add("cluster/workers_reporting")
     if run["memory"]["host_rss_peak_bytes"] is not None:
         found |= {"memory/host/rss_bytes", "memory/host/peak_rss_bytes"}
     found |= {"step_time/traced_steps", "memory/allocator/GPU_0/peak_bytes", "memory/allocator/GPU_0/run_peak_bytes"}

@@ -15,7 +15,8 @@ from keras_gpu import steptime, topology
 from keras_gpu import tags as _tags
 from keras_gpu import backend as _backend
 from keras_gpu import xspace
-from keras_gpu._checks import check_positive
+from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows
+from keras_gpu._checks import check_bool, check_positive
 from keras_gpu._log import Once, logger
 from keras_gpu.loggers._base import LoggingCallback, read_step
 
@@ -23,6 +24,9 @@ __all__ = ["StepTimeLogger", "check_profile_every_s"]
 
 _INF = float("inf")
 _PROFILE_SUBDIR = os.path.join("plugins", "profile")
+#: Steps between the end of a trace and the all-gather of its breakdown: time
+#: for the parser thread, which the training thread never waits for.
+_GATHER_DELAY_STEPS = 100
 
 
 class StepTimeLogger(LoggingCallback):
@@ -68,10 +72,22 @@ class StepTimeLogger(LoggingCallback):
         warmup_steps: Steps of the first epoch after which its first trace
             may start.
         max_traces: Traces kept in `plugins/profile/`; older ones are deleted.
+        multiworker_tracing: Trace in multi-worker TensorFlow jobs too. Off by
+            default: TensorFlow's profiler (2.21, and earlier releases) can
+            corrupt the heap when a trace stops in a multi-worker process
+            (a crash in `TraceMeRecorder::Consume`, reproduced with
+            `tf.profiler.experimental.start`/`stop` alone, in a few percent of
+            traces on CPU workers over loopback). When on, every worker traces
+            the same steps and the chief logs the cluster view (`cluster/*`:
+            the slowest worker and the imbalance; see
+            :mod:`keras_gpu.cluster_view`).
 
     Attributes:
         last: The last :class:`keras_gpu.steptime.StepTime`, or `None`.
         traces: Breakdowns logged in this `fit`, oldest first.
+        cluster: In multi-worker jobs with `multiworker_tracing`, what each
+            all-gather brought (:class:`keras_gpu.cluster_view.ClusterSummary`,
+            or `None` when no worker had a breakdown ready).
     """
 
     DEFAULT_PROFILE_EVERY_S = 300.0
@@ -84,14 +100,17 @@ class StepTimeLogger(LoggingCallback):
         profile_steps: int = 20,
         warmup_steps: int = 50,
         max_traces: int = 5,
+        multiworker_tracing: bool = False,
     ) -> None:
         super().__init__(log_dir)
         self.profile_every_s = check_profile_every_s(profile_every_s)
         self.profile_steps = check_positive("profile_steps", profile_steps, integer=True)
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)
         self.max_traces = check_positive("max_traces", max_traces, integer=True)
+        self.multiworker_tracing = check_bool("multiworker_tracing", multiworker_tracing)
         self.last: steptime.StepTime | None = None
         self.traces: list[steptime.StepTime] = []
+        self.cluster: list[ClusterSummary | None] = []
         self._fit: _Fit | None = None
         self._once = Once()
         self._parser: _Parser | None = None
@@ -100,7 +119,7 @@ class StepTimeLogger(LoggingCallback):
 
     def on_train_begin(self, logs=None):
         self._fit = None
-        self.last, self.traces = None, []
+        self.last, self.traces, self.cluster = None, [], []
         self._open()
         if self.profile_every_s == 0:
             return
@@ -115,79 +134,129 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         try:
-            self._fit = _Fit(profiler, self._replicas(), self.warmup_steps)
+            task = self._task
+            workers = task.num_workers if task is not None else 1
+            gather = None
+            if workers > 1 and _backend.name() == "tensorflow" and not self.multiworker_tracing:
+                self._once.log(
+                    logging.INFO,
+                    "multiworker-off",
+                    "keras-gpu: StepTimeLogger does not trace in multi-worker TensorFlow jobs by default: TensorFlow's "
+                    "profiler can crash a worker when a trace stops there (heap corruption in "
+                    "TraceMeRecorder::Consume). Pass StepTimeLogger(multiworker_tracing=True) to trace anyway.",
+                )
+                return
+            if workers > 1:
+                from keras_gpu.gather import RowGather
+
+                gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
+            self._fit = _Fit(profiler, self._replicas(), self.warmup_steps, self.profile_steps, gather)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
 
     def on_epoch_begin(self, epoch, logs=None):
         fit = self._fit
-        if fit is not None and fit.arm_batch != _INF:
-            fit.arm_batch = 0 if epoch > 0 else fit.arm_batch
+        if fit is not None:
+            fit.epoch_begin(epoch)
 
     def on_train_batch_end(self, batch, logs=None):
         fit = self._fit
         if fit is None:
             return
-        if fit.tracing:
-            fit.last_batch, fit.last_t = batch, time.perf_counter()
-            if batch >= fit.stop_batch:
-                self._stop(fit)
-        elif batch >= fit.arm_batch and time.perf_counter() >= fit.next_time:
-            self._start(fit, batch)
+        fit.last_batch = batch
+        if batch >= fit.next_batch:
+            self._event(fit, batch)
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:
             self._stop(self._fit)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._fit is not None and self._fit.tracing:
-            self._stop(self._fit)
+        fit = self._fit
+        if fit is not None:
+            if fit.tracing:
+                self._stop(fit)
+            fit.epoch_end()
 
     def on_train_end(self, logs=None):
         fit, self._fit = self._fit, None
         if fit is not None and fit.tracing:
             self._stop(fit)
         if self._parser is not None:
-            self._parser.drain()
+            parser, self._parser = self._parser, None
+            parser.close()
+        if fit is not None and fit.gather_at is not None:
+            # A point every worker reaches: gather what the last trace measured.
+            self._gather(fit)
         if fit is not None:
             self._log_summary(fit)
         self._close()
 
+    # -- the schedule, in steps of this fit (the same on every worker) ----------------
+
+    def _event(self, fit: _Fit, batch: int) -> None:
+        step = fit.step_of(batch)
+        if fit.tracing:
+            if step >= fit.stop_at:
+                self._stop(fit)
+        elif fit.start_at is not None and step >= fit.start_at:
+            self._start(fit, batch)
+        if fit.gather_at is not None and step >= fit.gather_at:
+            self._gather(fit)
+        fit.schedule()
+
     # -- tracing ------------------------------------------------------------------
 
     def _start(self, fit: _Fit, batch: int) -> None:
+        fit.start_at = None
+        fit.first = False
+        fit.tracing = True
+        fit.start_step = fit.step_of(batch)
+        fit.stop_at = fit.start_step + self.profile_steps
         # The profilers name a trace's directory by the second it ends in, so
         # each trace goes to a directory of its own first; the parser thread
         # moves it under plugins/profile/ with a name no other trace has.
         staging = tempfile.mkdtemp(prefix="keras-gpu-trace-")
+        fit.staging = staging
         try:
+            if not fit.profiler_ok:
+                raise RuntimeError("the profiler failed earlier in this fit")
             fit.profiler.start(staging)
         except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
             shutil.rmtree(staging, ignore_errors=True)
-            fit.arm_batch = _INF
-            self._once.log(
-                logging.WARNING,
-                "start-failed",
-                "keras-gpu: StepTimeLogger could not start the profiler (%s: %s), so no step-time breakdown is "
-                "logged in this fit. Is another profiler running (e.g. TensorBoard(profile_batch=...))?",
-                type(exc).__name__,
-                str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-            )
-            return
-        fit.tracing = True
-        fit.staging = staging
-        fit.start_batch = fit.last_batch = batch
-        fit.stop_batch = batch + self.profile_steps
-        fit.t_start = fit.last_t = time.perf_counter()
+            fit.staging = ""
+            if fit.profiler_ok:
+                fit.profiler_ok = False
+                self._once.log(
+                    logging.WARNING,
+                    "start-failed",
+                    "keras-gpu: StepTimeLogger could not start the profiler (%s: %s), so no step-time breakdown is "
+                    "logged in this fit. Is another profiler running (e.g. TensorBoard(profile_batch=...))?",
+                    type(exc).__name__,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                )
+        fit.t_start = time.perf_counter()
 
     def _stop(self, fit: _Fit) -> None:
         fit.tracing = False
-        steps, wall = fit.last_batch - fit.start_batch, fit.last_t - fit.t_start
-        fit.next_time = time.perf_counter() + self.profile_every_s
+        now = time.perf_counter()
+        steps = fit.step_of(fit.last_batch) - fit.start_step
+        wall = now - fit.t_start
+        stop_step = fit.start_step + steps
+        # profile_every_s in steps, at this fit's pace so far (validation and callbacks included).
+        period = max(1, round(self.profile_every_s * stop_step / (now - fit.t0))) if now > fit.t0 else None
+        if fit.gather is not None:
+            fit.proposed_period = period
+            fit.gather_at = stop_step + _GATHER_DELAY_STEPS
+            fit.pending = None
+        elif period is not None:
+            fit.start_at = stop_step + period
+        if not fit.staging:
+            return
         try:
             fit.profiler.stop()
         except Exception as exc:  # noqa: BLE001
-            fit.arm_batch = _INF
+            fit.profiler_ok = False
             self._once.log(
                 logging.WARNING,
                 "stop-failed",
@@ -200,16 +269,53 @@ class StepTimeLogger(LoggingCallback):
         job = _Job(
             profile_dir=os.path.join(self.run_dir, _PROFILE_SUBDIR),
             staging=fit.staging,
+            keep=self._writer is not None,
             steps=steps,
             wall_sec=wall,
             step=read_step(self.model),
             num_replicas=len(fit.replicas),
             labels=tuple(label for label, _ in fit.replicas),
             gpu_replicas=fit.gpu_replicas,
+            fit=fit,
         )
         if self._parser is None:
             self._parser = _Parser(self)
         self._parser.submit(job)
+
+    # -- the cluster view ---------------------------------------------------------------
+
+    def _gather(self, fit: _Fit) -> None:
+        """All-gather every worker's last breakdown (a step every worker reaches); the chief logs the summary."""
+        fit.gather_at = None
+        result = fit.pending
+        row = [float("nan")] * (len(ROW_FIELDS) - 1)
+        if result is not None:
+            row = [
+                1.0, result.step_sec, result.input_sec, result.compute_sec, result.communication_sec,
+                result.other_sec, result.step_sec - result.communication_sec, float(result.steps),
+            ]
+        row.append(float(fit.proposed_period or 0))
+        try:
+            rows = fit.gather(row)
+        except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
+            fit.gather_failed(exc)
+            self._once.log(
+                logging.WARNING,
+                "gather-failed",
+                "keras-gpu: StepTimeLogger could not gather the workers' breakdowns (%s: %s); the cluster view is off "
+                "for this fit.",
+                type(exc).__name__,
+                exc,
+            )
+            return
+        # Every worker adopts the chief's trace period, so the next traces stay in step.
+        period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
+        if period is not None:
+            fit.start_at = fit.step_of(fit.last_batch) + 1 + max(0, period - _GATHER_DELAY_STEPS)
+        summary = summarize_rows(rows)
+        self.cluster.append(summary)
+        if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
+            self._writer.scalars(summary.values(), read_step(self.model))
 
     # -- on the parser thread -------------------------------------------------------
 
@@ -221,7 +327,8 @@ class StepTimeLogger(LoggingCallback):
             if not paths:
                 raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
             space = xspace.load(paths[-1])
-            _keep(os.path.dirname(paths[-1]), job.profile_dir)
+            if job.keep:  # only runs that are written keep their traces
+                _keep(os.path.dirname(paths[-1]), job.profile_dir)
             result = steptime.analyze(
                 space,
                 steps=job.steps,
@@ -236,6 +343,7 @@ class StepTimeLogger(LoggingCallback):
                     "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
                 )
                 return
+            job.fit.pending = result
             self._write(result, job)
         except Exception as exc:  # noqa: BLE001 - a bad trace costs one warning, never training
             self._once.log(
@@ -247,7 +355,8 @@ class StepTimeLogger(LoggingCallback):
             )
         finally:
             shutil.rmtree(job.staging, ignore_errors=True)
-            _prune(job.profile_dir, self.max_traces)
+            if job.keep:
+                _prune(job.profile_dir, self.max_traces)
 
     def _write(self, result: steptime.StepTime, job: _Job) -> None:
         values = {
@@ -336,19 +445,64 @@ def _profiler() -> _Profiler | None:
 
 
 class _Fit:
-    """The state of one `fit`: the profiler, the replicas, and the trace in progress."""
+    """The state of one `fit`: where it is in steps, and the next trace, stop and gather.
 
-    def __init__(self, profiler: _Profiler, replicas: list[tuple[str, str]], warmup_steps: int) -> None:
+    Every target is a count of this fit's training steps, so that every worker
+    of a job starts and stops its traces, and gathers, at the same steps.
+    """
+
+    def __init__(
+        self,
+        profiler: _Profiler,
+        replicas: list[tuple[str, str]],
+        warmup_steps: int,
+        profile_steps: int,
+        gather: Any = None,
+    ) -> None:
         self.profiler = profiler
+        self.profiler_ok = True
         self.replicas = replicas
         gpus = [topology.parse_device(d) for _, d in replicas]
         self.gpu_replicas = {g.index: i for i, g in enumerate(gpus) if g is not None and g.device_type == "GPU"}
-        self.arm_batch: float = warmup_steps - 1  # the first epoch: after warm-up
-        self.next_time: float = -_INF  # the first trace waits for no clock
+        self.gather = gather
+        self.profile_steps = profile_steps
+        self.base = 0  # steps of this fit before the current epoch
+        self.last_batch = -1
+        self.start_at: int | None = warmup_steps  # the first trace: after warm-up ...
+        self.first = True
+        self.stop_at = 0
+        self.gather_at: int | None = None
         self.tracing = False
         self.staging = ""
-        self.start_batch = self.stop_batch = self.last_batch = 0
-        self.t_start = self.last_t = 0.0
+        self.start_step = 0
+        self.t_start = 0.0
+        self.pending: steptime.StepTime | None = None  # the last trace's breakdown, for the gather
+        self.proposed_period: int | None = None
+        self.next_batch: float = _INF
+        self.t0 = time.perf_counter()
+
+    def step_of(self, batch: int) -> int:
+        """Steps of this fit done at the end of `batch` of the current epoch."""
+        return self.base + batch + 1
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.last_batch = -1
+        if epoch > 0 and self.first and self.start_at is not None:
+            self.start_at = min(self.start_at, self.base + 1)  # ... or at the second epoch's first batch end
+        self.schedule()
+
+    def epoch_end(self) -> None:
+        self.base += self.last_batch + 1
+        self.last_batch = -1
+
+    def schedule(self) -> None:
+        """The next batch (of this epoch) whose end has something to do."""
+        targets = [t for t in (self.stop_at if self.tracing else None, self.start_at, self.gather_at) if t is not None]
+        self.next_batch = min(targets) - self.base - 1 if targets else _INF
+
+    def gather_failed(self, exc: Exception) -> None:
+        self.gather = None
+        self.gather_at = None
 
 
 class _Job:
@@ -376,9 +530,16 @@ class _Parser:
         self._queue.put(_Job(_done=done))
         done.wait(timeout)
 
+    def close(self, timeout: float = 30.0) -> None:
+        """Handle what was submitted (at most `timeout` s), then end the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
     def _run(self) -> None:
         while True:
             job = self._queue.get()
+            if job is None:
+                return
             done = job.__dict__.get("_done")
             if done is not None:
                 done.set()
