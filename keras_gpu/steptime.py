@@ -1,6 +1,7 @@
 """Where a training step's time goes, measured from a profiler trace.
 
-Plain Python over an XSpace (see :mod:`keras_gpu.xspace`). :func:`analyze`
+Plain Python over an XSpace (see :mod:`keras_gpu.xspace`), as TensorFlow's and
+JAX's profilers write it. :func:`analyze`
 takes the trace of a few training steps and the wall time they took, and
 splits each step's time into four parts that add up to it:
 
@@ -65,6 +66,10 @@ _REPLICA_SCOPE = re.compile(r"(?:^|/)replica_(\d+)(?:/|$)")
 _UPDATE_SCOPE = re.compile(r"(?:^|/)update_(\d+)(?:_\d+)?(?:/|$)")
 _GPU_COMMUNICATION = re.compile(r"(?i)^(nccl|memcpy|memset.*p2p)|all_?reduce|all_?gather|reduce_?scatter|collective")
 _INPUT_ACTIVITY = re.compile(r"^Iterator.*::DoCompute$|^IteratorGetNext")
+# JAX on the CPU: XLA runs each compiled step on the PjRt client's threads; the
+# Python tracer names the step's `next(iterator)` call on the data.
+_XLA_CPU_LINE = re.compile(r"^(tf_)?XLAPjRtCpuClient")
+_PYTHON_NEXT = "$builtins next"
 # Multi-worker collectives run asynchronously: their op event on a compute line
 # is only the launch. The exchange itself, waiting for the slowest peer
 # included, is on the `collective_ops` lines and in the executor's activities.
@@ -206,6 +211,14 @@ def analyze(
     for event in xspace.events(host):
         span = (event.start_ps, event.end_ps)
         if event.line.startswith("tf_data_iterator_get_next") and _INPUT_ACTIVITY.match(event.name):
+            kinds["input"].append(span)
+            continue
+        if _XLA_CPU_LINE.match(event.line):
+            if not on_gpu:
+                kinds["compute"].append(span)
+                replicas[0]["compute"].append(span)
+            continue
+        if event.name == _PYTHON_NEXT and event.line.startswith("python"):
             kinds["input"].append(span)
             continue
         if event.line.startswith("collective_ops") or _COLLECTIVE_ACTIVITY.match(event.name):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import textwrap
 
@@ -236,3 +237,32 @@ def test_jax_data_parallel_replicas_are_the_mesh_devices(tmp_path, backend):
     summary = result["summary"]
     assert summary["num_replicas"] == 2
     assert summary["samples_per_sec_per_replica"] == pytest.approx(summary["samples_per_sec"] / 2)
+
+
+STEP_TIME = """
+import json, numpy as np, keras
+from keras_gpu.loggers import StepTimeLogger
+
+rng = np.random.default_rng(0)
+x, y = rng.random((64 * 30, 32), dtype=np.float32), rng.random((64 * 30, 10), dtype=np.float32)
+model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+model.compile("sgd", "mse")
+cb = StepTimeLogger({log_dir!r}, profile_steps=10)
+model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=[cb])
+print("RESULT", json.dumps(None if cb.last is None else cb.last.as_dict()))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_time_breakdown_where_the_profiler_writes_xspace(tmp_path, backend):
+    proc = run_python(STEP_TIME.format(log_dir=str(tmp_path)), env={"KERAS_BACKEND": backend}, timeout=300)
+    last = json.loads(proc.stdout.split("RESULT", 1)[1])
+    if backend == "torch":  # PyTorch's profiler writes no XSpace: one INFO line, nothing logged
+        assert last is None
+        assert proc.stderr.count("StepTimeLogger logs no step-time breakdown on the torch backend") == 1
+        return
+    # JAX's profiler writes the XSpace format: the traced steps' breakdown, parts adding up to the step.
+    assert last["steps"] == 10 and last["compute_sec"] > 0
+    parts = last["input_sec"] + last["compute_sec"] + last["communication_sec"] + last["other_sec"]
+    assert parts == pytest.approx(last["step_sec"])
+    assert any(name.endswith(".xplane.pb") for _, _, files in os.walk(tmp_path / "train") for name in files)
