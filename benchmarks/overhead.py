@@ -78,7 +78,9 @@ against samples over wall time between the benchmark's own timestamps at the
 same batch ends: median and max relative error over its windows), the import
 cost of `keras_gpu` (fresh processes), a leak check (RSS growth over
 `--leak-steps` steps with the default callbacks and bare, Python and OS
-threads and file descriptors left after `fit`), and every budget with the
+threads and file descriptors left after `fit` beyond what the first `fit` with
+the same callbacks left: the run's event file and its writer thread stay open
+for later fits by design, and are reported apart), and every budget with the
 measured value.
 """
 

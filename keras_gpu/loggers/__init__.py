@@ -21,6 +21,7 @@ import keras
 
 from keras_gpu import backend
 from keras_gpu._log import log_once
+from keras_gpu._checks import check_bool
 from keras_gpu.loggers._base import check_log_dir, check_positive
 from keras_gpu.loggers.memory import MemoryLogger
 from keras_gpu.loggers.placement import PlacementLogger
@@ -45,6 +46,7 @@ def callbacks(
     step_time: bool = True,
     every_s: float | None = None,
     profile_every_s: float | None = None,
+    per_worker_runs: bool | None = None,
     batch_size: int | None = None,
     samples_per_epoch: int | None = None,
     flops_per_sample: float | None = None,
@@ -70,6 +72,9 @@ def callbacks(
             (`None`: each callback's default).
         profile_every_s: Seconds between step-time traces (`None`: 300;
             `0`: no tracing).
+        per_worker_runs: Whether every worker of a multi-worker job writes
+            its own run (`log_dir/worker_k/train`). `None`: yes up to 16
+            workers; above, only the chief writes (the cluster summary).
         batch_size: Global batch size, for inputs where it cannot be read
             from `fit` (for example a `tf.data` dataset without a static batch
             dimension).
@@ -85,6 +90,8 @@ def callbacks(
         your own.
     """
     log_dir = check_log_dir(log_dir)
+    check_bool("per_worker_runs", per_worker_runs, allow_none=True)
+    runs = {"per_worker_runs": per_worker_runs}
     check_positive("every_s", every_s, allow_none=True)
     out: list[keras.callbacks.Callback] = []
     window = {} if every_s is None else {"every_s": every_s}
@@ -97,19 +104,20 @@ def callbacks(
                 flops_per_sample=flops_per_sample,
                 peak_flops=peak_flops,
                 **window,
+                **runs,
             )
         )
     if _flag("memory", memory):
         memory_window = dict(window)
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
-        out.append(MemoryLogger(log_dir, **memory_window))
+        out.append(MemoryLogger(log_dir, **memory_window, **runs))
     if profile_every_s is not None:
         profile_every_s = check_profile_every_s(profile_every_s)
     if _flag("placement", placement):
         backend_name = backend.name()
         if backend_name == "tensorflow":
-            out.append(PlacementLogger(log_dir))
+            out.append(PlacementLogger(log_dir, **runs))
         else:
             log_once(
                 logging.INFO,
@@ -120,7 +128,7 @@ def callbacks(
             )
     if _flag("step_time", step_time) and profile_every_s != 0:
         profile = {} if profile_every_s is None else {"profile_every_s": profile_every_s}
-        out.append(StepTimeLogger(log_dir, **profile))
+        out.append(StepTimeLogger(log_dir, **profile, **runs))
     if not out and placement:
         raise ValueError(
             f"keras_gpu.callbacks() has nothing to log on the {backend.name()} backend: placement is "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -9,11 +10,16 @@ import keras
 
 from keras_gpu import backend
 from keras_gpu.cluster import ClusterInfo
-from keras_gpu._checks import check_log_dir, check_positive  # kept importable from here
+from keras_gpu._checks import check_bool, check_log_dir, check_positive  # kept importable from here
+from keras_gpu._log import log_once
 from keras_gpu.loggers import _writer
 from keras_gpu.loggers._layout import write_layout
 
-__all__ = ["LoggingCallback", "check_log_dir", "check_positive", "read_step"]
+__all__ = ["LoggingCallback", "PER_WORKER_RUNS_MAX", "check_log_dir", "check_positive", "read_step"]
+
+#: Up to this many workers, every worker writes its own run by default; above
+#: it, only the chief does (one readable run instead of hundreds).
+PER_WORKER_RUNS_MAX = 16
 
 
 def read_step(model: Any, fallback: int = 0) -> int:
@@ -41,9 +47,10 @@ class LoggingCallback(keras.callbacks.Callback):
     from `on_train_end`.
     """
 
-    def __init__(self, log_dir: str | os.PathLike) -> None:
+    def __init__(self, log_dir: str | os.PathLike, per_worker_runs: bool | None = None) -> None:
         super().__init__()
         self.log_dir = check_log_dir(log_dir)
+        self.per_worker_runs = check_bool("per_worker_runs", per_worker_runs, allow_none=True)
         self._writer: _writer.SummaryWriter | None = None
         self._task: ClusterInfo | None = None
         self.run_dir: str | None = None
@@ -52,16 +59,41 @@ class LoggingCallback(keras.callbacks.Callback):
         """The model's `tf.distribute.Strategy` on the TensorFlow backend; None on the others."""
         return backend.strategy(self.model)
 
-    def _open(self) -> _writer.SummaryWriter:
-        """Resolve the run directory, prove it writable, and take the shared writer."""
+    def _open(self) -> _writer.SummaryWriter | None:
+        """Resolve the run directory, prove it writable, and take the shared writer.
+
+        Returns `None`, and writes nothing, on a worker other than the chief
+        when per-worker runs are off: by `per_worker_runs=False`, or by
+        default in jobs of more than :data:`PER_WORKER_RUNS_MAX` workers.
+        """
         if self._writer is not None:  # a previous fit ended without on_train_end (interrupted)
             self._close()
         self._task = backend.task_info(self.model)
         self.run_dir = _writer.run_dir(self.log_dir, self._task)
+        if not self._writes_run(self._task):
+            return None
         _writer.check_writable(self.run_dir, received=self.log_dir)
         self._writer = _writer.acquire(self.run_dir)
         write_layout(self._writer)
         return self._writer
+
+    def _writes_run(self, task: ClusterInfo) -> bool:
+        if task.is_chief or task.num_workers <= 1:
+            return True
+        wanted = self.per_worker_runs
+        if wanted is None:
+            wanted = task.num_workers <= PER_WORKER_RUNS_MAX
+            if not wanted:
+                log_once(
+                    logging.INFO,
+                    "per-worker-runs-off",
+                    "keras-gpu: with %d workers (more than %d) only the chief writes a run; worker %s writes none. "
+                    "The chief's run holds the cluster summary. Pass per_worker_runs=True to write every worker's run.",
+                    task.num_workers,
+                    PER_WORKER_RUNS_MAX,
+                    task.worker_index,
+                )
+        return bool(wanted)
 
     def _close(self) -> None:
         if self._writer is not None:

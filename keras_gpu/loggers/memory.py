@@ -127,6 +127,9 @@ class MemoryLogger(LoggingCallback):
         host: Log the host metrics.
         gpus: GPU indices (CUDA ordinals of this process) to monitor with
             NVML, or `None` for the GPUs the model trains on.
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
 
     Raises:
         TypeError, ValueError: An argument is malformed.
@@ -145,8 +148,9 @@ class MemoryLogger(LoggingCallback):
         allocator: bool = True,
         host: bool = True,
         gpus: Sequence[int] | None = None,
+        per_worker_runs: bool | None = None,
     ) -> None:
-        super().__init__(log_dir)
+        super().__init__(log_dir, per_worker_runs)
         self.every_s = float(check_positive("every_s", every_s))
         self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
         if self.sample_interval_s > self.every_s:
@@ -173,6 +177,8 @@ class MemoryLogger(LoggingCallback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._end_run(abandoned=True)
         writer = self._open()
+        if writer is None:  # this worker writes no run
+            return
         watch = _FitWatch.capture()
         allocators = backend.allocators(self.model) if self.allocator else []
         gpus = self._gpu_indices() if self.nvml else []

@@ -97,6 +97,9 @@ class PlacementLogger(LoggingCallback):
         log_dir: The TensorBoard log directory shared by all workers.
         max_rows: Rows per Markdown table before "... and N more".
         write_graph: Write the placed graph to the Graphs dashboard.
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
 
     Attributes:
         report: The latest `keras_gpu.placement.PlacementReport`, or `None`.
@@ -107,9 +110,16 @@ class PlacementLogger(LoggingCallback):
         last_analysis_s: Seconds the last analysis and its writing took.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, *, max_rows: int = 50, write_graph: bool = True) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        max_rows: int = 50,
+        write_graph: bool = True,
+        per_worker_runs: bool | None = None,
+    ) -> None:
         require_tensorflow_backend("keras_gpu.PlacementLogger")
-        super().__init__(log_dir)
+        super().__init__(log_dir, per_worker_runs)
         self.max_rows = check_positive("max_rows", max_rows, integer=True)
         if not isinstance(write_graph, bool):
             raise TypeError(f"`write_graph` must be True or False. Received: write_graph={write_graph!r}")
@@ -128,8 +138,8 @@ class PlacementLogger(LoggingCallback):
         self.overhead_s = 0.0
         self._unwrap()  # left over from a `fit` that raised before its first step
         self._fit = _Fit(self.model)
-        self._open()
-        self._wrap()
+        if self._open() is not None:  # a worker that writes no run does no analysis
+            self._wrap()
         self.overhead_s += time.perf_counter() - start
 
     def on_train_end(self, logs=None):

@@ -81,6 +81,9 @@ class StepTimeLogger(LoggingCallback):
             the same steps and the chief logs the cluster view (`cluster/*`:
             the slowest worker and the imbalance; see
             :mod:`keras_gpu.cluster_view`).
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
 
     Attributes:
         last: The last :class:`keras_gpu.steptime.StepTime`, or `None`.
@@ -101,8 +104,9 @@ class StepTimeLogger(LoggingCallback):
         warmup_steps: int = 50,
         max_traces: int = 5,
         multiworker_tracing: bool = False,
+        per_worker_runs: bool | None = None,
     ) -> None:
-        super().__init__(log_dir)
+        super().__init__(log_dir, per_worker_runs)
         self.profile_every_s = check_profile_every_s(profile_every_s)
         self.profile_steps = check_positive("profile_steps", profile_steps, integer=True)
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)

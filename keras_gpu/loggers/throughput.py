@@ -97,6 +97,9 @@ class ThroughputLogger(LoggingCallback):
             overriding the count from the graph.
         peak_flops: Peak FLOP/s of one replica's device, for devices not in the
             table (CPUs, MIG slices, other GPUs) or to override it.
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
 
     Attributes:
         summary: After `fit`: totals and mean rates (see
@@ -113,8 +116,9 @@ class ThroughputLogger(LoggingCallback):
         samples_per_epoch: int | None = None,
         flops_per_sample: float | None = None,
         peak_flops: float | None = None,
+        per_worker_runs: bool | None = None,
     ) -> None:
-        super().__init__(log_dir)
+        super().__init__(log_dir, per_worker_runs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         self.every_s = check_positive("every_s", every_s, allow_none=True)
         if every_n_steps is not None and every_s is not None:
