@@ -53,7 +53,9 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     model = build_model(w.model, strategy)
     x, y = make_data(w.model, w.batch_size * w.steps_per_epoch)
 
-    # Epochs of about 10 s: calibrate the step time first (untimed).
+    # Epochs of about 10 s: calibrate the step time first (untimed; the second
+    # fit, so that tracing and warm-up are not in it).
+    model.fit(x, y, batch_size=w.batch_size, epochs=1, verbose=0)
     t0 = time.perf_counter()
     model.fit(x, y, batch_size=w.batch_size, epochs=1, verbose=0)
     step_s = (time.perf_counter() - t0) / w.steps_per_epoch

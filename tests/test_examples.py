@@ -56,7 +56,8 @@ def _assert_keras_gpu_scalars(tags: set[str], where: str) -> None:
 
 
 def _replica_tags(tags: set[str]) -> set[str]:
-    return {t for t in tags if re.fullmatch(r"throughput/replica_[^/]+/samples_per_sec", t)}
+    """The per-replica step-time series: one per replica, measured on that replica."""
+    return {t for t in tags if re.fullmatch(r"step_time/replica_[^/]+/compute_sec", t)}
 
 
 @pytest.fixture(scope="module")

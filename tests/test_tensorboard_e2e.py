@@ -46,8 +46,10 @@ def test_real_tensorboard_serves_throughput_memory_and_placement(trained_run):
             "throughput/samples_per_sec",
             "throughput/steps_per_sec",
             "throughput/samples_per_sec_per_replica",
-            "throughput/replica_0_CPU_0/samples_per_sec",
-            "throughput/replica_1_CPU_1/samples_per_sec",
+            "time/epoch_sec",
+            "step_time/step_sec",
+            "step_time/replica_0_CPU_0/compute_sec",
+            "step_time/replica_1_CPU_1/compute_sec",
             "memory/allocator/CPU_0/current_bytes",
             "memory/allocator/CPU_0/peak_bytes",
             "memory/host/rss_bytes",
@@ -73,6 +75,7 @@ def test_real_tensorboard_serves_throughput_memory_and_placement(trained_run):
         layout = tb.get("/data/plugin/custom_scalars/layout")
         titles = [c["title"] for c in layout["category"]]
         assert "keras-gpu: throughput" in titles and "keras-gpu: memory" in titles
+        assert "keras-gpu: where the time goes" in titles
 
         graph_runs = tb.get("/data/plugin/graphs/info")
         assert graph_runs.get(run, {}).get("run_graph"), graph_runs
