@@ -39,25 +39,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_gpu._checks import check_positive
+
 __all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window"]
 
 _INF = math.inf
 
 
 def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}. Received: {name}={value!r}")
-    return value
+    return check_positive(name, value, integer=True, allow_none=allow_none)
 
 
 def _positive_number(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == _INF:
-        raise ValueError(f"`{name}` must be a positive finite number or None. Received: {name}={value!r}")
-    return float(value)
+    value = check_positive(name, value, allow_none=True)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

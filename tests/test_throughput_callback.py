@@ -428,19 +428,17 @@ def test_bad_log_dir():
         ThroughputLogger(5)
 
 
-def test_gpu_peaks_are_summed_per_gpu_in_use():
-    from keras_gpu.loggers.throughput import _sum_gpu_peaks
+def test_gpu_peaks_are_summed_per_gpu_in_use(monkeypatch):
+    from keras_gpu import backend
 
     h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
-    total, used = _sum_gpu_peaks([0, 1], [h100, a100], 2, "bfloat16")
+    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [(0, h100), (1, a100)])
+    total, used = backend.gpu_peak_flops(None, "bfloat16")
     assert total == pytest.approx(989.5e12 + 312e12) and used == [h100, a100]
-    total, _ = _sum_gpu_peaks([1], [h100, a100], 2, "bfloat16")
-    assert total == pytest.approx(312e12)
-    # Four virtual GPUs on two H100s: two GPUs' worth of peak, not four.
-    total, _ = _sum_gpu_peaks([0, 1, 2, 3], [h100, h100], 4, "tf32")
-    assert total == pytest.approx(2 * 494.5e12)
-    assert _sum_gpu_peaks([0], ["Mystery GPU"], 1, "float16") == (None, ["Mystery GPU"])
-    assert _sum_gpu_peaks([0], [], 0, "float16") == (None, [])
+    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [(0, "Mystery GPU")])
+    assert backend.gpu_peak_flops(None, "float16") == (None, ["Mystery GPU"])
+    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [])
+    assert backend.gpu_peak_flops(None, "float16") == (None, [])
 
 
 @pytest.mark.gpu

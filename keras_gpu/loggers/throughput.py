@@ -10,7 +10,7 @@ from typing import Any
 from keras_gpu import backend
 from keras_gpu import flops as _flops
 from keras_gpu._fit_introspection import FitData, inspect_fit
-from keras_gpu._log import logger
+from keras_gpu._log import Once, logger
 from keras_gpu.loggers._base import LoggingCallback, check_positive
 from keras_gpu import tags as _tags
 from keras_gpu import topology
@@ -132,7 +132,7 @@ class ThroughputLogger(LoggingCallback):
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
         self._fit: _Fit | None = None
-        self._said: set[str] = set()
+        self._once = Once()
 
     # -- Keras hooks ------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class ThroughputLogger(LoggingCallback):
         batch = self.batch_size or data.batch_size
         last, batches = data.last_batch_size, data.batches_per_pass
         if self.batch_size is not None and data.batch_size is not None and self.batch_size != data.batch_size:
-            self._say(
+            self._once.log(
                 logging.WARNING,
                 "batch-mismatch",
                 "keras-gpu: ThroughputLogger(batch_size=%d) differs from the batch size of the training data (%d); "
@@ -292,7 +292,7 @@ class ThroughputLogger(LoggingCallback):
         elif self.batch_size is not None and last is None:
             last = self.batch_size
             if not data.infinite and self.samples_per_epoch is None:
-                self._say(
+                self._once.log(
                     logging.INFO,
                     "assume-full",
                     "keras-gpu: ThroughputLogger assumes every batch holds batch_size=%d samples; pass "
@@ -301,7 +301,7 @@ class ThroughputLogger(LoggingCallback):
                 )
         if self.samples_per_epoch is not None and batch is not None:
             if data.infinite:
-                self._say(
+                self._once.log(
                     logging.WARNING,
                     "samples-infinite",
                     "keras-gpu: ThroughputLogger ignores samples_per_epoch=%d: the training data repeats forever, "
@@ -311,7 +311,7 @@ class ThroughputLogger(LoggingCallback):
             else:
                 explicit = DataSchedule.from_samples(self.samples_per_epoch, batch)
                 if batches is not None and batches != explicit.batches_per_pass:
-                    self._say(
+                    self._once.log(
                         logging.WARNING,
                         "samples-mismatch",
                         "keras-gpu: ThroughputLogger(samples_per_epoch=%d) with batch size %d gives %d batches per "
@@ -324,7 +324,7 @@ class ThroughputLogger(LoggingCallback):
                 last, batches = explicit.last_batch_size, explicit.batches_per_pass
         if batch is None or last is None:
             batch = last = None
-            self._say(
+            self._once.log(
                 logging.WARNING,
                 "no-batch",
                 "keras-gpu: ThroughputLogger cannot tell how many samples each step processes (training data: %s%s), "
@@ -350,7 +350,7 @@ class ThroughputLogger(LoggingCallback):
         if value is None and fit is not None and fit.x_spec is not None:
             value = backend.training_flops_per_sample(model, fit.x_spec)
         if value is None:
-            self._say(
+            self._once.log(
                 logging.INFO,
                 "no-flops",
                 "keras-gpu: ThroughputLogger could not count the FLOPs of model %r from its graph, so "
@@ -366,7 +366,7 @@ class ThroughputLogger(LoggingCallback):
         kinds = {topology.device_type(d) or "device" for d in devices}
         dtype = backend.compute_dtype(model)
         if kinds != {"GPU"}:
-            self._say(
+            self._once.log(
                 logging.INFO,
                 "no-peak",
                 "keras-gpu: ThroughputLogger logs no throughput/mfu: no peak FLOP/s is known for %s devices. "
@@ -376,7 +376,7 @@ class ThroughputLogger(LoggingCallback):
             return None
         local, names = backend.gpu_peak_flops(model, dtype)
         if local is None:
-            self._say(
+            self._once.log(
                 logging.INFO,
                 "no-peak",
                 "keras-gpu: ThroughputLogger logs no throughput/mfu: no %s peak FLOP/s is known for %s. "
@@ -410,12 +410,6 @@ class ThroughputLogger(LoggingCallback):
             return int(keras.ops.convert_to_numpy(iterations))
         except Exception:  # noqa: BLE001
             return None
-
-    def _say(self, level: int, key: str, msg: str, *args: Any) -> None:
-        """Log a message once per callback."""
-        if key not in self._said:
-            self._said.add(key)
-            logger.log(level, msg, *args)
 
     def _log_summary(self, s: dict[str, Any]) -> None:
         fit_time = f"{s['fit_seconds']:.2f} s of fit"
@@ -459,42 +453,6 @@ class ThroughputLogger(LoggingCallback):
 def _int_attr(obj: Any, name: str) -> int | None:
     value = getattr(obj, name, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _gpu_peak_local(devices: list[str], dtype: str) -> tuple[float | None, list[str]]:
-    """Summed peak FLOP/s of the GPUs this worker's replicas run on, and the GPU names."""
-    import tensorflow as tf
-
-    names = []
-    for device in tf.config.get_visible_devices("GPU"):  # in logical-device order
-        try:
-            names.append(str(tf.config.experimental.get_device_details(device).get("device_name", "")))
-        except Exception:  # noqa: BLE001
-            names.append("")
-    n_logical = len(tf.config.list_logical_devices("GPU"))
-    indices = [(topology.parse_device(d) or topology.DeviceName(None, None, None, "", 0)).index or 0 for d in devices]
-    return _sum_gpu_peaks(indices, names, n_logical, dtype)
-
-
-def _sum_gpu_peaks(
-    indices: list[int], names: list[str], n_logical: int, dtype: str
-) -> tuple[float | None, list[str]]:
-    """Summed peak of the GPUs used by replicas on logical GPUs `indices`.
-
-    With one logical GPU per visible GPU, replica `GPU:i` runs on GPU `i`.
-    With virtual GPUs (more logical than physical), replicas share GPUs; each
-    GPU in use counts once, assuming replicas fill GPUs in order.
-    """
-    if not names:
-        return None, []
-    if n_logical == len(names):
-        used = [names[i] if 0 <= i < len(names) else "" for i in indices]
-    else:
-        used = names[: min(len(indices), len(names))]
-    peaks = [_flops.peak_flops(n, dtype) for n in used]
-    if not peaks or any(p is None for p in peaks):
-        return None, used
-    return float(sum(peaks)), used
 
 
 class _Fit:
