@@ -102,7 +102,8 @@ def mirrored_run(work):
     log_dir = work / "mirrored"
     proc = _run(
         [
-            sys.executable, str(EXAMPLES / "mirrored_fit.py"), "--cpu-replicas", "2", "--epochs", "1",
+            # Two epochs: the second gets the step-time trace that measures each replica.
+            sys.executable, str(EXAMPLES / "mirrored_fit.py"), "--cpu-replicas", "2", "--epochs", "2",
             "--samples", "256", "--log-dir", str(log_dir),
         ],
         cwd=work,
@@ -331,6 +332,15 @@ def _demo(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProces
     return proc, log_dir
 
 
+def _demo_traced(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """A demo of two epochs: the second gets the step-time trace that measures each replica."""
+    log_dir = work / name
+    script = Path(sys.executable).parent / "keras-gpu"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "keras_gpu.cli"]
+    proc = _run([*cmd, "demo", "--epochs", "2", "--samples", "256", "--log-dir", str(log_dir), *args], cwd=work)
+    return proc, log_dir
+
+
 @pytest.fixture(scope="module")
 def demo_run(work):
     return _demo(work, "demo")
@@ -338,7 +348,7 @@ def demo_run(work):
 
 @pytest.fixture(scope="module")
 def demo_replicas_run(work):
-    return _demo(work, "demo_replicas", "--cpu-replicas", "2")
+    return _demo_traced(work, "demo_replicas", "--cpu-replicas", "2")
 
 
 @pytest.fixture(scope="module")

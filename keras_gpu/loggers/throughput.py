@@ -186,6 +186,9 @@ class ThroughputLogger(LoggingCallback):
         fit = self._fit
         if fit is not None:
             self._end_training_phase(fit)
+        if self._writer is not None:
+            # Once per epoch, so that a worker killed later loses no finished epoch.
+            self._writer.flush()
 
     def on_train_end(self, logs=None):
         fit = self._fit
