@@ -406,7 +406,7 @@ def test_demo_with_two_workers_through_launch(demo_workers_run):
 # ------------------------------------------------------- docs screenshots
 
 DOCS = REPO / "docs"
-SCREENSHOTS = ("tensorboard.png", "tensorboard_scalars.png", "tensorboard_placement.png")
+SCREENSHOTS = ("tensorboard.png", "tensorboard_time.png", "tensorboard_scalars.png", "tensorboard_placement.png")
 
 
 @pytest.mark.parametrize("name", SCREENSHOTS)
