@@ -71,7 +71,7 @@ def main() -> None:
         model.compile("sgd", "mse")
     rng = np.random.default_rng(0)
     x, y = rng.random((256 * 64, 256), dtype=np.float32), rng.random((256 * 64, 10), dtype=np.float32)
-    cb = step_time.StepTimeLogger(log_dir, profile_steps=10, multiworker_tracing=True)
+    cb = step_time.StepTimeLogger(log_dir, profile_steps=20, multiworker_tracing=True)
     callbacks = [cb]
     if mode == "host" and rank == 1:
         callbacks.append(Sleep(0.015))
