@@ -70,6 +70,9 @@ _INPUT_ACTIVITY = re.compile(r"^Iterator.*::DoCompute$|^IteratorGetNext")
 # Python tracer names the step's `next(iterator)` call on the data.
 _XLA_CPU_LINE = re.compile(r"^(tf_)?XLAPjRtCpuClient")
 _PYTHON_NEXT = "$builtins next"
+# The backend's step function as the Python thread calls it: Keras' TensorFlow
+# trainer (`one_step_on_iterator`, `multi_step_on_iterator`) and JAX's jitted step.
+_STEP_FUNCTION = re.compile(r"^(one|multi)_step_on_(iterator|data)$|^PjitFunction\(.*step")
 # Multi-worker collectives run asynchronously: their op event on a compute line
 # is only the launch. The exchange itself, waiting for the slowest peer
 # included, is on the `collective_ops` lines and in the executor's activities.
@@ -104,6 +107,9 @@ class StepTime:
         other_sec: Host-side overhead and idle time.
         replicas: Per local replica (in replica order), its own busy time.
         source: `"gpu"` when device timelines were read, else `"host"`.
+        host_sec: The part of `other_sec` outside the backend's step function:
+            Python between steps (Keras' loop, callbacks). Where the trace
+            names no step function, all of `other_sec`.
     """
 
     steps: int
@@ -114,6 +120,17 @@ class StepTime:
     other_sec: float
     replicas: tuple[ReplicaTime, ...]
     source: str
+    host_sec: float = 0.0
+
+    @property
+    def busy_sec(self) -> float:
+        """Seconds per step this worker worked rather than waited for peers or the device runtime.
+
+        Input, compute, and host time outside the step function; communication
+        (where waiting for a slower worker lands) and the idle gaps inside the
+        step function are left out.
+        """
+        return self.input_sec + self.compute_sec + self.host_sec
 
     def share(self, part: str) -> float:
         """A part's share of the step, 0..1 (`part` is `"input"`, `"compute"`, ...)."""
@@ -122,7 +139,8 @@ class StepTime:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
-        out = {k: getattr(self, k) for k in ("steps", "step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec", "source")}
+        fields = ("steps", "step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec", "host_sec", "source")
+        out = {k: getattr(self, k) for k in fields}
         out["replicas"] = [{"compute_sec": r.compute_sec, "communication_sec": r.communication_sec} for r in self.replicas]
         return out
 
@@ -208,8 +226,11 @@ def analyze(
     gpu_planes = {int(m.group(1)): p for n, p in by_name.items() if (m := _GPU_PLANE.match(n))}
     gpu_events = {k: list(xspace.events(p)) for k, p in gpu_planes.items()}
     on_gpu = any(gpu_events.values())
+    functions: list[tuple[int, int]] = []
     for event in xspace.events(host):
         span = (event.start_ps, event.end_ps)
+        if event.line.startswith("python") and _STEP_FUNCTION.match(event.name):
+            functions.append(span)
         if event.line.startswith("tf_data_iterator_get_next") and _INPUT_ACTIVITY.match(event.name):
             kinds["input"].append(span)
             continue
@@ -257,13 +278,15 @@ def analyze(
         parts = [p * wall_sec / sum(parts) for p in parts]
     compute_s, comm_s, input_s = parts
     per_step = 1.0 / steps
+    other_s = max(0.0, wall_sec - compute_s - comm_s - input_s)
+    host_s = other_s if not functions else min(other_s, max(0.0, wall_sec - _union_length(functions) / 1e12))
     return StepTime(
         steps=steps,
         step_sec=wall_sec * per_step,
         input_sec=input_s * per_step,
         compute_sec=compute_s * per_step,
         communication_sec=comm_s * per_step,
-        other_sec=max(0.0, wall_sec - compute_s - comm_s - input_s) * per_step,
+        other_sec=other_s * per_step,
         replicas=tuple(
             ReplicaTime(
                 min(wall_sec, _union_length(r["compute"]) / 1e12) * per_step,
@@ -272,6 +295,7 @@ def analyze(
             for r in replicas[: max(1, num_replicas)]
         ),
         source="gpu" if on_gpu else "host",
+        host_sec=host_s * per_step,
     )
 
 

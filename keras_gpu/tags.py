@@ -219,7 +219,7 @@ CLUSTER_SLOWEST_WORKER = Tag(
 )
 CLUSTER_IMBALANCE = Tag(
     "cluster/imbalance", "fraction",
-    "the slowest worker's busy time per step over the median worker's, minus 1 (0: balanced)",
+    "the slowest worker's busy time per step over the median of the other workers', minus 1 (0: balanced)",
     "StepTimeLogger (chief)", (_CLUSTER, "imbalance (slowest busy / median busy - 1)"),
 )
 CLUSTER_WORKERS_REPORTING = Tag(
@@ -241,7 +241,7 @@ def _cluster_stats(part: str, meaning: str) -> tuple[Tag, Tag, Tag]:
 
 
 CLUSTER_BUSY_MIN, CLUSTER_BUSY_MEDIAN, CLUSTER_BUSY_MAX = _cluster_stats(
-    "busy", "the busy time per step: step time less communication (waiting for peers included there)"
+    "busy", "the busy time per step: input, compute and host time outside the step function (not waiting for peers)"
 )
 CLUSTER_INPUT_MIN, CLUSTER_INPUT_MEDIAN, CLUSTER_INPUT_MAX = _cluster_stats("input", "step_time/input_sec")
 CLUSTER_COMMUNICATION_MIN, CLUSTER_COMMUNICATION_MEDIAN, CLUSTER_COMMUNICATION_MAX = _cluster_stats(

@@ -58,6 +58,28 @@ def test_each_instant_counts_once_compute_first():
     assert st.input_sec + st.compute_sec + st.communication_sec + st.other_sec == pytest.approx(st.step_sec)
     assert st.share("compute") == pytest.approx(0.4)
     assert st.source == "host"
+    # The step function ran the whole window: no host time outside it.
+    assert st.host_sec == 0.0 and st.busy_sec == pytest.approx(st.input_sec + st.compute_sec)
+
+
+def test_host_time_outside_the_step_function_is_busy_time():
+    # Two 30 us executions of the step function in a 100 us window of 2 steps:
+    # 40 us of Python between them (a callback), 20 us of compute inside.
+    space = _space(
+        {
+            "/host:CPU": {
+                "python": [("multi_step_on_iterator", 0, 30), ("multi_step_on_iterator", 70, 100)],
+                "tf_Compute/1": [("m/MatMul:MatMul", 5, 15), ("m/MatMul:MatMul", 75, 85)],
+            }
+        }
+    )
+    st = steptime.analyze(space, steps=2, wall_sec=100e-6)
+    assert st.compute_sec == pytest.approx(10e-6) and st.other_sec == pytest.approx(40e-6)
+    assert st.host_sec == pytest.approx(20e-6)  # 40 us outside the function, per step
+    assert st.busy_sec == pytest.approx(30e-6)
+    # A trace that names no step function: all of `other` counts as host time.
+    bare = steptime.analyze(_space({"/host:CPU": {"tf_Compute/1": [("m/MatMul:MatMul", 0, 10)]}}), steps=1, wall_sec=50e-6)
+    assert bare.host_sec == pytest.approx(bare.other_sec)
 
 
 def test_parts_never_exceed_the_step():

@@ -296,7 +296,7 @@ class StepTimeLogger(LoggingCallback):
         if result is not None:
             row = [
                 1.0, result.step_sec, result.input_sec, result.compute_sec, result.communication_sec,
-                result.other_sec, result.step_sec - result.communication_sec, float(result.steps),
+                result.other_sec, result.busy_sec, float(result.steps),
             ]
         row.append(float(fit.proposed_period or 0))
         try:
