@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

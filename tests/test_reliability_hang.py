@@ -138,7 +138,7 @@ def test_a_stuck_worker_ends_the_job_within_the_timeout(tmp_path, case, where):
     assert proc.returncode == EXIT_HANG, proc.stderr[-5000:]
     message = next(line for line in proc.stderr.splitlines() if "--hang-timeout) on worker(s)" in line)
     assert re.search(r"on worker\(s\) [01, ]*1", message)  # worker 1 is named
-    assert f"worker 1 (" in message and where in message.split("worker 1 (", 1)[1]
+    assert "worker 1 (" in message and where in message.split("worker 1 (", 1)[1]
     if case == "stuck-python":
         assert "Worker 1 stopped first (in Python while the others wait inside TensorFlow)" in message
     # From the moment worker 1 got stuck: the timeout, the grace period, and the launcher's reading cadence.

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from keras_gpu import backend
-from keras_gpu import flops as _flops
 from keras_gpu._fit_introspection import FitData, inspect_fit
 from keras_gpu._log import Once, logger
 from keras_gpu.loggers._base import LoggingCallback, check_positive
