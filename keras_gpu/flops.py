@@ -174,21 +174,10 @@ def peak_flops(device_name: str, dtype: str = "float32") -> float | None:
 
 
 def compute_dtype(model: Any) -> str:
-    """The dtype a model's matmuls run in, as a key of the peak table.
+    """The dtype a model's matmuls run in, as a key of the peak table (see :func:`keras_gpu.backend.compute_dtype`)."""
+    from keras_gpu import backend
 
-    `mixed_float16` gives `"float16"`, `mixed_bfloat16` `"bfloat16"`, and
-    float32 gives `"tf32"` while TensorFlow's TF32 execution is enabled (its
-    default), else `"float32"`.
-    """
-    policy = getattr(model, "dtype_policy", None)
-    dtype = str(getattr(policy, "compute_dtype", None) or "float32")
-    if dtype in ("float16", "bfloat16"):
-        return dtype
-    if dtype != "float32":
-        return "float32"
-    import tensorflow as tf
-
-    return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
+    return backend.compute_dtype(model)
 
 
 # -----------------------------------------------------------------------------

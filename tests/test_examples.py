@@ -324,20 +324,11 @@ def test_examples_readme_lists_every_example():
 # ------------------------------------------------------------ keras-gpu demo
 
 
-def _demo(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _demo(work: Path, name: str, *args: str, epochs: int = 1) -> tuple[subprocess.CompletedProcess, Path]:
     log_dir = work / name
     script = Path(sys.executable).parent / "keras-gpu"
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "keras_gpu.cli"]
-    proc = _run([*cmd, "demo", "--epochs", "1", "--samples", "256", "--log-dir", str(log_dir), *args], cwd=work)
-    return proc, log_dir
-
-
-def _demo_traced(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """A demo of two epochs: the second gets the step-time trace that measures each replica."""
-    log_dir = work / name
-    script = Path(sys.executable).parent / "keras-gpu"
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "keras_gpu.cli"]
-    proc = _run([*cmd, "demo", "--epochs", "2", "--samples", "256", "--log-dir", str(log_dir), *args], cwd=work)
+    proc = _run([*cmd, "demo", "--epochs", str(epochs), "--samples", "256", "--log-dir", str(log_dir), *args], cwd=work)
     return proc, log_dir
 
 
@@ -348,7 +339,8 @@ def demo_run(work):
 
 @pytest.fixture(scope="module")
 def demo_replicas_run(work):
-    return _demo_traced(work, "demo_replicas", "--cpu-replicas", "2")
+    # Two epochs: the second gets the step-time trace that measures each replica.
+    return _demo(work, "demo_replicas", "--cpu-replicas", "2", epochs=2)
 
 
 @pytest.fixture(scope="module")
