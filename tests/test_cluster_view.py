@@ -129,7 +129,7 @@ def test_four_workers_each_arrive_under_their_own_index(tmp_path):
         row = view["rows"][str(k)]
         for field in ("step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec"):
             assert row[field] == own[field], (k, field)
-        assert row["busy_sec"] == pytest.approx(own["step_sec"] - own["communication_sec"])
+        assert row["busy_sec"] == pytest.approx(own["input_sec"] + own["compute_sec"] + own["host_sec"])
     assert view["slowest_worker"] == 3
 
 
