@@ -411,16 +411,22 @@ class BatchClock(keras.callbacks.Callback):
         stamps: `{global_step: perf_counter}`; the global step after a batch is
             the optimizer's iteration count at the start of `fit` plus the
             batches run so far in this `fit` (with `steps_per_execution=1`).
+        epoch_starts: `{global_step: perf_counter}` at each epoch's start,
+            keyed by the global step before its first batch.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.stamps: dict[int, float] = {}
+        self.epoch_starts: dict[int, float] = {}
         self._step = 0
 
     def on_train_begin(self, logs=None):
         iterations = self.model.optimizer.iterations
         self._step = int(keras.ops.convert_to_numpy(iterations))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_starts[self._step] = _pc()
 
     def on_train_batch_end(self, batch, logs=None):
         t = _pc()

@@ -267,36 +267,42 @@ def _accuracy(runner: _Runner, settings: dict[str, Any], n_epochs: int, factor: 
             "batch_size": runner.batch,
             "every_s": getattr(logger_cb, "every_s", None),
             "every_n_steps": getattr(logger_cb, "every_n_steps", None),
-            "windows": _accuracy_windows(points, clock.stamps, steps, runner.batch),
+            "windows": _accuracy_windows(points, clock.stamps, steps, runner.batch, clock.epoch_starts),
         }
     finally:
         runner.finish(result)
 
 
 def _accuracy_windows(
-    points: dict[str, list[tuple[int, float]]], stamps: dict[int, float], steps_per_epoch: int, batch: int
+    points: dict[str, list[tuple[int, float]]],
+    stamps: dict[int, float],
+    steps_per_epoch: int,
+    batch: int,
+    epoch_starts: dict[int, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Each logged window with the truth over the same global steps.
 
-    Within an epoch, windows are contiguous and the first opens at the end of
-    the epoch's first step (the step `throughput/first_step_sec` is logged
-    at); a window logged at global step `s` covers the steps after the
-    previous boundary up to `s`.
+    Within an epoch, windows are contiguous and the first opens at the
+    epoch's start (wall-clock rates include the first execution); a window
+    logged at global step `s` covers the steps after the previous boundary up
+    to `s`, and its truth is the benchmark's own clock at those boundaries.
     """
     if not stamps:
         return []
-    first_step = min(stamps)  # global step after the first batch of the fit
+    starts = dict(epoch_starts or {})
+    first_step = min(stamps) - 1  # global step before the first batch of the fit
     by_epoch: dict[int, list[tuple[int, float]]] = {}
     for step, value in points.get("throughput/samples_per_sec", []):
-        by_epoch.setdefault((step - first_step) // steps_per_epoch, []).append((step, value))
+        by_epoch.setdefault((step - first_step - 1) // steps_per_epoch, []).append((step, value))
     windows = []
     for epoch, logged in sorted(by_epoch.items()):
-        prev = first_step + epoch * steps_per_epoch  # end of the epoch's first step
+        prev = first_step + epoch * steps_per_epoch  # the global step before the epoch's first batch
+        clock = {**stamps, prev: starts[prev]} if prev in starts else stamps
         for step, value in sorted(logged):
-            if prev not in stamps or step not in stamps or step <= prev:
+            if prev not in clock or step not in clock or step <= prev:
                 prev = step
                 continue
-            truth = (step - prev) * batch / (stamps[step] - stamps[prev])
+            truth = (step - prev) * batch / (clock[step] - clock[prev])
             windows.append(
                 {"epoch": epoch, "from_step": prev, "to_step": step, "logged": value, "truth": truth,
                  "rel_error": value / truth - 1.0}

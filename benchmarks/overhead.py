@@ -359,6 +359,11 @@ def _render(result: dict[str, Any], console: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m benchmarks.overhead [options]`; returns the exit status."""
+    # TensorFlow keeps CPU allocator statistics (read by MemoryLogger and the
+    # per-batch peer) only with its oneDNN kernels, which are off by default on
+    # some CPUs (AMD EPYC here): ask for them, so that every machine measures
+    # the same work. The measurement processes inherit it.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

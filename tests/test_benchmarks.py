@@ -166,8 +166,9 @@ def test_accuracy_windows_use_the_same_steps_as_the_logger():
     stamps = {k: k * 0.01 for k in range(1, 11)}
     stamps.update({k: 0.1 + (k - 10) * 0.005 for k in range(11, 21)})
     logged = {"throughput/samples_per_sec": [(6, 6400.0), (10, 6400.0 * 1.01), (20, 12800.0)]}
-    windows = _accuracy_windows(logged, stamps, steps_per_epoch=10, batch=64)
-    assert [(w["from_step"], w["to_step"]) for w in windows] == [(1, 6), (6, 10), (11, 20)]
+    # Epochs start at 0 s and at 0.1 s: the first window of each opens there (wall-clock rates).
+    windows = _accuracy_windows(logged, stamps, steps_per_epoch=10, batch=64, epoch_starts={0: 0.0, 10: 0.1})
+    assert [(w["from_step"], w["to_step"]) for w in windows] == [(0, 6), (6, 10), (10, 20)]
     assert [w["truth"] for w in windows] == pytest.approx([6400.0, 6400.0, 12800.0])
     assert [w["rel_error"] for w in windows] == pytest.approx([0.0, 0.01, 0.0])
     summary = _analysis.summarise_accuracy(
