@@ -96,6 +96,13 @@ def test_default_schedule_tags_and_trace_files(tmp_path):
 
 
 def test_step_time_matches_a_stopwatch(tmp_path):
+    # Two stopwatches around the logger read every batch end: `before` ahead of
+    # its hook, `after` behind it. Over the traced steps they time exactly
+    # what a step costs: from the batch end where tracing started (the
+    # profiler's start-up call, no training time, done) to the batch end where
+    # it stops (before the profiler's stop). 40 traced steps (about 50 ms), so
+    # the first traced step's profiler warm-up and a loaded machine's pauses,
+    # which both clocks see alike, stay far inside the tolerance.
     class Watch(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
@@ -106,15 +113,18 @@ def test_step_time_matches_a_stopwatch(tmp_path):
 
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
     model.compile("sgd", "mse")
-    x, y = _arrays(32 * 30)
-    watch = Watch()
-    cb = StepTimeLogger(tmp_path, profile_steps=10)
-    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[watch, cb])
-    # The trace ran from the end of epoch 2's first step to the end of its 11th.
-    # The profiler's own start-up lies in the first of those steps and is no
-    # training time; the stopwatch reads the other nine.
-    stopwatch = (watch.ends[30 + 10] - watch.ends[30 + 1]) / 9
-    assert cb.last.steps == 10
+    x, y = _arrays(32 * 60)
+    before, after = Watch(), Watch()
+    cb = StepTimeLogger(tmp_path, profile_steps=40, warmup_steps=1000)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[before, cb, after])
+    assert cb.last is not None and cb.last.steps == 40
+    # The breakdown is logged at the global step where the trace stopped: the
+    # optimizer had run `stop + 1` steps after the batch end of index `stop`.
+    ((logged_step, _),) = read_scalars(os.path.join(tmp_path, "train"))["step_time/step_sec"]
+    stop = int(logged_step) - 1
+    begin = stop - cb.last.steps
+    assert begin >= 60  # in the second epoch, after warm-up
+    stopwatch = (before.ends[stop] - after.ends[begin]) / cb.last.steps
     assert cb.last.step_sec == pytest.approx(stopwatch, rel=0.1)
 
 
