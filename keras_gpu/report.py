@@ -6,7 +6,9 @@ JSON-serialisable data. `keras-gpu report` renders it as tables.
 
 Means are weighted by time: a rate's mean is the mean over the windows
 weighted by each window's wall time (so samples/s is samples over seconds),
-and a step-time part's mean is weighted by the steps each trace covered.
+a steady rate's mean is :func:`keras_gpu.throughput.steady_rate` over the
+epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a step-time
+part's mean is weighted by the steps each trace covered.
 Every hint names the measurement it follows from.
 """
 
@@ -23,8 +25,9 @@ from typing import Any
 from keras_gpu import steptime
 from keras_gpu import tags as _tags
 from keras_gpu.cluster_view import STRAGGLER_IMBALANCE, straggler_sentence
+from keras_gpu.throughput import steady_rate
 
-__all__ = ["find_runs", "read_scalars", "summarize"]
+__all__ = ["find_runs", "read_scalars", "summarize", "uncounted_allocator"]
 
 _WORKER_DIR = re.compile(r"^worker_(\d+)$")
 _RATE_TAGS = (
@@ -45,6 +48,17 @@ FIRST_STEP_SHARE = 0.2
 GPU_BUSY_PERCENT = 50.0
 
 
+def uncounted_allocator(device: str) -> str:
+    """Why `device`'s allocator can count no byte for a model that allocates, in a few words.
+
+    Said wherever such an allocator would otherwise show "0 B": the end-of-fit
+    line of `MemoryLogger` and `keras-gpu report`.
+    """
+    if device.upper().startswith("CPU"):
+        return "TensorFlow's CPU allocator statistics leave small tensors out; the host RSS is this process's memory"
+    return "the backend reported no allocation on this device"
+
+
 def find_runs(log_dir: str) -> list[str]:
     """Run directories (relative to `log_dir`) that hold event files, sorted."""
     if not os.path.isdir(log_dir):
@@ -56,13 +70,37 @@ def find_runs(log_dir: str) -> list[str]:
     return sorted(runs, key=lambda r: (r.count(os.sep), r))
 
 
+def _records(path: str) -> Iterator[bytes]:
+    """The records of one event file, read with TensorBoard's own TensorFlow-free reader.
+
+    TensorBoard's `EventFileLoader` imports TensorFlow whenever it is
+    installed (seconds, hundreds of MB, and its log banner); its stub reader
+    reads the same TFRecord framing, CRCs included, in plain Python. A
+    truncated last record (a running job) ends the file.
+    """
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
+
+    reader = PyRecordReader_New(path.encode())
+    try:
+        while True:
+            try:
+                reader.GetNext()
+            except (errors.OutOfRangeError, errors.DataLossError):
+                return
+            yield reader.record()
+    finally:
+        reader.file_handle.close()
+
+
 def _events(run_path: str) -> Iterator[Any]:
-    from tensorboard.backend.event_processing import event_file_loader
+    from tensorboard.compat.proto import event_pb2
 
     for name in sorted(f for f in os.listdir(run_path) if ".tfevents." in f):
         try:
-            yield from event_file_loader.EventFileLoader(os.path.join(run_path, name)).Load()
-        except Exception:  # noqa: BLE001 - a truncated file in a running job: keep what was read
+            for record in _records(os.path.join(run_path, name)):
+                yield event_pb2.Event.FromString(record)
+        except Exception:  # noqa: BLE001 - an unreadable file in a running job: keep what was read
             continue
 
 
@@ -108,7 +146,9 @@ def _rates(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, f
 
     A window's time is its steps (the global-step axis advances by them, from
     0 for the first window) over its steps/s. Steady-state rates, one point
-    per epoch, get plain statistics.
+    per epoch, have their `mean` from :func:`keras_gpu.throughput.steady_rate`,
+    each epoch weighted by its steady seconds (`time/train_sec -
+    time/first_step_sec`, logged at the same step).
     """
     seconds: dict[int, float] = {}
     prev = 0
@@ -116,6 +156,8 @@ def _rates(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, f
         if rate > 0 and step > prev:
             seconds[step] = (step - prev) / rate
         prev = max(prev, step)
+    first = dict(scalars.get(_tags.FIRST_STEP_SEC.name(), []))
+    steady = {step: train - first[step] for step, train in scalars.get(_tags.TRAIN_SEC.name(), []) if step in first}
     out = {}
     for tag in _RATE_TAGS + _STEADY_TAGS:
         points = scalars.get(tag.name())
@@ -126,6 +168,9 @@ def _rates(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, f
         if tag in _RATE_TAGS and all(w is not None for w in weights) and sum(weights) > 0:
             stats["mean"] = sum(w * v for w, (_, v) in zip(weights, points)) / sum(weights)
             stats["seconds"] = sum(weights)
+        elif tag in _STEADY_TAGS and all(step in steady for step, _ in points):
+            stats["mean"] = steady_rate((v, steady[step]) for step, v in points) or stats["mean"]
+            stats["seconds"] = sum(steady[step] for step, _ in points)
         out[_short(tag)] = stats
     return out
 
@@ -254,7 +299,8 @@ def _memory(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
             gpus.setdefault(found[1]["gpu"], {})[tag.split("/", 2)[2]] = _stats(points)
     host = scalars.get(_tags.HOST_PEAK_RSS.name()) or scalars.get(_tags.HOST_RSS.name())
     return {
-        "allocator_peak_bytes": allocator,
+        "allocator_peak_bytes": {device: peak for device, peak in allocator.items() if peak > 0},
+        "allocator_uncounted": {device: uncounted_allocator(device) for device, peak in allocator.items() if peak <= 0},
         "gpus": gpus,
         "host_rss_peak_bytes": max(v for _, v in host) if host else None,
     }
@@ -340,12 +386,14 @@ def summarize(log_dir: str) -> dict[str, Any]:
         `median`, `max`, `last`, `points`, and `seconds` covered), totals of
         the per-epoch `time/` tags, the step-time breakdown over all traces
         (seconds per step, shares, per replica), peak allocator bytes per
-        device, NVML statistics per GPU, peak host RSS, and the placement
+        device (an allocator that counted no byte is under
+        `allocator_uncounted`, with the reason), NVML statistics per GPU,
+        peak host RSS, and the placement
         digest when `placement.json` is present. Hints follow from these
         measurements only.
     """
     runs = [_summarize_run(log_dir, run) for run in find_runs(log_dir)]
-    memory = ("allocator_peak_bytes", "gpus", "host_rss_peak_bytes")
+    memory = ("allocator_peak_bytes", "allocator_uncounted", "gpus", "host_rss_peak_bytes")
     runs = [
         r
         for r in runs

@@ -26,7 +26,9 @@ Conventions:
   and are reported apart by :class:`EpochTimes`.
 * The first execution of each epoch is also reported on its own
   (:class:`FirstExecution`), and the steady-state rates of
-  :class:`EpochTimes` leave it out.
+  :class:`EpochTimes` leave it out. Over several epochs the steady rate is
+  :func:`steady_rate`: what the epochs' steady phases counted over the time
+  they took, the one figure of the end-of-fit line and `keras-gpu report`.
 * FLOPs: multiply-add counts as 2 FLOPs. `flops_per_sample` is the *training*
   FLOPs per sample (forward and backward). `tflops_per_sec` is the achieved
   model FLOP/s of all replicas together, in units of 1e12 FLOP/s, and `mfu`
@@ -36,12 +38,13 @@ Conventions:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu._checks import check_positive
 
-__all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window"]
+__all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
 
 _INF = math.inf
 
@@ -200,6 +203,27 @@ class EpochTimes:
     steady_steps_per_sec: float | None
     steady_samples_per_sec: float | None
 
+    @property
+    def steady_sec(self) -> float:
+        """Seconds of the steady phase: the training phase without its first execution."""
+        return self.train_sec - self.first_step_sec
+
+
+def steady_rate(epochs: Iterable[tuple[float | None, float]]) -> float | None:
+    """The steady-state rate over several epochs, from each epoch's `(steady rate, steady seconds)`.
+
+    What the steady phases counted (steps or samples) over the seconds they
+    took: each epoch's rate weighted by its :attr:`EpochTimes.steady_sec`, so
+    a long epoch counts for more than a short one. Epochs without a steady
+    rate are left out; `None` when none has one.
+    """
+    count = seconds = 0.0
+    for rate, sec in epochs:
+        if rate is not None and sec > 0:
+            count += rate * sec
+            seconds += sec
+    return count / seconds if seconds > 0 else None
+
 
 @dataclass
 class _Epoch:
@@ -225,9 +249,7 @@ class _Totals:
     measured_steps: int = 0
     measured_samples: int = 0
     measured_seconds: float = 0.0
-    steady_steps: int = 0
-    steady_samples: int = 0
-    steady_seconds: float = 0.0
+    epochs: list[EpochTimes] = field(default_factory=list)
     validation_seconds: float = 0.0
     other_seconds: float = 0.0
     first_seconds: list[float] = field(default_factory=list)
@@ -432,15 +454,11 @@ class ThroughputMeter:
         steady_sps = steady_samps = None
         if steady_steps > 0 and steady_seconds > 0:
             steady_sps = steady_steps / steady_seconds
-            tot = self._totals
-            tot.steady_steps += steady_steps
-            tot.steady_seconds += steady_seconds
             if self.schedule.counts_samples:
                 steady_samps = (epoch.samples - epoch.first_samples) / steady_seconds
-                tot.steady_samples += epoch.samples - epoch.first_samples
         self._totals.validation_seconds += epoch.validation_sec
         self._totals.other_seconds += other_sec
-        return EpochTimes(
+        times = EpochTimes(
             step=epoch.end_step,
             epoch=epoch.index,
             epoch_sec=epoch_sec,
@@ -451,6 +469,8 @@ class ThroughputMeter:
             steady_steps_per_sec=steady_sps,
             steady_samples_per_sec=steady_samps,
         )
+        self._totals.epochs.append(times)
+        return times
 
     # -- results ----------------------------------------------------------------
 
@@ -477,7 +497,8 @@ class ThroughputMeter:
           `tflops_per_sec`, `mfu`: wall-clock rates over the training phases,
           first executions included;
         * `steady_steps_per_sec`, `steady_samples_per_sec`: the same with the
-          first execution of each epoch left out;
+          first execution of each epoch left out, over the closed epochs
+          (:func:`steady_rate`);
         * `train_seconds`, `validation_seconds`, `other_seconds`: training
           phases, and validation and the rest summed over closed epochs (see
           :meth:`epoch_close`); `first_step_sec`: one per epoch;
@@ -488,7 +509,6 @@ class ThroughputMeter:
         tot = self._totals
         measured = tot.measured_seconds > 0
         rates = self._rates(tot.measured_steps, tot.measured_samples, tot.measured_seconds)
-        steady = tot.steady_seconds > 0
         return {
             "steps": tot.steps,
             "samples": self.total_samples,
@@ -501,10 +521,8 @@ class ThroughputMeter:
             "samples_per_sec_per_replica": rates[2] if measured else None,
             "tflops_per_sec": rates[3] if measured else None,
             "mfu": rates[4] if measured else None,
-            "steady_steps_per_sec": tot.steady_steps / tot.steady_seconds if steady else None,
-            "steady_samples_per_sec": (
-                tot.steady_samples / tot.steady_seconds if steady and self.schedule.counts_samples else None
-            ),
+            "steady_steps_per_sec": steady_rate((e.steady_steps_per_sec, e.steady_sec) for e in tot.epochs),
+            "steady_samples_per_sec": steady_rate((e.steady_samples_per_sec, e.steady_sec) for e in tot.epochs),
             "train_seconds": tot.measured_seconds,
             "validation_seconds": tot.validation_seconds,
             "other_seconds": tot.other_seconds,

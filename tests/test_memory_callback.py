@@ -565,3 +565,33 @@ def test_real_gpu_fit(tmp_path, data):
     assert min(_values(s, "gpu/0/memory_total_bytes")) > 2**30
     assert max(_values(s, "gpu/0/memory_used_bytes_max")) > 0
     assert _threads() == []
+
+
+# --------------------------------------------------------------------------- one point per step, no misleading zero
+
+
+def test_one_point_per_step_while_the_first_step_runs_long(tmp_path, model, data):
+    # The first step waits 0.4 s (a long compilation, say): six windows of
+    # 0.05 s pass at step 0, and step 0 still gets one point.
+    class SlowFirstStep(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 0 and not getattr(self, "done", False):
+                self.done = True
+                time.sleep(0.4)
+
+    cb = MemoryLogger(tmp_path, every_s=0.05, sample_interval_s=0.01, nvml=False)
+    _fit(model, data, [SlowFirstStep(), cb], epochs=1)
+    s = _read_scalars(str(tmp_path / "train"))
+    for tag in ("memory/host/rss_bytes", "memory/host/peak_rss_bytes", "memory/allocator/CPU_0/peak_bytes"):
+        steps = [step for step, _ in s[tag]]
+        assert steps == sorted(set(steps)), (tag, steps)
+    assert cb is not None and [step for step, _ in s["memory/host/rss_bytes"]][-1] == int(
+        model.optimizer.iterations.numpy()
+    )
+
+
+def test_an_allocator_that_counted_nothing_is_not_summarised_as_zero():
+    line = memory._Run.summary(SimpleNamespace(run_peaks={"CPU_0": 0, "GPU_0": 2**20}, gpu_peaks={}, host_peak=2**30))
+    assert "0 B" not in line
+    assert "the CPU_0 allocator counted no allocation (TensorFlow's CPU allocator statistics leave small tensors out" in line
+    assert "peak allocator memory on GPU_0: 1.0 MiB" in line and "host peak RSS: 1.0 GiB" in line

@@ -194,3 +194,80 @@ def test_format_bytes_uses_binary_units():
     assert [format_bytes(n) for n in (0, 1023, 1536, 7e6, 3 * 2**30, 5 * 2**40)] == [
         "0 B", "1023 B", "1.5 KiB", "6.7 MiB", "3.0 GiB", "5.0 TiB",
     ]
+
+
+# A run TensorFlow wrote: keras_gpu.callbacks() and Keras' own TensorBoard
+# callback on the TensorFlow backend (tests/data/make_tf_run.py writes it).
+TF_RUN = os.path.join(os.path.dirname(__file__), "data", "tf_run")
+
+_REPORT_IN_A_FRESH_PROCESS = """
+import io, json, sys
+from rich.console import Console
+from keras_gpu.cli.main import main
+from keras_gpu.cli.report import render
+from keras_gpu.report import summarize
+
+data = summarize(sys.argv[1])
+out = io.StringIO()
+render(data, Console(file=out, width=200))
+code = main(["report", sys.argv[1], "--json"])
+print("RESULT", json.dumps({
+    "code": code, "table": out.getvalue(), "runs": len(data["runs"]),
+    "tensorflow": "tensorflow" in sys.modules, "keras": "keras" in sys.modules,
+}))
+"""
+
+
+def test_report_reads_a_tensorflow_run_without_importing_tensorflow():
+    # TensorFlow is installed here: TensorBoard's own EventFileLoader would import it.
+    import subprocess
+    import sys
+
+    from tests._util import subprocess_env
+
+    env = subprocess_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL")  # TensorFlow's banner would show on stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", _REPORT_IN_A_FRESH_PROCESS, TF_RUN], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT "):])
+    assert (result["code"], result["runs"], result["tensorflow"], result["keras"]) == (0, 1, False, False)
+    assert "Throughput" in result["table"] and "Where the time goes" in result["table"]
+
+
+def test_a_tensorflow_run_is_read_whole():
+    scalars = read_scalars(os.path.join(TF_RUN, "train"))
+    assert [s for s, _ in scalars["epoch_loss"]] == [0, 1]  # what tf.summary wrote (Keras' TensorBoard)
+    assert [s for s, _ in scalars["throughput/steady_samples_per_sec"]] == [64, 128]  # what keras-gpu wrote
+    assert scalars["step_time/traced_steps"] == [(20, 10.0)]
+
+
+def test_steady_rate_is_the_end_of_fit_figure():
+    # ThroughputLogger's end-of-fit line gives what the epochs' steady phases
+    # counted over the time they took; the report gives the same figure, from
+    # each epoch's steady rate and steady seconds (train_sec - first_step_sec).
+    scalars = read_scalars(os.path.join(TF_RUN, "train"))
+    rates = dict(scalars["throughput/steady_samples_per_sec"])
+    train, first = dict(scalars["time/train_sec"]), dict(scalars["time/first_step_sec"])
+    samples = sum(rates[s] * (train[s] - first[s]) for s in rates)
+    seconds = sum(train[s] - first[s] for s in rates)
+    steady = summarize(TF_RUN)["runs"][0]["throughput"]["steady_samples_per_sec"]
+    assert steady["mean"] == pytest.approx(samples / seconds, rel=1e-12)
+    assert steady["seconds"] == pytest.approx(seconds, rel=1e-12)
+    assert steady["mean"] != pytest.approx(steady["median"], rel=1e-3)  # epochs of different pace: not the median
+
+
+def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys):
+    # The run's model is small: TensorFlow's CPU allocator counted none of its tensors.
+    scalars = read_scalars(os.path.join(TF_RUN, "train"))
+    assert {v for _, v in scalars["memory/allocator/CPU_0/peak_bytes"]} == {0.0}
+    memory = summarize(TF_RUN)["runs"][0]["memory"]
+    assert memory["allocator_peak_bytes"] == {}
+    assert "small tensors" in memory["allocator_uncounted"]["CPU_0"]
+    report_cli.render(summarize(TF_RUN))
+    out = capsys.readouterr().out
+    assert "not counted" in out and "counted no allocation" in out
+    assert " 0 B" not in out

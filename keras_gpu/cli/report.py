@@ -72,7 +72,7 @@ def render(data: dict[str, Any], console: Any = None) -> None:
     for r in runs:
         t = r["throughput"]
         table.add_row(
-            r["label"], r["run"], _num(t.get("samples_per_sec")), _num(t.get("steady_samples_per_sec"), "median"),
+            r["label"], r["run"], _num(t.get("samples_per_sec")), _num(t.get("steady_samples_per_sec")),
             _num(t.get("steps_per_sec"), "mean", "{:,.2f}"), _num(t.get("tflops_per_sec"), "mean", "{:.3f}"),
             _num(t.get("mfu"), "mean", "{:.1%}"), str(r["steps"]),
         )
@@ -102,12 +102,16 @@ def render(data: dict[str, Any], console: Any = None) -> None:
         console.print(replicas)
 
     mem = Table(title="Peak memory", title_justify="left")
+    notes: list[str] = []
     for col in ("worker", "device", "allocator peak", "GPU: this process", "GPU: all processes", "GPU util mean"):
         mem.add_column(col, justify="left" if col in ("worker", "device") else "right")
     for r in runs:
         m = r["memory"]
         for device, peak in sorted(m["allocator_peak_bytes"].items()):
             mem.add_row(r["label"], device, _bytes(peak), "", "", "")
+        for device, why in sorted(m.get("allocator_uncounted", {}).items()):
+            mem.add_row(r["label"], device, "not counted", "", "", "")
+            notes.append(f"{r['label']}, {device}: the allocator counted no allocation ({why}).")
         for gpu, metrics in sorted(m["gpus"].items()):
             mem.add_row(
                 r["label"], f"GPU {gpu} (NVML)", "",
@@ -119,6 +123,8 @@ def render(data: dict[str, Any], console: Any = None) -> None:
             mem.add_row(r["label"], "host RSS", _bytes(m["host_rss_peak_bytes"]), "", "", "")
     if mem.row_count:
         console.print(mem)
+    for note in notes:
+        console.print(f"  {note}")
 
     place = Table(title="Placement of the training step", title_justify="left")
     for col in ("worker", "ops per device", "CPU fallbacks", "top fallback op types"):

@@ -18,6 +18,7 @@ from keras_gpu._log import log_once, logger
 from keras_gpu._units import format_bytes
 from keras_gpu.loggers import _writer
 from keras_gpu.loggers._base import LoggingCallback, check_positive, read_step
+from keras_gpu.report import uncounted_allocator
 
 __all__ = ["MemoryLogger"]
 
@@ -324,7 +325,7 @@ class _Run:
         if self.sampler is not None:
             self.sampler.stop(timeout=_JOIN_TIMEOUT_S, final_sample=not abandoned)
         # A window already written at this step (the last epoch's) is not repeated.
-        self.write_window(only_new_step=True)
+        self.write_window()
         self.writer.flush()
         for device, why in sorted(self._unread.items()):
             self._say_no_allocator(device, why)
@@ -342,16 +343,16 @@ class _Run:
 
     # -- one window
 
-    def write_window(self, only_new_step: bool = False) -> None:
+    def write_window(self) -> None:
         """Measure and write one window at the optimizer's current step.
 
-        With `only_new_step`, nothing is written when a window was already
-        written at the current step.
+        One point per step: while no step has finished since the last window
+        (a long first step, compilation), nothing is measured or reset, and
+        the window goes on until the next one.
         """
         with self._lock:
-            if only_new_step and self._written_step is not None:
-                if read_step(self.model, self._step) <= self._written_step:
-                    return
+            if self._written_step is not None and read_step(self.model, self._step) <= self._written_step:
+                return
             values: dict[str, float] = {}
             self._allocator_window(values)
             if self.host:
@@ -414,8 +415,16 @@ class _Run:
                 self.gpu_peaks[key] = max(self.gpu_peaks.get(key, 0.0), stat.max)
 
     def summary(self) -> str:
-        """One line: the run's peaks."""
-        parts = [f"peak allocator memory on {tag}: {format_bytes(peak)}" for tag, peak in self.run_peaks.items()]
+        """One line: the run's peaks.
+
+        An allocator that counted no byte in the whole `fit` (TensorFlow's CPU
+        allocator leaves small tensors out) is named as such, never as "0 B".
+        """
+        parts = [
+            f"peak allocator memory on {tag}: {format_bytes(peak)}" if peak > 0 else
+            f"the {tag} allocator counted no allocation ({uncounted_allocator(tag)})"
+            for tag, peak in self.run_peaks.items()
+        ]
         gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
         for gpu in gpus:
             used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
