@@ -34,11 +34,13 @@ __all__ = [
     "device_sort_key",
     "device_type",
     "gpu_layout",
+    "logical_gpu_order",
     "logical_to_physical",
     "parse_device",
     "physical_gpus",
     "replica_devices",
     "short_device",
+    "trace_gpu_replicas",
     "visible_gpu_count",
 ]
 
@@ -210,12 +212,56 @@ def logical_to_physical(layout: Sequence[tuple[int, int]], logical: Iterable[int
             TensorFlow numbers logical GPUs in that order.
         logical: Logical GPU indices; those out of range are left out.
     """
-    order = [physical for physical, count in layout for _ in range(max(count, 1))]
+    order = logical_gpu_order(layout)
     result: list[int] = []
     for index in logical:
         if 0 <= index < len(order) and order[index] not in result:
             result.append(order[index])
     return result
+
+
+def logical_gpu_order(layout: Sequence[tuple[int, int]]) -> list[int]:
+    """The physical GPU index behind each logical GPU index: element `k` serves logical GPU `k`.
+
+    Args:
+        layout: `(physical index, logical devices on it)` per visible physical
+            GPU, in order (see :func:`gpu_layout`).
+    """
+    return [physical for physical, count in layout for _ in range(max(count, 1))]
+
+
+def trace_gpu_replicas(
+    devices: Sequence[str], layout: Sequence[tuple[int, int]] | None = None
+) -> dict[int, tuple[int, ...]]:
+    """`{GPU index as a profiler trace numbers it: local replicas on it}` for replica devices in replica order.
+
+    A trace's `/device:GPU:k` planes number GPUs as the CUDA driver shows
+    them to the process: after `CUDA_VISIBLE_DEVICES` (with
+    `CUDA_VISIBLE_DEVICES=4,6`, the process's GPUs 0 and 1), which is also how
+    TensorFlow numbers its physical GPUs (`/physical_device:GPU:k`) whatever
+    `tf.config.set_visible_devices` hides. A replica on logical GPU `k` runs on
+    the physical GPU :func:`logical_gpu_order` gives for `k`; logical GPUs
+    split from one physical GPU share its plane, so it maps to each of their
+    replicas. Devices that are not GPUs, and logical GPUs outside the layout,
+    are left out.
+
+    Args:
+        devices: This worker's replica devices in replica order (TensorFlow
+            device names, as :func:`replica_devices` gives them).
+        layout: TensorFlow's GPU layout (:func:`gpu_layout`); `None` where
+            each logical GPU is its own device (JAX, PyTorch).
+    """
+    order = logical_gpu_order(layout) if layout is not None else None
+    mapping: dict[int, tuple[int, ...]] = {}
+    for replica, name in enumerate(devices):
+        parsed = parse_device(name)
+        if parsed is None or parsed.device_type != "GPU" or parsed.index is None:
+            continue
+        if order is not None and not 0 <= parsed.index < len(order):
+            continue
+        physical = order[parsed.index] if order is not None else parsed.index
+        mapping[physical] = mapping.get(physical, ()) + (replica,)
+    return mapping
 
 
 def physical_gpus(logical: Iterable[int]) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 __all__ = ["TraceEvent", "events", "find_traces", "load", "parse", "planes"]
@@ -29,6 +29,7 @@ _SCHEMA: tuple[tuple[str, tuple[tuple[str, int, str, bool, str | None], ...]], .
         ("uint64_value", 3, "UINT64", False, None),
         ("int64_value", 4, "INT64", False, None),
         ("str_value", 5, "STRING", False, None),
+        ("bytes_value", 6, "BYTES", False, None),
         ("ref_value", 7, "UINT64", False, None),
     )),
     ("XEvent", (
@@ -48,6 +49,7 @@ _SCHEMA: tuple[tuple[str, tuple[tuple[str, int, str, bool, str | None], ...]], .
         ("id", 1, "INT64", False, None),
         ("name", 2, "STRING", False, None),
         ("display_name", 4, "STRING", False, None),
+        ("stats", 5, "MESSAGE", True, "XStat"),
     )),
     ("XStatMetadata", (
         ("id", 1, "INT64", False, None),
@@ -74,6 +76,9 @@ _SCHEMA: tuple[tuple[str, tuple[tuple[str, int, str, bool, str | None], ...]], .
     )),
 )
 
+#: Fields that share one `oneof` (message: (oneof name, its fields)): the value kind of a stat.
+_ONEOFS = {"XStat": ("value", ("double_value", "uint64_value", "int64_value", "str_value", "bytes_value", "ref_value"))}
+
 
 @functools.lru_cache(maxsize=1)
 def _xspace_class() -> Any:
@@ -84,6 +89,9 @@ def _xspace_class() -> Any:
     types = descriptor_pb2.FieldDescriptorProto
     for message, fields in _SCHEMA:
         msg = proto.message_type.add(name=message)
+        oneof_name, oneof_fields = _ONEOFS.get(message, ("", ()))
+        if oneof_name:
+            msg.oneof_decl.add(name=oneof_name)
         for name, number, kind, repeated, type_name in fields:
             field = msg.field.add(
                 name=name,
@@ -93,6 +101,8 @@ def _xspace_class() -> Any:
             )
             if type_name is not None:
                 field.type_name = f".{_PACKAGE}.{type_name}"
+            if name in oneof_fields:
+                field.oneof_index = 0
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.XSpace")
@@ -128,12 +138,15 @@ class TraceEvent(NamedTuple):
         name: Its name (an op as `path/to/op:OpType`, a kernel, an activity).
         start_ps: Start, in picoseconds on the trace's clock.
         end_ps: End, in picoseconds on the same clock.
+        stats: Its stats by name (`step_num`, `group_id`, a kernel's
+            `annotation`, ...), its metadata's first; `None` unless asked for.
     """
 
     line: str
     name: str
     start_ps: int
     end_ps: int
+    stats: dict[str, Any] | None = None
 
 
 def planes(space: Any) -> dict[str, Any]:
@@ -141,12 +154,42 @@ def planes(space: Any) -> dict[str, Any]:
     return {plane.name: plane for plane in space.planes}
 
 
-def events(plane: Any) -> Iterator[TraceEvent]:
-    """Every event of a plane, line by line."""
+def events(
+    plane: Any, *, stats: bool = False, lines: Callable[[str], bool] | None = None
+) -> Iterator[TraceEvent]:
+    """Every event of a plane, line by line.
+
+    Args:
+        plane: An XPlane (see :func:`planes`).
+        stats: Also read each event's stats (:attr:`TraceEvent.stats`).
+        lines: Only the lines whose name this returns true for (default: all).
+    """
     names = {entry.key: entry.value.name for entry in plane.event_metadata}
+    stat_names = {entry.key: entry.value.name for entry in plane.stat_metadata} if stats else {}
+    metadata_stats = (
+        {entry.key: _stats(entry.value.stats, stat_names) for entry in plane.event_metadata if entry.value.stats}
+        if stats
+        else {}
+    )
     for line in plane.lines:
-        base = line.timestamp_ns * 1000
         label = line.name or line.display_name
+        if lines is not None and not lines(label):
+            continue
+        base = line.timestamp_ns * 1000
         for event in line.events:
             start = base + event.offset_ps
-            yield TraceEvent(label, names.get(event.metadata_id, ""), start, start + event.duration_ps)
+            found = None
+            if stats:
+                found = dict(metadata_stats.get(event.metadata_id, {}))
+                found.update(_stats(event.stats, stat_names))
+            yield TraceEvent(label, names.get(event.metadata_id, ""), start, start + event.duration_ps, found)
+
+
+def _stats(stats: Any, names: dict[int, str]) -> dict[str, Any]:
+    """XStats as `{name: value}`; a reference value reads as the string it refers to."""
+    out: dict[str, Any] = {}
+    for stat in stats:
+        kind = stat.WhichOneof("value")
+        value = getattr(stat, kind) if kind else None
+        out[names.get(stat.metadata_id, str(stat.metadata_id))] = names.get(value, value) if kind == "ref_value" else value
+    return out

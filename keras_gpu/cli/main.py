@@ -33,6 +33,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "keras_gpu.cli.launch",
     "keras_gpu.cli.demo",
     "keras_gpu.cli.report",
+    "keras_gpu.cli.trace",
     "keras_gpu.cli.bench",
 )
 """Import paths of the subcommand modules, in the order `--help` lists them."""

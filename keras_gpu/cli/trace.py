@@ -1,0 +1,144 @@
+"""`keras-gpu trace PATH [--json]`: the step-time breakdown of any profiler trace, without TensorFlow.
+
+PATH is an `.xplane.pb` file, or a directory (a run, its `plugins/profile/`,
+or a log dir) whose traces are each read, oldest first. Traces written by
+keras-gpu's `StepTimeLogger` and traces a user captured with TensorFlow's or
+JAX's profiler read alike (:func:`keras_gpu.steptime.analyze`): the step count
+and mean step time, input, compute, communication and other per step, each
+GPU's compute, communication and transfer time, the slowest input stage, and
+the hints.
+
+With `--json`, each trace is one JSON object on its own line: `path`,
+`steps`, `step_sec`, `input_sec`, `compute_sec`, `communication_sec`,
+`other_sec`, `devices` (`{"GPU:4": {"compute_sec", "communication_sec",
+"transfer_sec", "replicas"}}`), `step_source`, `input_stage`, `notes` and
+`hints`, all times in seconds per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from keras_gpu.cli import UsageError
+
+__all__ = ["add_parser", "analyze_path", "render", "run"]
+
+_SUFFIX = ".xplane.pb"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "trace",
+        help="the step-time breakdown of a profiler trace (.xplane.pb), any backend",
+        description=(
+            "Print where each training step's time goes in a profiler trace: steps and step time, input, compute, "
+            "communication and other, each GPU's compute and transfer time, the slowest input stage, and hints. "
+            "PATH is an .xplane.pb file or a directory holding them (a run's plugins/profile/)."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="an .xplane.pb file, or a directory of traces")
+    p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps in the trace, where it has no step markers (default: executions of the step function)",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="I,J,...",
+        help="the replicas' GPUs in replica order, as the trace numbers them (default: the GPUs that ran kernels)",
+    )
+
+
+def _paths(path: str) -> list[str]:
+    from keras_gpu import xspace
+
+    if os.path.isfile(path):
+        return [path]
+    if os.path.isdir(path):
+        found = xspace.find_traces(path)
+        if found:
+            return found
+        raise UsageError(f"no {_SUFFIX} file under {path!r}. Received: PATH={path!r}")
+    raise UsageError(f"PATH must be an {_SUFFIX} file or a directory of them. Received: PATH={path!r}")
+
+
+def _gpus(value: str | None) -> dict[int, int] | None:
+    if value is None:
+        return None
+    try:
+        indices = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        indices = []
+    if not indices or any(i < 0 for i in indices):
+        raise UsageError(f"--gpus must be GPU indices separated by commas, such as 4,6. Received: --gpus={value!r}")
+    return {g: r for r, g in enumerate(indices)}
+
+
+def analyze_path(path: str, steps: int | None = None, gpus: str | None = None) -> list[dict[str, Any]]:
+    """The breakdown of each trace at `path` as a JSON-ready dict (with `path` and `hints`)."""
+    from keras_gpu import steptime, xspace
+
+    if steps is not None and steps < 1:
+        raise UsageError(f"--steps must be a positive integer. Received: --steps={steps!r}")
+    mapping = _gpus(gpus)
+    results = []
+    for trace in _paths(path):
+        try:
+            space = xspace.load(trace)
+            step = steptime.analyze(
+                space, steps=steps, num_replicas=len(mapping) if mapping else 1 << 10, gpu_replicas=mapping
+            )
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {trace!r}: {exc}") from None
+        out = step.as_dict()
+        used = max((r for d in step.devices for r in d.replicas), default=-1) + 1
+        out["replicas"] = out["replicas"][: max(used, 1) if mapping is None else len(mapping)]
+        out["hints"] = steptime.verdict(step)
+        out["path"] = trace
+        results.append(out)
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    results = analyze_path(args.path, args.steps, args.gpus)
+    for result in results:
+        if args.json:
+            print(json.dumps(result, sort_keys=True))
+        else:
+            render(result)
+    return 0
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.3f} ms"
+
+
+def render(result: dict[str, Any]) -> None:
+    """Print one trace's breakdown (an :func:`analyze_path` entry) as text."""
+    step = result["step_sec"]
+    share = (lambda s: f"{100 * s / step:.0f}%") if step > 0 else (lambda s: "-")
+    steps = result["steps"]
+    print(result["path"])
+    print(f"  {steps} step{'s' if steps != 1 else ''} ({result['step_source']}), {_ms(step)} per step")
+    for part in ("input", "compute", "communication", "other"):
+        value = result[f"{part}_sec"]
+        print(f"  {part:<14} {_ms(value):>12}  {share(value):>4}")
+    for name, device in result["devices"].items():
+        replicas = ", ".join(str(r) for r in device["replicas"]) or "none"
+        print(
+            f"  {name:<8} compute {_ms(device['compute_sec'])}, communication {_ms(device['communication_sec'])}, "
+            f"transfer {_ms(device['transfer_sec'])}; replica {replicas}"
+        )
+    stage = result.get("input_stage")
+    if stage:
+        print(f"  slowest input stage: {stage['name']} ({_ms(stage['sec_per_step'])} per batch; {stage['path']})")
+    for note in result["notes"]:
+        print(f"  note: {note}")
+    for hint in result["hints"]:
+        print(f"  hint: {hint}")
