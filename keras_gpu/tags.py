@@ -214,17 +214,18 @@ REPLICA_COMMUNICATION_SEC = Tag(
 _CLUSTER = "keras-gpu: cluster"
 CLUSTER_SLOWEST_WORKER = Tag(
     "cluster/slowest_worker", "worker index",
-    "the worker the others wait for: the one with the most busy (non-waiting) time per step in the last trace",
+    "the worker the others wait for: the one with the most busy (non-waiting) time per step since the last gather",
     "StepTimeLogger (chief)", (_CLUSTER, "slowest worker (index)"),
 )
 CLUSTER_IMBALANCE = Tag(
     "cluster/imbalance", "fraction",
-    "the slowest worker's busy time per step over the median of the other workers', minus 1 (0: balanced)",
-    "StepTimeLogger (chief)", (_CLUSTER, "imbalance (slowest busy / median busy - 1)"),
+    "the share of each step the other workers wait for the slowest: its busy time per step minus the median of the "
+    "other workers', over the step time (0: balanced)",
+    "StepTimeLogger (chief)", (_CLUSTER, "imbalance (slowest busy - median busy) / step"),
 )
 CLUSTER_WORKERS_REPORTING = Tag(
     "cluster/workers_reporting", "workers",
-    "workers whose breakdown was ready at the gather (the others sent 'not available')",
+    "workers that measured steps since the last gather (the others sent 'not available')",
     "StepTimeLogger (chief)", (_CLUSTER, "workers reporting"),
 )
 

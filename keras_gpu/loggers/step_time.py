@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -11,11 +12,11 @@ import threading
 import time
 from typing import Any
 
-from keras_gpu import steptime, topology
+from keras_gpu import step_probe, steptime, topology
 from keras_gpu import tags as _tags
 from keras_gpu import backend as _backend
 from keras_gpu import xspace
-from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows
+from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, straggler_sentence, summarize_rows
 from keras_gpu._checks import check_bool, check_positive
 from keras_gpu._log import Once, logger
 from keras_gpu.loggers._base import LoggingCallback, read_step
@@ -24,9 +25,12 @@ __all__ = ["StepTimeLogger", "check_profile_every_s"]
 
 _INF = float("inf")
 _PROFILE_SUBDIR = os.path.join("plugins", "profile")
-#: Steps between the end of a trace and the all-gather of its breakdown: time
-#: for the parser thread, which the training thread never waits for.
-_GATHER_DELAY_STEPS = 100
+#: Seconds between the cluster view's gathers within an epoch (the chief turns
+#: it into a count of steps that every worker adopts).
+CLUSTER_EVERY_S = 30.0
+#: An epoch's end gathers what the probe measured once at least this many
+#: steps went by since the last gather (a count, so every worker decides alike).
+_MIN_GATHER_STEPS = 5
 
 
 class StepTimeLogger(LoggingCallback):
@@ -63,6 +67,28 @@ class StepTimeLogger(LoggingCallback):
     and :attr:`last` holds it. Where the profiler is not available or fails,
     one warning says so and training goes on.
 
+    **Multi-worker TensorFlow jobs** are measured without the profiler, on
+    every worker, by default: a probe inside each training step
+    (:mod:`keras_gpu.step_probe`: `tf.timestamp()` where the worker's own
+    forward and backward pass starts, where its gradients are ready for the
+    all-reduce, and where the step ends) sums each worker's compute, its
+    waiting in the reductions, and the host and input time between steps.
+    At each epoch's end, and every `CLUSTER_EVERY_S` (30 s) within an
+    epoch, one small all-gather through the strategy's own collectives, at a
+    step every worker reaches, brings every worker's figures to every worker:
+    the same `step_time/*` tags as above on each worker's run (over every
+    step of the window; `input_sec` only where each call of the train
+    function runs one step), and on the chief the cluster view:
+
+    * `cluster/slowest_worker`: the worker with the most busy time per step
+      (compute, input and host time: not waiting for its peers);
+    * `cluster/imbalance`: its busy time over the other workers' median,
+      minus 1 (a straggler from 0.1 on);
+    * `cluster/workers_reporting`, and `cluster/{busy,input,communication}_sec/
+      {min,median,max}` across the workers, in seconds per step.
+
+    The end-of-fit line on the chief names the straggler.
+
     Args:
         log_dir: Directory shared with the other callbacks.
         profile_every_s: Seconds between traces (after the first); `0` turns
@@ -72,15 +98,16 @@ class StepTimeLogger(LoggingCallback):
         warmup_steps: Steps of the first epoch after which its first trace
             may start.
         max_traces: Traces kept in `plugins/profile/`; older ones are deleted.
-        multiworker_tracing: Trace in multi-worker TensorFlow jobs too. Off by
-            default: TensorFlow's profiler (2.21, and earlier releases) can
-            corrupt the heap when a trace stops in a multi-worker process
-            (a crash in `TraceMeRecorder::Consume`, reproduced with
-            `tf.profiler.experimental.start`/`stop` alone, in a few percent of
-            traces on CPU workers over loopback). When on, every worker traces
-            the same steps and the chief logs the cluster view (`cluster/*`:
-            the slowest worker and the imbalance; see
-            :mod:`keras_gpu.cluster_view`).
+        multiworker_tracing: Also trace with TensorFlow's profiler in
+            multi-worker jobs, for a diagnosis run: the `step_time/*` tags
+            then come from the traces (the cluster view still comes from the
+            probe). Off by default, because TensorFlow's profiler (2.21, and
+            earlier releases) corrupts the heap when a trace stops in a
+            multi-worker process: a non-chief CPU worker over loopback died in
+            22 of 453 stops of 5-step traces (about 5%; the chief 0 of 507, a
+            single process 0 of 200), a crash in `TraceMeRecorder::Consume`.
+            Measure it on your machine with `python -m
+            benchmarks.profiler_crash_rate`.
         per_worker_runs: Whether a worker other than the chief writes its own
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
@@ -88,8 +115,7 @@ class StepTimeLogger(LoggingCallback):
     Attributes:
         last: The last :class:`keras_gpu.steptime.StepTime`, or `None`.
         traces: Breakdowns logged in this `fit`, oldest first.
-        cluster: In multi-worker jobs with `multiworker_tracing`, what each
-            all-gather brought (:class:`keras_gpu.cluster_view.ClusterSummary`,
+        cluster: In multi-worker TensorFlow jobs, what each all-gather brought (:class:`keras_gpu.cluster_view.ClusterSummary`,
             or `None` when no worker had a breakdown ready).
     """
 
@@ -116,45 +142,42 @@ class StepTimeLogger(LoggingCallback):
         self.traces: list[steptime.StepTime] = []
         self.cluster: list[ClusterSummary | None] = []
         self._fit: _Fit | None = None
+        self._cluster_fit: _ClusterFit | None = None
         self._once = Once()
         self._parser: _Parser | None = None
 
     # -- Keras hooks ------------------------------------------------------------
 
     def on_train_begin(self, logs=None):
-        self._fit = None
+        self._fit = self._cluster_fit = None
         self.last, self.traces, self.cluster = None, [], []
         self._open()
+        task = self._task
+        workers = task.num_workers if task is not None else 1
+        tensorflow = _backend.name() == "tensorflow"
+        try:
+            if workers > 1 and tensorflow:
+                self._cluster_fit = self._probe_cluster(workers)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
         if self.profile_every_s == 0:
             return
+        if workers > 1 and tensorflow and not self.multiworker_tracing:
+            return  # the probe measures every worker; TensorFlow's profiler is not safe here
         profiler = _profiler()
         if profiler is None:
-            self._once.log(
+            from keras_gpu._log import log_once  # once per process, however many fits
+
+            log_once(
                 logging.INFO,
-                "no-profiler",
+                f"step_time:no-profiler:{_backend.name()}",
                 "keras-gpu: StepTimeLogger logs no step-time breakdown on the %s backend: its profiler does not write "
                 "the trace format keras-gpu reads (TensorFlow and JAX do).",
                 _backend.name(),
             )
             return
         try:
-            task = self._task
-            workers = task.num_workers if task is not None else 1
-            gather = None
-            if workers > 1 and _backend.name() == "tensorflow" and not self.multiworker_tracing:
-                self._once.log(
-                    logging.INFO,
-                    "multiworker-off",
-                    "keras-gpu: StepTimeLogger does not trace in multi-worker TensorFlow jobs by default: TensorFlow's "
-                    "profiler can crash a worker when a trace stops there (heap corruption in "
-                    "TraceMeRecorder::Consume). Pass StepTimeLogger(multiworker_tracing=True) to trace anyway.",
-                )
-                return
-            if workers > 1:
-                from keras_gpu.gather import RowGather
-
-                gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
-            self._fit = _Fit(profiler, self._replicas(), self.warmup_steps, self.profile_steps, gather)
+            self._fit = _Fit(profiler, self._replicas(), self.warmup_steps, self.profile_steps)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
 
@@ -162,8 +185,16 @@ class StepTimeLogger(LoggingCallback):
         fit = self._fit
         if fit is not None:
             fit.epoch_begin(epoch)
+        cluster = self._cluster_fit
+        if cluster is not None:
+            cluster.probe.epoch_begin()
 
     def on_train_batch_end(self, batch, logs=None):
+        cluster = self._cluster_fit
+        if cluster is not None:
+            cluster.last_batch = batch
+            if batch >= cluster.next_batch:
+                self._cluster_event(cluster, batch)
         fit = self._fit
         if fit is None:
             return
@@ -181,19 +212,27 @@ class StepTimeLogger(LoggingCallback):
             if fit.tracing:
                 self._stop(fit)
             fit.epoch_end()
+        cluster = self._cluster_fit
+        if cluster is not None:
+            # A point every worker reaches; whether to gather is a count of steps, alike on every worker.
+            if cluster.warm and cluster.step_of(cluster.last_batch) - cluster.gathered_at >= _MIN_GATHER_STEPS:
+                self._cluster_gather(cluster)
+            cluster.epoch_end()
 
     def on_train_end(self, logs=None):
         fit, self._fit = self._fit, None
+        cluster, self._cluster_fit = self._cluster_fit, None
         if fit is not None and fit.tracing:
             self._stop(fit)
         if self._parser is not None:
             parser, self._parser = self._parser, None
             parser.close()
-        if fit is not None and fit.gather_at is not None:
-            # A point every worker reaches: gather what the last trace measured.
-            self._gather(fit)
         if fit is not None:
             self._log_summary(fit)
+        elif cluster is not None and self.last is not None:
+            self._log_breakdown(self.last, [])
+        if cluster is not None:
+            self._log_cluster()
         self._close()
 
     # -- the schedule, in steps of this fit (the same on every worker) ----------------
@@ -205,8 +244,6 @@ class StepTimeLogger(LoggingCallback):
                 self._stop(fit)
         elif fit.start_at is not None and step >= fit.start_at:
             self._start(fit, batch)
-        if fit.gather_at is not None and step >= fit.gather_at:
-            self._gather(fit)
         fit.schedule()
 
     # -- tracing ------------------------------------------------------------------
@@ -249,11 +286,7 @@ class StepTimeLogger(LoggingCallback):
         stop_step = fit.start_step + steps
         # profile_every_s in steps, at this fit's pace so far (validation and callbacks included).
         period = max(1, round(self.profile_every_s * stop_step / (now - fit.t0))) if now > fit.t0 else None
-        if fit.gather is not None:
-            fit.proposed_period = period
-            fit.gather_at = stop_step + _GATHER_DELAY_STEPS
-            fit.pending = None
-        elif period is not None:
+        if period is not None:
             fit.start_at = stop_step + period
         if not fit.staging:
             return
@@ -286,40 +319,85 @@ class StepTimeLogger(LoggingCallback):
             self._parser = _Parser(self)
         self._parser.submit(job)
 
-    # -- the cluster view ---------------------------------------------------------------
+    # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
-    def _gather(self, fit: _Fit) -> None:
-        """All-gather every worker's last breakdown (a step every worker reaches); the chief logs the summary."""
-        fit.gather_at = None
-        result = fit.pending
+    def _probe_cluster(self, workers: int) -> _ClusterFit | None:
+        """Probe this worker's steps and set up the gather; `None`, with one line, where the probe cannot run."""
+        reason = step_probe.unavailable_reason(self.model)
+        if reason is not None:
+            self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
+            return None
+        from keras_gpu.gather import RowGather
+
+        replicas = self._replicas()
+        probe = step_probe.install(self.model, len(replicas))
+        if probe is None:
+            return None
+        return _ClusterFit(probe, RowGather(self._strategy(), len(ROW_FIELDS), workers), replicas)
+
+    def _cluster_event(self, cluster: _ClusterFit, batch: int) -> None:
+        if not cluster.warm:
+            # The fit's first step (tracing, first runs of every op) stays out of every window.
+            cluster.probe.reset()
+            cluster.warm = True
+            cluster.gathered_at = cluster.step_of(batch)
+            cluster.t_window = time.perf_counter()
+        elif cluster.gather_at is not None and cluster.step_of(batch) >= cluster.gather_at:
+            self._cluster_gather(cluster)
+        cluster.schedule()
+
+    def _cluster_gather(self, cluster: _ClusterFit) -> None:
+        """All-gather every worker's probe window (a step every worker reaches); the chief logs the summary."""
+        step = cluster.step_of(cluster.last_batch)
+        now = time.perf_counter()
+        steps, elapsed = step - cluster.gathered_at, now - cluster.t_window
+        cluster.gathered_at, cluster.t_window, cluster.gather_at = step, now, None
+        window = cluster.probe.read()
         row = [float("nan")] * (len(ROW_FIELDS) - 1)
-        if result is not None:
+        if window is not None:
             row = [
-                1.0, result.step_sec, result.input_sec, result.compute_sec, result.communication_sec,
-                result.other_sec, result.busy_sec, float(result.steps),
+                1.0, window.step_sec, window.input_sec, window.compute_sec, window.communication_sec,
+                window.host_sec, window.busy_sec, float(window.steps),
             ]
-        row.append(float(fit.proposed_period or 0))
+            if not self.multiworker_tracing:
+                self._write(_as_step_time(window), [label for label, _ in cluster.replicas], read_step(self.model))
+        # This worker's proposal for the next gather, in steps at its pace: the chief's is adopted.
+        row.append(float(max(1, round(CLUSTER_EVERY_S * steps / elapsed))) if steps > 0 and elapsed > 0 else 0.0)
         try:
-            rows = fit.gather(row)
+            rows = cluster.gather(row)
         except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
-            fit.gather_failed(exc)
+            self._cluster_fit = None
             self._once.log(
                 logging.WARNING,
                 "gather-failed",
-                "keras-gpu: StepTimeLogger could not gather the workers' breakdowns (%s: %s); the cluster view is off "
-                "for this fit.",
+                "keras-gpu: StepTimeLogger could not gather the workers' measurements (%s: %s); the cluster view is "
+                "off for this fit.",
                 type(exc).__name__,
                 exc,
             )
             return
-        # Every worker adopts the chief's trace period, so the next traces stay in step.
         period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
         if period is not None:
-            fit.start_at = fit.step_of(fit.last_batch) + 1 + max(0, period - _GATHER_DELAY_STEPS)
+            cluster.gather_at = step + period
         summary = summarize_rows(rows)
         self.cluster.append(summary)
         if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
             self._writer.scalars(summary.values(), read_step(self.model))
+
+    def _log_cluster(self) -> None:
+        """The chief's end-of-fit line: the straggler, from the last gather."""
+        summaries = [c for c in self.cluster if c is not None]
+        if not summaries or self._task is None or not self._task.is_chief:
+            return
+        last = summaries[-1]
+        logger.info(
+            "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step): %s.",
+            last.reporting,
+            last.workers,
+            1e3 * last.busy[0],
+            1e3 * last.busy[2],
+            straggler_sentence(last.slowest_worker, last.imbalance),
+        )
 
     # -- on the parser thread -------------------------------------------------------
 
@@ -347,8 +425,7 @@ class StepTimeLogger(LoggingCallback):
                     "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
                 )
                 return
-            job.fit.pending = result
-            self._write(result, job)
+            self._write(result, job.labels, job.step)
         except Exception as exc:  # noqa: BLE001 - a bad trace costs one warning, never training
             self._once.log(
                 logging.WARNING,
@@ -362,7 +439,7 @@ class StepTimeLogger(LoggingCallback):
             if job.keep:
                 _prune(job.profile_dir, self.max_traces)
 
-    def _write(self, result: steptime.StepTime, job: _Job) -> None:
+    def _write(self, result: steptime.StepTime, labels: Any, step: int) -> None:
         values = {
             _tags.STEP_SEC.name(): result.step_sec,
             _tags.STEP_TRACED_STEPS.name(): float(result.steps),
@@ -371,12 +448,15 @@ class StepTimeLogger(LoggingCallback):
             _tags.STEP_COMMUNICATION_SEC.name(): result.communication_sec,
             _tags.STEP_OTHER_SEC.name(): result.other_sec,
         }
-        for label, replica in zip(job.labels, result.replicas):
+        if result.input_sec != result.input_sec:  # not measured (the probe with several steps per call)
+            del values[_tags.STEP_INPUT_SEC.name()]
+        for label, replica in zip(labels, result.replicas):
             values[_tags.REPLICA_COMPUTE_SEC.name(replica=label)] = replica.compute_sec
-            values[_tags.REPLICA_COMMUNICATION_SEC.name(replica=label)] = replica.communication_sec
+            if result.source != "probe":
+                values[_tags.REPLICA_COMMUNICATION_SEC.name(replica=label)] = replica.communication_sec
         writer = self._writer
         if writer is not None:
-            writer.scalars(values, job.step)
+            writer.scalars(values, step)
         self.last = result
         self.traces.append(result)
 
@@ -391,22 +471,37 @@ class StepTimeLogger(LoggingCallback):
         ]
 
     def _log_summary(self, fit: _Fit) -> None:
-        last = self.last
-        if last is None:
+        if self.last is None:
             logger.info(
                 "keras-gpu: StepTimeLogger traced no step in this fit (the first trace comes after warm-up: at the "
                 "second epoch, or after %d steps of the first).",
                 self.warmup_steps,
             )
             return
-        labels = [f"replica {label.split('_', 1)[0]} ({topology.short_device(d)})" for label, d in fit.replicas]
-        hints = steptime.verdict(last, labels)
+        self._log_breakdown(
+            self.last, [f"replica {label.split('_', 1)[0]} ({topology.short_device(d)})" for label, d in fit.replicas]
+        )
+
+    def _log_breakdown(self, last: steptime.StepTime, labels: list[str]) -> None:
+        if last.source == "probe":
+            hints = steptime.verdict(dataclasses.replace(last, input_sec=float("nan")))
+            if last.share("input") >= steptime.BOUND_SHARE:
+                hints.insert(
+                    0,
+                    f"{last.share('input'):.0%} of each step passes before the step starts (the batch, and every "
+                    "worker's check that each has one); if the cluster view names no straggler, the input pipeline "
+                    "is the likely cause",
+                )
+        else:
+            hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
+        measured = "probed steps" if last.source == "probe" else "traced steps"
         logger.info(
-            "keras-gpu: StepTimeLogger: %.3g ms per step over %d traced steps: input %.0f%%, compute %.0f%%, "
+            "keras-gpu: StepTimeLogger: %.3g ms per step over %d %s: input %s, compute %.0f%%, "
             "communication %.0f%%, other %.0f%%.%s",
             1e3 * last.step_sec,
             last.steps,
-            100 * last.share("input"),
+            measured,
+            "not measured" if last.input_sec != last.input_sec else f"{100 * last.share('input'):.0f}%",
             100 * last.share("compute"),
             100 * last.share("communication"),
             100 * last.share("other"),
@@ -461,27 +556,25 @@ class _Fit:
         replicas: list[tuple[str, str]],
         warmup_steps: int,
         profile_steps: int,
-        gather: Any = None,
     ) -> None:
         self.profiler = profiler
         self.profiler_ok = True
         self.replicas = replicas
         gpus = [topology.parse_device(d) for _, d in replicas]
-        self.gpu_replicas = {g.index: i for i, g in enumerate(gpus) if g is not None and g.device_type == "GPU"}
-        self.gather = gather
+        self.gpu_replicas = topology.trace_gpu_replicas(  # logical GPUs -> the physical GPUs a trace names
+            [d for _, d in replicas],
+            topology.gpu_layout() if _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus) else None,
+        )
         self.profile_steps = profile_steps
         self.base = 0  # steps of this fit before the current epoch
         self.last_batch = -1
         self.start_at: int | None = warmup_steps  # the first trace: after warm-up ...
         self.first = True
         self.stop_at = 0
-        self.gather_at: int | None = None
         self.tracing = False
         self.staging = ""
         self.start_step = 0
         self.t_start = 0.0
-        self.pending: steptime.StepTime | None = None  # the last trace's breakdown, for the gather
-        self.proposed_period: int | None = None
         self.next_batch: float = _INF
         self.t0 = time.perf_counter()
 
@@ -501,12 +594,59 @@ class _Fit:
 
     def schedule(self) -> None:
         """The next batch (of this epoch) whose end has something to do."""
-        targets = [t for t in (self.stop_at if self.tracing else None, self.start_at, self.gather_at) if t is not None]
+        targets = [t for t in (self.stop_at if self.tracing else None, self.start_at) if t is not None]
         self.next_batch = min(targets) - self.base - 1 if targets else _INF
 
-    def gather_failed(self, exc: Exception) -> None:
-        self.gather = None
-        self.gather_at = None
+
+class _ClusterFit:
+    """The cluster view's state in one multi-worker `fit`: the probe, the gather, and when to gather next.
+
+    Every decision is a count of this fit's steps, so every worker gathers at
+    the same steps.
+    """
+
+    def __init__(self, probe: step_probe.StepProbe, gather: Any, replicas: list[tuple[str, str]]) -> None:
+        self.probe = probe
+        self.gather = gather
+        self.replicas = replicas
+        self.base = 0  # steps of this fit before the current epoch
+        self.last_batch = -1
+        self.warm = False  # the first batch end starts the first window
+        self.gathered_at = 0  # the step of the last gather (or of the first window's start)
+        self.t_window = 0.0
+        self.gather_at: int | None = None  # the next gather within an epoch, once the chief proposed a period
+        self.next_batch: float = 0
+
+    def step_of(self, batch: int) -> int:
+        return self.base + batch + 1
+
+    def epoch_end(self) -> None:
+        self.base += self.last_batch + 1
+        self.last_batch = -1
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self.warm:
+            self.next_batch = 0
+        elif self.gather_at is None:
+            self.next_batch = _INF
+        else:
+            self.next_batch = self.gather_at - self.base - 1
+
+
+def _as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:
+    """A probe window as the breakdown every other source gives (`other` is the host time)."""
+    return steptime.StepTime(
+        steps=window.steps,
+        step_sec=window.step_sec,
+        input_sec=window.input_sec,
+        compute_sec=window.compute_sec,
+        communication_sec=window.communication_sec,
+        other_sec=window.host_sec,
+        replicas=tuple(steptime.ReplicaTime(c, 0.0) for c in window.replica_compute_sec),
+        source="probe",
+        host_sec=window.host_sec,
+    )
 
 
 class _Job:

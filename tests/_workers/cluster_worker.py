@@ -7,11 +7,13 @@ MODE:
 - `compute`: worker 1's model runs eight extra 384x384 matmuls per step (no
   extra variables, so the collectives still match);
 - `host`: a callback on worker 1 sleeps 15 ms after every step;
-- `ladder`: worker k sleeps 4*k ms after every step (each worker's figures differ);
-- `tracefail`: worker 1 cannot read its traces (its breakdown is "not available").
+- `rotate`: in epoch e, worker e (mod the number of workers) sleeps 15 ms after
+  every step, so each epoch-end gather has another straggler;
+- `custom`: as `compute`, in a model whose class overrides `train_step`.
 
-Each worker writes OUT/w<rank>.json: its own last breakdown and what it
-received at each gather.
+The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
+writes OUT/w<rank>.json: its own last breakdown and what it received at each
+gather.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import json
 import os
 import sys
 import time
+
+EPOCHS = 3
 
 
 def main() -> None:
@@ -34,12 +38,6 @@ def main() -> None:
     from keras_gpu.loggers import step_time
 
     rank = keras_gpu.worker_index(strategy)
-    if mode == "tracefail" and rank == 1:
-
-        def unreadable(path):
-            raise OSError("injected: this worker cannot read its trace")
-
-        step_time.xspace.load = unreadable
 
     class Extra(keras.layers.Layer):
         """Eight matmuls whose result is multiplied by 0: more work, same variables."""
@@ -58,26 +56,45 @@ def main() -> None:
             super().__init__()
             self.seconds = seconds
 
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
         def on_train_batch_end(self, batch, logs=None):
-            time.sleep(self.seconds)
+            seconds = self.seconds(self.epoch) if callable(self.seconds) else self.seconds
+            if seconds:
+                time.sleep(seconds)
+
+    class Custom(keras.Sequential):
+        """A model whose class writes its own training step."""
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
 
     with strategy.scope():
         # Steps of several ms of real compute, so that host jitter stays small beside them.
         layers = [keras.Input((256,))]
-        if mode == "compute" and rank == 1:
+        if mode in ("compute", "custom") and rank == 1:
             layers.append(Extra())
         layers += [keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
-        model = keras.Sequential(layers)
+        model = (Custom if mode == "custom" else keras.Sequential)(layers)
         model.compile("sgd", "mse")
     rng = np.random.default_rng(0)
     x, y = rng.random((256 * 64, 256), dtype=np.float32), rng.random((256 * 64, 10), dtype=np.float32)
-    cb = step_time.StepTimeLogger(log_dir, profile_steps=20, multiworker_tracing=True)
-    callbacks = [cb]
+    callbacks = keras_gpu.callbacks(log_dir)
+    (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     if mode == "host" and rank == 1:
         callbacks.append(Sleep(0.015))
-    if mode == "ladder":
-        callbacks.append(Sleep(0.004 * rank))
-    model.fit(x, y, batch_size=256, epochs=3, verbose=0, callbacks=callbacks)
+    epochs = EPOCHS
+    if mode == "rotate":
+        workers = strategy.num_replicas_in_sync
+        callbacks.append(Sleep(lambda epoch: 0.015 if epoch % workers == rank else 0.0))
+        epochs = workers
+    model.fit(x, y, batch_size=256, epochs=epochs, verbose=0, callbacks=callbacks)
     record = {
         "rank": rank,
         "last": None if cb.last is None else cb.last.as_dict(),
