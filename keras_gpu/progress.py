@@ -4,9 +4,11 @@ With `--hang-timeout SECONDS`, the launcher gives worker `i` the environment
 variable `KERAS_GPU_PROGRESS_FILE` (a path of its own) and watches that file.
 Inside the worker, `keras_gpu.Heartbeat` counts finished batches (train, test
 and predict) in memory, and a daemon thread of :class:`ProgressWriter`
-rewrites the file a few times per timeout with the count and where the
-worker's main thread is. The training thread only adds one to an int: it
-does no I/O and no device work.
+rewrites the file a few times per timeout with the count, the call, epoch
+and batch the worker is in, and where its main thread is. The training
+thread only sets ints: it does no I/O and no device work. Workers started by
+`keras-gpu launch` get a `Heartbeat` in every `fit`, `evaluate` and
+`predict` without asking (see `keras_gpu.cli._worker`).
 
 "Progress" is a finished batch. While the worker is inside `fit`,
 `evaluate` or `predict` it is *active*; the launcher ends the job when an
@@ -16,10 +18,14 @@ This module imports neither Keras nor TensorFlow, so the launcher can read
 the files.
 
 File format (JSON, replaced atomically): `{"pid": int, "steps": int,
-"active": bool, "where": str, "in_tensorflow": bool, "wall": float}`, where
-`where` is the innermost frame of the main thread as `file:line in function`
-and `in_tensorflow` says whether that frame is inside TensorFlow (waiting on
-a collective or the input pipeline) rather than in Python code.
+"active": bool, "phase": str, "epoch": int | null, "batch": int | null,
+"where": str, "in_tensorflow": bool, "wall": float}`, where `phase` is the
+innermost running call (`"fit"`, `"evaluate"`, `"predict"`, or `""`), `epoch`
+the `fit` epoch and `batch` the batches finished in the current epoch or
+call, both counted from 1 as Keras' progress bar shows them; `where` is the
+innermost frame of the main thread as `file:line in function` and
+`in_tensorflow` says whether that frame is inside TensorFlow (waiting on a
+collective or the input pipeline) rather than in Python code.
 """
 
 from __future__ import annotations
@@ -61,6 +67,12 @@ class Progress:
         active: Whether the worker is inside `fit`, `evaluate` or `predict`.
         where: The innermost frame of its main thread, `file:line in function`.
         in_tensorflow: Whether that frame is inside TensorFlow.
+        phase: The innermost running call, `"fit"`, `"evaluate"` or
+            `"predict"`; `""` when unknown or between calls.
+        epoch: The `fit` epoch it is in, from 1; `None` outside `fit`.
+        batch: Batches finished in the current epoch (or `evaluate` /
+            `predict` call), from 1; `None` before the first.
+        parent: The call `phase` runs inside, e.g. `"fit"` for validation.
     """
 
     pid: int
@@ -68,6 +80,22 @@ class Progress:
     active: bool
     where: str
     in_tensorflow: bool
+    phase: str = ""
+    epoch: int | None = None
+    batch: int | None = None
+    parent: str = ""
+
+    def position(self) -> str:
+        """Where the worker was in words, e.g. `"fit, epoch 2, after batch 17"`; `""` when unknown."""
+        if not self.phase:
+            return ""
+        parts = [self.phase]
+        if self.parent:
+            parts[0] += f" (inside {self.parent})"
+        if self.epoch is not None:
+            parts.append(f"epoch {self.epoch}")
+        parts.append(f"after batch {self.batch}" if self.batch else "before its first batch")
+        return ", ".join(parts)
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
@@ -81,17 +109,26 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
             active=bool(data["active"]),
             where=str(data.get("where", "")),
             in_tensorflow=bool(data.get("in_tensorflow", False)),
+            phase=str(data.get("phase") or ""),
+            epoch=_optional_int(data.get("epoch")),
+            batch=_optional_int(data.get("batch")),
+            parent=str(data.get("parent") or ""),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 class ProgressWriter:
     """Counts finished batches and rewrites a progress file from a daemon thread.
 
-    `step()`, `begin()` and `end()` are what the training thread calls; they
-    only change ints. The thread writes every `interval` seconds, and once at
-    `start()`.
+    `step()`, `epoch()`, `begin()` and `end()` are what the training thread
+    calls; they only change ints and a short list. The thread writes every
+    `interval` seconds, and once at `start()`: the training thread never
+    touches the file.
 
     Args:
         path: The progress file.
@@ -103,6 +140,8 @@ class ProgressWriter:
         self._interval = float(interval)
         self._steps = 0
         self._depth = 0
+        self._calls: list[list[Any]] = []  # [phase, batch] per running call, innermost last
+        self._epoch: int | None = None
         self._main = threading.main_thread()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -116,17 +155,36 @@ class ProgressWriter:
             self._thread = threading.Thread(target=self._run, name="keras-gpu-progress", daemon=True)
             self._thread.start()
 
-    def begin(self) -> None:
-        """A `fit`, `evaluate` or `predict` call started (calls may nest)."""
+    def begin(self, phase: str = "") -> None:
+        """A `fit`, `evaluate` or `predict` call started (calls may nest: validation runs inside `fit`)."""
         self._depth += 1
+        self._calls.append([phase, None])
+        if phase == "fit":
+            self._epoch = None
 
     def end(self) -> None:
         """The innermost running call ended."""
         self._depth = max(0, self._depth - 1)
+        if self._calls:
+            phase, _ = self._calls.pop()
+            if phase == "fit":
+                self._epoch = None
 
-    def step(self) -> None:
-        """One batch (or one execution of `steps_per_execution` batches) finished."""
+    def epoch(self, epoch: int) -> None:
+        """`fit` started epoch `epoch` (counted from 1)."""
+        self._epoch = epoch
+        if self._calls:
+            self._calls[-1][1] = None
+
+    def step(self, batch: int | None = None) -> None:
+        """One batch (or one execution of `steps_per_execution` batches) finished.
+
+        Args:
+            batch: Batches finished in the current epoch or call, from 1.
+        """
         self._steps += 1
+        if batch is not None and self._calls:
+            self._calls[-1][1] = batch
 
     @property
     def steps(self) -> int:
@@ -140,10 +198,17 @@ class ProgressWriter:
 
     def _write(self) -> None:
         where, in_tf = _main_thread_frame(self._main)
+        calls = list(self._calls)  # a snapshot: the training thread may change it meanwhile
+        phase, batch = calls[-1] if calls else ("", None)
+        parent = calls[-2][0] if len(calls) > 1 else ""
         record = {
             "pid": os.getpid(),
             "steps": self._steps,
             "active": self._depth > 0,
+            "phase": phase,
+            "parent": parent,
+            "epoch": self._epoch if "fit" in (phase, parent) else None,
+            "batch": batch,
             "where": where,
             "in_tensorflow": in_tf,
             "wall": time.time(),

@@ -147,10 +147,11 @@ def test_worker_env_gives_each_worker_its_tf_config():
 
 
 def test_worker_command_forms():
-    assert launch_mod.worker_command("t.py", ["-a"], python="py") == ["py", "t.py", "-a"]
-    assert launch_mod.worker_command("pkg.m", ["-a"], module=True, python="py") == ["py", "-m", "pkg.m", "-a"]
+    boot = ["py", "-m", "keras_gpu.cli._worker"]
+    assert launch_mod.worker_command("t.py", ["-a"], python="py") == [*boot, "--", "t.py", "-a"]
+    assert launch_mod.worker_command("pkg.m", ["-a"], module=True, python="py") == [*boot, "--", "-m", "pkg.m", "-a"]
     assert launch_mod.worker_command("t.py", ["-a"], cpu_replicas=4, python="py") == [
-        "py", "-m", "keras_gpu.cli._worker", "--cpu-replicas", "4", "--", "t.py", "-a",
+        *boot, "--cpu-replicas", "4", "--", "t.py", "-a",
     ]
 
 
@@ -168,6 +169,9 @@ def test_worker_exit_descriptions():
         (["--cpu-replicas", "0", "--", "t.py"], "Received: --cpu-replicas '0'"),
         (["--cpu-replicas", "two", "--", "t.py"], "Received: --cpu-replicas 'two'"),
         (["--cpu-replicas", "2", "--", "-m"], "`-m` needs a module name"),
+        (["--cpu-replicas"], "usage:"),
+        (["t.py"], "usage:"),
+        (["--"], "usage:"),
     ],
 )
 def test_worker_bootstrap_rejects_malformed_arguments(argv, needle):
@@ -176,6 +180,7 @@ def test_worker_bootstrap_rejects_malformed_arguments(argv, needle):
     with pytest.raises(SystemExit, match=re.escape(needle)):
         _worker._parse(argv)
     assert _worker._parse(["--cpu-replicas", "2", "--", "-m", "mod", "-x"]) == (2, ["-m", "mod", "-x"])
+    assert _worker._parse(["--", "t.py", "--cpu-replicas", "3"]) == (None, ["t.py", "--cpu-replicas", "3"])
 
 
 def test_free_loopback_ports_are_distinct():

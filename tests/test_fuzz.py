@@ -589,7 +589,7 @@ def test_worker_bootstrap_arguments(argv):
     except SystemExit as exc:
         assert isinstance(exc.code, str) and ("usage:" in exc.code or "Received" in exc.code or "`-m`" in exc.code)
     else:
-        assert 1 <= replicas <= 4096 and target and (target[0] != "-m" or len(target) >= 2)
+        assert (replicas is None or 1 <= replicas <= 4096) and target and (target[0] != "-m" or len(target) >= 2)
 
 
 # ------------------------------------------- regressions the fuzzers found, pinned

@@ -1,49 +1,96 @@
-"""Worker bootstrap for `keras-gpu launch --cpu-replicas K`.
+"""Worker bootstrap of `keras-gpu launch`: every launched worker starts here.
 
 ```
-python -m keras_gpu.cli._worker --cpu-replicas K -- script.py [args...]
-python -m keras_gpu.cli._worker --cpu-replicas K -- -m module [args...]
+python -m keras_gpu.cli._worker [--cpu-replicas K] -- script.py [args...]
+python -m keras_gpu.cli._worker [--cpu-replicas K] -- -m module [args...]
 ```
 
-Splits the process's CPU into `K` logical devices, which must happen before
-TensorFlow initialises its devices, then runs the script (or module) as
+The bootstrap forks once. The child runs the script (or module) as
 `__main__` with the `sys.argv` and `sys.path[0]` that plain `python` would
-give it.
+give it, after:
+
+- splitting the process's CPU into `K` logical devices (`--cpu-replicas`),
+  which must happen before TensorFlow initialises its devices;
+- when the launcher watches for hangs (`KERAS_GPU_PROGRESS_FILE` is set),
+  arranging that every Keras `CallbackList` holds a `keras_gpu.Heartbeat`, so
+  `fit`, `evaluate` and `predict` report progress whatever callbacks the
+  script passes (never twice: a list that has one already is left alone).
+  Keras is patched when the script imports it, on any backend; the bootstrap
+  imports neither Keras nor TensorFlow itself.
+
+The parent stays a small supervisor without TensorFlow, so that the worker
+stops when told. TensorFlow's coordination service catches SIGTERM in a
+multi-worker process and ignores it, and while it waits for the cluster's
+tasks to register it holds Python's interpreter lock, so no Python handler
+can run in the worker. The supervisor gets the launcher's SIGTERM (or SIGINT,
+SIGHUP) with the rest of the worker's process group; it waits up to
+`KERAS_GPU_STOP_DELAY` seconds (half the launcher's `--grace-period`) for the
+worker to end on its own, then kills it and ends by the same signal. A worker
+that ignores the signal (`SIG_IGN`) is left to the launcher's SIGKILL. The
+supervisor exits with the worker's status, or dies by the signal that
+killed it; the worker gets SIGKILL if the supervisor dies.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
+import importlib.machinery
 import os
 import runpy
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["ENV_STOP_DELAY", "main"]
+
+ENV_STOP_DELAY = "KERAS_GPU_STOP_DELAY"
+"""Environment variable: seconds the supervisor gives a signalled worker before it kills it."""
 
 _MAX_REPLICAS = 4096  # configure_devices' bound on logical devices
-_USAGE = "usage: python -m keras_gpu.cli._worker --cpu-replicas K -- (script.py | -m module) [args...]"
+_DEFAULT_STOP_DELAY_S = 2.5
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
+_CALLBACK_LIST = "keras.src.callbacks.callback_list"
+_PR_SET_PDEATHSIG = 1
+_USAGE = "usage: python -m keras_gpu.cli._worker [--cpu-replicas K] -- (script.py | -m module) [args...]"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the bootstrap's arguments, split the CPU, then run the target."""
+    """Parse the bootstrap's arguments, fork the supervisor, then run the target in the child."""
     argv = list(sys.argv[1:] if argv is None else argv)
     replicas, target = _parse(argv)
-    _split_cpu(replicas)
+    if hasattr(os, "fork"):
+        _supervise_child()
+    from keras_gpu.progress import ENV_PROGRESS_FILE
+
+    if os.environ.get(ENV_PROGRESS_FILE, "").strip():
+        install_heartbeat()
+    if replicas is not None:
+        _split_cpu(replicas)
     _run_target(target)
 
 
-def _parse(argv: list[str]) -> tuple[int, list[str]]:
-    if len(argv) < 4 or argv[0] != "--cpu-replicas" or argv[2] != "--":
+def _parse(argv: list[str]) -> tuple[int | None, list[str]]:
+    replicas: int | None = None
+    rest = argv
+    if rest[:1] == ["--cpu-replicas"]:
+        if len(rest) < 2:
+            raise SystemExit(f"{_USAGE}\nReceived: {argv!r}")
+        try:
+            replicas = int(rest[1])
+        except ValueError:
+            replicas = 0
+        if not 1 <= replicas <= _MAX_REPLICAS:
+            raise SystemExit(
+                f"--cpu-replicas must be an integer from 1 to {_MAX_REPLICAS}. Received: --cpu-replicas {rest[1]!r}"
+            )
+        rest = rest[2:]
+    if len(rest) < 2 or rest[0] != "--":
         raise SystemExit(f"{_USAGE}\nReceived: {argv!r}")
-    try:
-        replicas = int(argv[1])
-    except ValueError:
-        replicas = 0
-    if not 1 <= replicas <= _MAX_REPLICAS:
-        raise SystemExit(
-            f"--cpu-replicas must be an integer from 1 to {_MAX_REPLICAS}. Received: --cpu-replicas {argv[1]!r}"
-        )
-    target = argv[3:]
+    target = rest[1:]
     if target[0] == "-m" and len(target) < 2:
         raise SystemExit(f"`-m` needs a module name.\n{_USAGE}")
     return replicas, target
@@ -68,6 +115,174 @@ def _run_target(target: list[str]) -> None:
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.abspath(script))
         runpy.run_path(script, run_name="__main__")
+
+
+# ------------------------------------------------------------------ progress in every fit/evaluate/predict
+
+
+def install_heartbeat() -> None:
+    """Make every Keras `CallbackList` of this process hold a `keras_gpu.Heartbeat`.
+
+    Patches `CallbackList.__init__` now when Keras is imported, else when the
+    script imports it (an import hook that imports nothing itself, so the
+    script still chooses the backend).
+    """
+    module = sys.modules.get(_CALLBACK_LIST)
+    if module is not None:
+        _patch_callback_list(module.CallbackList)
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+class _PatchOnImport:
+    """A meta-path finder that patches Keras' `CallbackList` right after its module runs."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != _CALLBACK_LIST:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            _patch_callback_list(module.CallbackList)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def _patch_callback_list(cls: type) -> None:
+    original = cls.__init__
+    if getattr(original, "_keras_gpu_heartbeat", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, callbacks=None, *args, **kwargs):
+        original(self, _with_heartbeat(callbacks), *args, **kwargs)
+
+    __init__._keras_gpu_heartbeat = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _with_heartbeat(callbacks: Any) -> Any:
+    """`callbacks` plus a `Heartbeat` unless it holds one already (a new list; the caller's stays as it was)."""
+    from keras_gpu.heartbeat import Heartbeat
+
+    if callbacks is None:
+        items: list[Any] = []
+    elif isinstance(callbacks, (list, tuple)):
+        items = list(callbacks)
+    else:
+        items = [callbacks]
+    if any(isinstance(c, Heartbeat) for c in items):
+        return callbacks
+    return [*items, Heartbeat()]
+
+
+# ------------------------------------------------------------------ the supervisor
+
+
+def _supervise_child() -> None:
+    """Fork; return in the child, and never return in the parent, which supervises it.
+
+    Signals are blocked across the fork so that none is lost or handled by
+    the wrong process before each side has set up its own handling.
+    """
+    parent = os.getpid()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    child = os.fork()
+    if child == 0:
+        _die_with_parent(parent)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return
+    received: list[int] = []
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, lambda s, _f: received.append(s))
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    status = _wait(child, received)
+    _exit_like(status)
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child: SIGKILL when the supervisor dies (Linux), and at once if it already has."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait(child: int, received: list[int]) -> int:
+    """Wait for the child; once a stop signal arrived, give it the stop delay, then kill it. Returns its wait status."""
+    deadline: float | None = None
+    while True:
+        try:
+            pid, status = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:  # pragma: no cover - reaped elsewhere
+            return 0
+        if pid == child:
+            return status
+        if received and deadline is None:
+            if not _ignores(child, received[0]):
+                deadline = time.monotonic() + _stop_delay()
+            else:
+                received.clear()  # the worker chose to ignore it; the launcher's SIGKILL decides
+        if deadline is not None and time.monotonic() >= deadline:
+            signum = received[0]
+            _note(
+                f"the worker did not end within {_stop_delay():g}s of {signal.Signals(signum).name} (TensorFlow catches "
+                "SIGTERM in a multi-worker process and holds the interpreter while it waits for the cluster); ending it"
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            return signum  # the wait status of a process killed by `signum`: the supervisor ends by it
+        time.sleep(0.02)
+
+
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` ignores `signum` (its `SigIgn` mask in /proc), e.g. a worker that set SIG_IGN."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _stop_delay() -> float:
+    try:
+        delay = float(os.environ.get(ENV_STOP_DELAY, ""))
+    except ValueError:
+        return _DEFAULT_STOP_DELAY_S
+    return delay if 0 <= delay < float("inf") else _DEFAULT_STOP_DELAY_S
+
+
+def _note(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"keras-gpu: {text}\n")
+        sys.stderr.flush()
+
+
+def _exit_like(status: int) -> None:
+    """End this process the way the child ended: the same exit status, or death by the same signal."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # the signal ends the process; a signal that does not (e.g. SIGCHLD) falls through
+        os._exit(128 + signum)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 if __name__ == "__main__":

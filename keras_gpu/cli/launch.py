@@ -42,19 +42,33 @@ with it, and any still running when the job ends are killed. On Linux each
 worker also gets SIGKILL when the launcher dies, even by SIGKILL, so no worker
 outlives it (processes the worker started are then its own business).
 
+Every worker starts through the bootstrap `keras_gpu.cli._worker`, which
+splits its CPU (`--cpu-replicas`), runs the script as `__main__`, and stays
+behind as a small supervisor process: TensorFlow's coordination service
+catches and ignores SIGTERM in a multi-worker process (and holds Python's
+interpreter lock while it waits for peers), so the supervisor ends a worker
+that is still running half a `--grace-period` after the signal, and ends by
+that signal itself. A worker that ignores the signal (SIG_IGN) is left to the
+SIGKILL after `--grace-period`.
+
 With `--hang-timeout SECONDS` (off by default), a job whose workers stop
 making progress is ended too. Each worker gets `KERAS_GPU_PROGRESS_FILE`, a
-file of its own that `keras_gpu.Heartbeat` (a callback the script adds)
-keeps up to date from a daemon thread with the number of finished batches
-(see `keras_gpu.progress`). When a worker inside `fit`, `evaluate` or
-`predict` finishes no batch for SECONDS, the launcher logs which workers
-stopped progressing, how many batches each finished and where each main
-thread was, stops every worker (SIGTERM, SIGKILL after `--grace-period`)
-and exits with 124, or restarts the job when `--max-restarts` allows. A
-worker stuck in Python, in its input pipeline or in a collective waiting for
-such a peer is caught this way, where TensorFlow's coordination service only
-notices a process that stopped answering altogether. Workers whose script
-does not use `keras_gpu.Heartbeat` are not watched.
+file of its own, and the bootstrap adds a `keras_gpu.Heartbeat` to every
+`fit`, `evaluate` and `predict` of the script, whatever callbacks it passes
+(see `keras_gpu.progress`): a daemon thread keeps the file up to date with
+the number of finished batches and the call, epoch and batch the worker is
+in. When a worker inside `fit`, `evaluate` or `predict` finishes no batch for
+SECONDS, the launcher logs which workers stopped progressing and where each
+was (e.g. `worker 1 stuck in fit, epoch 2, after batch 17`, then its main
+thread's frame), stops every worker (SIGTERM, SIGKILL after
+`--grace-period`) and exits with 124, or restarts the job when
+`--max-restarts` allows. A worker stuck in Python, in its input pipeline, in
+a native call (a profiler stop that never returns) or in a collective waiting
+for such a peer is caught this way, where TensorFlow's coordination service
+only notices a process that stopped answering altogether. While no worker
+has entered `fit`, `evaluate` or `predict` (start-up, data loading, a custom
+training loop) nothing is judged, and the launcher says so while the job
+runs, `max(2 * SECONDS, 10)` seconds after the start.
 
 `WorkerGroup` holds the process management on its own, so that the restart
 loop starts a fresh group for every attempt.
@@ -83,6 +97,7 @@ from typing import IO, TextIO
 from keras_gpu._log import logger
 from keras_gpu.backend import require_tensorflow
 from keras_gpu.cli import UsageError
+from keras_gpu.cli._worker import ENV_STOP_DELAY
 from keras_gpu.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE, Progress, read_progress
 
 __all__ = [
@@ -190,9 +205,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=(
             "end the job when a worker inside fit/evaluate/predict finishes no batch for this long, naming it "
-            f"(exit status {EXIT_HANG}; restarts count it as a failure); workers report batches with the "
-            "keras_gpu.Heartbeat callback. Default: 0, off. Make it longer than the slowest step plus any "
-            "epoch-end work (validation, checkpoints)"
+            f"(exit status {EXIT_HANG}; restarts count it as a failure); every fit, evaluate and predict of the "
+            "workers reports its batches, whatever callbacks the script passes. Default: 0, off. Make it longer "
+            "than the slowest step plus any epoch-end work (validation, checkpoints)"
         ),
     )
     parser.add_argument(
@@ -262,6 +277,8 @@ def _run_attempt(
         return 128 + received[0]
     ports = free_loopback_ports(n)
     envs = [worker_env(os.environ, i, ports, restart_count=restart, max_restarts=max_restarts) for i in range(n)]
+    for env in envs:
+        env[ENV_STOP_DELAY] = f"{grace_period / 2:g}"  # the supervisor ends a signalled worker within the grace period
     with contextlib.ExitStack() as stack:
         watch = None
         if hang_timeout:
@@ -305,11 +322,6 @@ def _run_group(
             if received:
                 return 128 + received[0]
             return WorkerExit(watch.stalled[0][0], EXIT_HANG, hung=True)
-        if watch is not None and not watch.seen_any:
-            logger.warning(
-                "--hang-timeout watched nothing: no worker reported progress; add keras_gpu.Heartbeat() to the "
-                "callbacks of fit, evaluate and predict"
-            )
         if received:
             signum = received[0]
             logger.warning(
@@ -447,16 +459,18 @@ def worker_command(
         target: The script path, or the module name when `module` is True.
         args: Arguments passed to the script.
         module: Run `target` like `python -m target`.
-        cpu_replicas: When set, run through the `keras_gpu.cli._worker`
-            bootstrap, which splits the CPU into this many logical devices
-            before the script starts.
+        cpu_replicas: When set, the bootstrap splits the CPU into this many
+            logical devices before the script starts.
         python: The interpreter (default `sys.executable`).
+
+    Every worker runs through the `keras_gpu.cli._worker` bootstrap, which
+    supervises it (so that it stops when told) and, under `--hang-timeout`,
+    makes its `fit`, `evaluate` and `predict` report progress.
     """
     python = python or sys.executable
     run_target = ["-m", target] if module else [target]
-    if cpu_replicas is None:
-        return [python, *run_target, *args]
-    return [python, "-m", "keras_gpu.cli._worker", "--cpu-replicas", str(cpu_replicas), "--", *run_target, *args]
+    replicas = [] if cpu_replicas is None else ["--cpu-replicas", str(cpu_replicas)]
+    return [python, "-m", "keras_gpu.cli._worker", *replicas, "--", *run_target, *args]
 
 
 def worker_env(
@@ -530,21 +544,38 @@ class HangWatch:
     collective), fewest batches first, then one in Python before one waiting
     inside TensorFlow.
 
+    While no worker has been active for `quiet_after` seconds since the watch
+    was made, it logs one warning saying that nothing is judged yet.
+
     Args:
         paths: One progress file per worker, by rank.
         timeout: The `--hang-timeout` in seconds.
         clock: The monotonic clock (seconds).
+        quiet_after: Seconds without any active worker before the warning;
+            default `max(2 * timeout, 10)`.
     """
 
-    def __init__(self, paths: Sequence[str], timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        quiet_after: float | None = None,
+    ) -> None:
         self._paths = list(paths)
         self._timeout = float(timeout)
         self._clock = clock
+        self._started = clock()
+        self._quiet_after = max(2 * self._timeout, 10.0) if quiet_after is None else float(quiet_after)
         self._since: list[tuple[int, float] | None] = [None] * len(self._paths)
         self._latest: list[Progress | None] = [None] * len(self._paths)
         self._next_read = 0.0
         self.seen_any = False
         """Whether any worker has written a progress file."""
+        self.seen_active = False
+        """Whether any worker has been inside `fit`, `evaluate` or `predict`."""
+        self.warned_quiet = False
+        """Whether the nothing-judged-yet warning was logged."""
         self.stalled: list[tuple[int, Progress]] = []
         """The stalled workers once `__call__` returned True, the likely cause first."""
 
@@ -565,10 +596,19 @@ class HangWatch:
             if not (progress.active and running):
                 self._since[rank] = None
                 continue
+            self.seen_active = True
             since = self._since[rank]
             if since is None or since[0] != progress.steps:
                 self._since[rank] = since = (progress.steps, now)
             idle_for[rank] = now - since[1]
+        if not self.seen_active and not self.warned_quiet and now - self._started >= self._quiet_after:
+            self.warned_quiet = True
+            logger.warning(
+                "--hang-timeout: %gs after the start no worker has entered fit, evaluate or predict, so none is "
+                "judged yet (start-up, data loading and custom training loops are not watched; a worker waiting for "
+                "its peers is bounded by make_strategy's startup_timeout)",
+                self._quiet_after,
+            )
         if not idle_for or max(idle_for.values()) < self._timeout:
             return False
         # Peers of a stuck worker stop within moments of it: report every worker idle for half the timeout,
@@ -578,12 +618,15 @@ class HangWatch:
         return True
 
     def describe(self) -> str:
-        """The message naming the stalled workers, and the likely cause when one stands out."""
-        parts = [
-            f"worker {rank} ({p.steps} batch(es) done; "
-            f"{'waiting inside TensorFlow' if p.in_tensorflow else 'in Python'} at {p.where or 'unknown'})"
-            for rank, p in self.stalled
-        ]
+        """The message naming the stalled workers and where each was, and the likely cause when one stands out."""
+        parts = []
+        for rank, p in self.stalled:
+            position = p.position()
+            stuck = f" stuck in {position}" if position else ""
+            parts.append(
+                f"worker {rank}{stuck} ({p.steps} batch(es) done; "
+                f"{'waiting inside TensorFlow' if p.in_tensorflow else 'in Python'} at {p.where or 'unknown'})"
+            )
         ranks = ", ".join(str(rank) for rank, _ in self.stalled)
         text = f"no progress for {self._timeout:g}s (--hang-timeout) on worker(s) {ranks}: {'; '.join(parts)}"
         key = [(p.steps, p.in_tensorflow) for _, p in self.stalled]
