@@ -8,6 +8,13 @@ application has configured no logging of its own: once the root logger has a
 handler, or the `keras_gpu` logger gets one, the application decides where
 the records go and the fallback stays silent. Set the level of the
 `keras_gpu` logger to WARNING to hide the INFO lines.
+
+Messages meant to appear once appear once per process (:func:`log_once`,
+:func:`process_once`), however many `fit` calls and callback instances there
+are. A message that tells the user what to pass names the call they wrote
+(:func:`call_with`): `keras_gpu.callbacks(batch_size=...)` for callbacks the
+factory made (:func:`made_by_factory`), `ThroughputLogger(batch_size=...)`
+for one built by hand.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Iterable
+from typing import TypeVar
 
-__all__ = ["Once", "PrefixFormatter", "log_once", "logger"]
+__all__ = ["Once", "PrefixFormatter", "call_with", "log_once", "logger", "made_by_factory", "process_once"]
 
 _PREFIX = "keras-gpu: "
 
@@ -86,3 +95,31 @@ def log_once(level: int, key: str, msg: str, *args: object) -> bool:
     Returns True when the message was emitted.
     """
     return _process.log(level, key, msg, *args)
+
+
+def process_once() -> Once:
+    """The process's scope of :func:`log_once`, for a callback whose hints appear once per process."""
+    return _process
+
+
+_FACTORY = "keras_gpu.callbacks"
+_MADE_BY = "_keras_gpu_made_by"
+_C = TypeVar("_C", bound=Iterable)
+
+
+def made_by_factory(callbacks: _C) -> _C:
+    """Mark `callbacks` as made by `keras_gpu.callbacks()`, so their messages name that call; returns them."""
+    for callback in callbacks:
+        setattr(callback, _MADE_BY, _FACTORY)
+    return callbacks
+
+
+def call_with(callback: object, *names: str, **values: object) -> str:
+    """The call, in the user's words, that passes `names` (as `name=...`) and `values` (as `name=value`).
+
+    `` `keras_gpu.callbacks(batch_size=...)` `` for a callback the factory
+    made, `` `ThroughputLogger(batch_size=...)` `` for one built by hand.
+    """
+    owner = getattr(callback, _MADE_BY, None) or type(callback).__name__
+    arguments = [f"{name}=..." for name in names] + [f"{name}={value!r}" for name, value in values.items()]
+    return f"`{owner}({', '.join(arguments)})`"

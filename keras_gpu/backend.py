@@ -18,12 +18,13 @@ replica devices                the strategy's devices      the `keras.distributi
 allocator memory               `get_memory_info`; peak     `Device.memory_stats()`     `torch.cuda` memory stats
                                reset per window            (GPU); peak since process   (GPU); peak reset per
                                                            start                       window; none on CPU
-model FLOPs per sample         traced graph count          XLA cost analysis of the    `torch.utils.flop_counter`
-                               (:mod:`keras_gpu.flops`)    compiled forward pass       on one forward pass
+model FLOPs per sample         traced graph count          the forward pass's jaxpr    `torch.utils.flop_counter`
+                               (:mod:`keras_gpu.flops`)    (`dot_general`, convs)      on one forward pass
 =============================  ==========================  ==========================  ==========================
 
-Training FLOPs are 3 x the forward FLOPs on every backend (the convention of
-:mod:`keras_gpu.flops`), so MFU means the same thing on all three. Device
+Training FLOPs are 3 x the forward FLOPs of the matmul-like ops on every
+backend (the convention of :mod:`keras_gpu.flops`), so MFU means the same thing
+on all three. Device
 names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
 (`GPU_0`) and tables read the same whichever backend trained.
 """
@@ -45,6 +46,7 @@ __all__ = [
     "allocator_memory",
     "allocators",
     "compute_dtype",
+    "flops_failure",
     "gpu_peak_flops",
     "name",
     "physical_gpus",
@@ -430,16 +432,20 @@ def reset_allocator_peak(allocator: Allocator) -> None:
 
 
 def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
-    """Training FLOPs per sample (3 x forward), or None (the reason is logged at DEBUG level).
+    """Training FLOPs per sample (3 x forward), or None; :func:`flops_failure` then says why.
 
-    TensorFlow: the traced graph count of :mod:`keras_gpu.flops` (`input_spec`
-    is its `tf.TensorSpec` structure). JAX: XLA's cost analysis of the
-    compiled forward pass. PyTorch: `torch.utils.flop_counter.FlopCounterMode`
-    over one forward pass of zeros (no gradients are touched). Counted once
-    per model and input shape, then cached. JAX and
-    PyTorch need the model's symbolic inputs (a functional or `Sequential`
-    model with an `Input`); a subclassed model gets None: pass
-    `flops_per_sample=` to the callback.
+    The same convention on every backend (:mod:`keras_gpu.flops`): matmul-like
+    ops only, a multiply-add is 2 FLOPs. TensorFlow: the traced graph count of
+    :mod:`keras_gpu.flops` (`input_spec` is its `tf.TensorSpec` structure).
+    JAX: the `dot_general` and convolution equations of the forward pass's
+    jaxpr (traced, never run or compiled; `scan` bodies count once per
+    iteration). PyTorch: `torch.utils.flop_counter.FlopCounterMode` over one
+    forward pass of zeros (no gradients are touched). On JAX and PyTorch the
+    input shapes are the model's symbolic inputs (functional and `Sequential`
+    models, any nesting of inputs and outputs), else the shapes the model was
+    built with (a subclassed model, built by `fit` before the callbacks
+    start). Losses added with `add_loss` are left out, like the loss itself.
+    Counted once per model and input shape, then cached.
     """
     backend = name()
     if backend == "tensorflow":
@@ -450,20 +456,23 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     counter = counters.get(backend)
     reason = f"the {backend} backend has no FLOP counter keras-gpu can use"
     if counter is not None:
-        shapes = _input_shapes(model, _PROBE_BATCH[backend])
-        if shapes is None:
-            reason = "the model has no symbolic inputs (a subclassed model) to count them from"
-        else:
-            key = (backend, tuple(shapes))
+        try:
+            inputs = _input_structure(model, _PROBE_BATCH[backend])
+        except _Uncounted as exc:
+            inputs, reason = None, str(exc)
+        if inputs is not None:
+            key = (backend, repr(inputs))
             with _cache_lock:
                 cached = _cache.get(model, {}).get(key)
             if cached is not None:
                 return cached
             try:
-                forward = counter(model, shapes)
+                forward = counter(model, inputs)
+            except _Uncounted as exc:
+                forward, reason = None, str(exc)
             except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
                 forward = None
-                reason = f"counting failed ({type(exc).__name__}: {exc})"
+                reason = f"running its forward pass to count them failed ({type(exc).__name__}: {exc})"
             if forward is not None and forward > 0:
                 with _cache_lock:
                     try:
@@ -472,66 +481,170 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
                         pass
                 return 3.0 * forward
             if forward is not None:
-                reason = "the counter found no FLOPs"
+                reason = "its forward pass holds no matmul or convolution"
+    _remember_failure(model, reason)
     logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", backend,
                  getattr(model, "name", "this model"), reason)
     return None
 
 
+def flops_failure(model: Any) -> str:
+    """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
+    if name() == "tensorflow":
+        from keras_gpu import flops
+
+        return flops.failure(model)
+    with _cache_lock:
+        return _failures.get(model, "the count was not attempted")
+
+
 _PROBE_BATCH = {"jax": 4096, "torch": 2}
-"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX counts
-abstract shapes, so a large batch costs nothing and makes per-step work (the
-casts of `mixed_*` policies, the optimizer) vanish from the per-sample count;
-PyTorch runs a real forward pass, so its batch is small."""
+"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX traces
+abstract shapes, so a large batch costs nothing and makes work done once per
+step rather than per sample vanish from the per-sample count; PyTorch runs a
+real forward pass, so its batch is small."""
 
 _cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
+_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
-def _input_shapes(model: Any, batch: int) -> list[tuple[tuple[int, ...], str]] | None:
-    """`(shape with batch `batch`, dtype)` of each symbolic model input, or None when unknown."""
-    try:
-        inputs = model.inputs
-    except (AttributeError, ValueError):
-        return None
-    if not inputs:
-        return None
-    result = []
-    for tensor in inputs:
-        shape = tuple(tensor.shape)
-        if any(dim is None for dim in shape[1:]):
-            return None
-        result.append(((batch, *shape[1:]), str(tensor.dtype)))
-    return result
+class _Uncounted(Exception):
+    """The model's FLOPs cannot be counted; the message says why."""
 
 
-def _jax_forward_flops(model: Any, shapes: list[tuple[tuple[int, ...], str]]) -> float | None:
+def _remember_failure(model: Any, reason: str) -> None:
+    with _cache_lock:
+        try:
+            _failures[model] = reason
+        except TypeError:  # not weak-referenceable
+            pass
+
+
+class _Input(NamedTuple):
+    """One input of the probe batch: its shape (batch first) and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _input_structure(model: Any, batch: int) -> Any:
+    """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
+
+    Raises:
+        _Uncounted: The model has no known input shapes, or one of them has a
+            dimension besides the batch whose size only the data decides.
+    """
+    import keras
+
+    struct = getattr(model, "_inputs_struct", None)  # a functional model: its inputs as it was defined
+    if struct is not None:
+        leaves = [(tuple(t.shape), str(t.dtype), getattr(t, "name", "")) for t in keras.tree.flatten(struct)]
+        return keras.tree.pack_sequence_as(struct, [_probe_input(shape, dtype, n, batch) for shape, dtype, n in leaves])
+    config = model.get_build_config() if getattr(model, "built", False) else None
+    shapes = (config or {}).get("input_shape")
+    if shapes is None:
+        raise _Uncounted(
+            "it has no symbolic inputs and was not built with an input shape (build it, or call it once, before fit)"
+        )
+    floatx = keras.config.floatx()
+    return keras.tree.map_shape_structure(lambda shape: _probe_input(tuple(shape), floatx, "", batch), shapes)
+
+
+def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
+    if not shape:
+        raise _Uncounted(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
+    if any(dim is None for dim in shape[1:]):
+        what = f"input {label!r}" if label else "an input"
+        raise _Uncounted(
+            f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
+            "(a variable sequence length, say), so the FLOPs per sample vary"
+        )
+    return _Input((batch, *(int(d) for d in shape[1:])), dtype)
+
+
+def _first(inputs: Any) -> _Input:
+    if isinstance(inputs, _Input):
+        return inputs
+    if isinstance(inputs, dict):
+        return _first(next(iter(inputs.values())))
+    return _first(inputs[0])
+
+
+def _map_inputs(fn: Any, inputs: Any) -> Any:
+    """`inputs` with every :class:`_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
+    if isinstance(inputs, _Input):
+        return fn(inputs)
+    if isinstance(inputs, dict):
+        return {k: _map_inputs(fn, v) for k, v in inputs.items()}
+    return type(inputs)(_map_inputs(fn, v) for v in inputs)
+
+
+def _jax_forward_flops(model: Any, inputs: Any) -> float | None:
     import jax
 
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
-    args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes]
-    x = args[0] if len(args) == 1 else args
+    x = _map_inputs(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), inputs)
+
+    # stateless_call hands its keywords to `call` as they are (unlike `__call__`).
+    training = {"training": False} if getattr(model, "_call_has_training_arg", True) else {}
 
     def forward(trainable, non_trainable, x):
-        outputs, _ = model.stateless_call(trainable, non_trainable, x, training=False)
+        outputs, _ = model.stateless_call(trainable, non_trainable, x, **training)
         return outputs
 
-    analysis = jax.jit(forward).lower(trainable, non_trainable, x).compile().cost_analysis()
-    if isinstance(analysis, (list, tuple)):  # older JAX returns one dict per computation
-        analysis = analysis[0] if analysis else None
-    if not analysis or "flops" not in analysis:
-        return None
-    return float(analysis["flops"]) / shapes[0][0][0]
+    closed = jax.make_jaxpr(forward)(trainable, non_trainable, x)
+    return _jaxpr_flops(closed.jaxpr, depth=0) / _first(inputs).shape[0]
 
 
-def _torch_forward_flops(model: Any, shapes: list[tuple[tuple[int, ...], str]]) -> float | None:
+def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
+    """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
+    if depth > 30:
+        raise _Uncounted("its forward pass nests functions too deeply to count")
+    total = 0
+    for eqn in jaxpr.eqns:
+        prim = eqn.primitive.name
+        if prim == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
+        elif prim == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * (_prod(rhs) // max(1, rhs[out_feature]))
+        elif prim == "scan":
+            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
+        elif prim == "cond":
+            costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
+            if len(costs) > 1:
+                raise _Uncounted("a conditional in its forward pass has branches of different cost")
+            total += costs.pop()
+        elif prim == "while":
+            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
+                raise _Uncounted("a loop in its forward pass has no constant number of iterations")
+        else:  # calls (jit, custom gradients, remat): their bodies run once
+            for value in eqn.params.values():
+                sub = getattr(value, "jaxpr", value)
+                if hasattr(sub, "eqns"):
+                    total += _jaxpr_flops(sub, depth + 1)
+    return total
+
+
+def _prod(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _torch_forward_flops(model: Any, inputs: Any) -> float | None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     device = _torch_device(model)
-    args = [torch.zeros(shape, dtype=getattr(torch, dtype), device=device) for shape, dtype in shapes]
+    x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
-        model(args[0] if len(args) == 1 else args, training=False)
-    return float(counter.get_total_flops()) / shapes[0][0][0]
+        model(x, training=False)
+    return float(counter.get_total_flops()) / _first(inputs).shape[0]

@@ -21,6 +21,9 @@ Counting convention (the one MFU is usually quoted with):
 The model is traced once, forward only, with `training=False`, for one sample
 (or the model's static batch size), and the result is cached per model and
 input signature, so a later `fit` on the same model does not trace again.
+The input signature is the training data's, else the model's symbolic inputs,
+else the shapes a subclassed model was built with. Where no count is possible,
+:func:`failure` says why.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from keras_gpu._tf import constant_value, function_body_graph
 __all__ = [
     "DTYPES",
     "compute_dtype",
+    "failure",
     "forward_flops",
     "known_gpus",
     "peak_flops",
@@ -185,7 +189,23 @@ def compute_dtype(model: Any) -> str:
 # -----------------------------------------------------------------------------
 
 _cache: weakref.WeakKeyDictionary[Any, dict[Any, int | None]] = weakref.WeakKeyDictionary()
+_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
+
+
+def failure(model: Any) -> str:
+    """Why :func:`forward_flops` last returned None for `model`, in a few words."""
+    with _cache_lock:
+        return _failures.get(model, "the count was not attempted")
+
+
+def _fail(model: Any, reason: str) -> None:
+    logger.debug("keras-gpu: FLOPs of %s not counted: %s", getattr(model, "name", model), reason)
+    with _cache_lock:
+        try:
+            _failures[model] = reason
+        except TypeError:  # not weak-referenceable
+            pass
 
 
 class _Uncountable(Exception):
@@ -216,11 +236,10 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
     try:
         signature, batch = _signature(model, input_spec)
     except _Uncountable as exc:
-        logger.debug("keras-gpu: FLOPs of %s not counted: %s", getattr(model, "name", model), exc)
+        _fail(model, str(exc))
         return None
     except Exception as exc:  # noqa: BLE001 - an odd input spec must not break training
-        name = getattr(model, "name", model)
-        logger.debug("keras-gpu: input spec of %s unusable for FLOPs: %s: %s", name, type(exc).__name__, exc)
+        _fail(model, f"its input's shape could not be read ({type(exc).__name__}: {exc})")
         return None
     key = _spec_key(signature)
     with _cache_lock:
@@ -232,10 +251,10 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
         total = _count_graph(graph, depth=0)
         result: int | None = round(total / batch)
     except _Uncountable as exc:
-        logger.debug("keras-gpu: FLOPs of %s not counted: %s", getattr(model, "name", model), exc)
+        _fail(model, str(exc))
         result = None
     except Exception as exc:  # noqa: BLE001 - a model we cannot trace must not break training
-        logger.debug("keras-gpu: tracing %s for FLOPs failed: %s: %s", getattr(model, "name", model), type(exc).__name__, exc)
+        _fail(model, f"tracing its forward pass failed ({type(exc).__name__}: {exc})")
         result = None
     with _cache_lock:
         try:
@@ -257,10 +276,11 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
             except (AttributeError, ValueError):
                 struct = None
         if struct is None or (isinstance(struct, (list, tuple, dict)) and not struct):
-            raise _Uncountable("the model has no symbolic inputs; pass input_spec")
-        if isinstance(struct, list) and len(struct) == 1:
-            struct = struct[0]
-        input_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)), struct)
+            input_spec = _built_spec(model)  # a subclassed model: the shapes it was built with
+        else:
+            if isinstance(struct, list) and len(struct) == 1:
+                struct = struct[0]
+            input_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)), struct)
     leaves = tf.nest.flatten(input_spec)
     if not leaves:
         raise _Uncountable("empty input spec")
@@ -272,7 +292,10 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
         if shape.rank is None or shape.rank == 0:
             raise _Uncountable(f"input {leaf!r} has no batch dimension")
         if any(d is None for d in shape.as_list()[1:]):
-            raise _Uncountable(f"input {leaf!r} has an unknown non-batch dimension")
+            raise _Uncountable(
+                f"its input {leaf!r} has a dimension besides the batch known only from the data (a variable "
+                "sequence length, say), so the FLOPs per sample vary"
+            )
         batches.add(shape.as_list()[0])
     static = {b for b in batches if b is not None}
     batch = static.pop() if len(static) == 1 else 1
@@ -283,6 +306,18 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
         return tf.TensorSpec([batch, *leaf.shape.as_list()[1:]], leaf.dtype)
 
     return tf.nest.map_structure(fix, input_spec), batch
+
+
+def _built_spec(model: Any) -> Any:
+    """The `tf.TensorSpec` structure of the input shapes a (subclassed) model was built with."""
+    import keras
+    import tensorflow as tf
+
+    config = model.get_build_config() if getattr(model, "built", False) else None
+    shapes = (config or {}).get("input_shape")
+    if shapes is None:
+        raise _Uncountable("it has no symbolic inputs and was not built with an input shape")
+    return keras.tree.map_shape_structure(lambda shape: tf.TensorSpec(tuple(shape), keras.config.floatx()), shapes)
 
 
 def _spec_key(signature: Any) -> Any:

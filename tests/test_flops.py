@@ -108,7 +108,7 @@ def test_uncountable_graph_gives_none_not_a_guess():
     assert flops.training_flops_per_sample(model) is None
 
 
-def test_subclassed_model_needs_an_input_spec():
+def test_subclassed_model_is_counted_from_its_build_shapes_or_an_input_spec():
     class Sub(keras.Model):
         def __init__(self):
             super().__init__()
@@ -118,11 +118,14 @@ def test_subclassed_model_needs_an_input_spec():
             return self.d(x)
 
     model = Sub()
+    assert flops.forward_flops(model) is None  # not built: no shapes to count with, and it says so
+    assert flops.failure(model) == "it has no symbolic inputs and was not built with an input shape"
     model(tf.zeros((2, 3)))
-    assert flops.forward_flops(model) is None
+    assert flops.forward_flops(model) == 2 * 3 * 5  # built: the shapes it was built with
     assert flops.forward_flops(model, tf.TensorSpec([None, 3], tf.float32)) == 2 * 3 * 5
     # An unknown non-batch dimension cannot be counted.
     assert flops.forward_flops(model, tf.TensorSpec([None, None], tf.float32)) is None
+    assert "known only from the data" in flops.failure(model)
 
 
 def test_static_batch_dimension_is_divided_out():

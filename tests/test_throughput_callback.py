@@ -36,6 +36,14 @@ def read_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_scope(monkeypatch):
+    """Each test sees keras-gpu's once-per-process messages as a fresh process would."""
+    from keras_gpu import _log
+
+    monkeypatch.setattr(_log, "_process", _log.Once())
+
+
 def _mlp(steps_per_execution=1):
     inp = keras.Input((32,))
     x = keras.layers.Dense(64, activation="relu")(inp)
@@ -455,3 +463,48 @@ def test_mfu_on_a_real_gpu(tmp_path):
     mfu = [v for _, v in s["throughput/mfu"]]
     assert mfu and all(0 < v < 1 for v in mfu)
     assert cb.summary["peak_flops"] == pytest.approx(flops.peak_flops(name, flops.compute_dtype(model)))
+
+
+def test_once_per_process_messages_appear_once_in_three_fits_and_name_the_factory(tmp_path, caplog):
+    import keras_gpu
+
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    x, y = _data(256)
+    for i in range(3):  # a new model and a new set of callbacks for each fit, as scripts do
+        cbs = keras_gpu.callbacks(tmp_path / str(i), placement=False, step_time=False)
+        _mlp().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=cbs)
+    messages = [r.getMessage() for r in caplog.records]
+    (no_mfu,) = [m for m in messages if "logs no throughput/mfu" in m]
+    assert "Pass `keras_gpu.callbacks(peak_flops=...)`" in no_mfu
+    assert len([m for m in messages if "MemoryLogger found no GPU" in m]) == 1
+    assert len([m for m in messages if "wall-clock training rate" in m]) == 3  # the end-of-fit line: each fit's own
+    # A callback built by hand is named as such.
+    from keras_gpu import _log
+
+    _log._process = _log.Once()
+    _mlp().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[ThroughputLogger(tmp_path / "hand")])
+    (no_mfu,) = [r.getMessage() for r in caplog.records if "logs no throughput/mfu" in r.getMessage()][1:]
+    assert "Pass `ThroughputLogger(peak_flops=...)`" in no_mfu
+
+
+def test_steady_rate_of_the_end_of_fit_line_is_the_reports(tmp_path, caplog):
+    from keras_gpu.report import summarize
+
+    class Uneven(keras.callbacks.Callback):  # epochs of different pace: a mean of rates would differ
+        def on_train_batch_end(self, batch, logs=None):
+            if self.model.optimizer.iterations.numpy() > 16:
+                import time
+
+                time.sleep(0.002)
+
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    x, y = _data()
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    _mlp().fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[Uneven(), cb])
+    (line,) = [r.getMessage() for r in caplog.records if "wall-clock training rate" in r.getMessage()]
+    steady = summarize(str(tmp_path))["runs"][0]["throughput"]["steady_samples_per_sec"]
+    assert steady["points"] == 3
+    assert f"steady state {cb.summary['steady_samples_per_sec']:.1f} samples/s" in line
+    # The same figure; the event file holds float32 values, hence the 1e-6.
+    assert steady["mean"] == pytest.approx(cb.summary["steady_samples_per_sec"], rel=1e-6)
+    assert steady["mean"] != pytest.approx(steady["median"], rel=1e-3)

@@ -20,7 +20,7 @@ import os
 import keras
 
 from keras_gpu import backend
-from keras_gpu._log import log_once
+from keras_gpu._log import log_once, made_by_factory
 from keras_gpu._checks import check_bool
 from keras_gpu.loggers._base import check_log_dir, check_positive
 from keras_gpu.loggers.memory import MemoryLogger
@@ -140,4 +140,4 @@ def callbacks(
             "keras_gpu.callbacks() needs at least one of throughput, memory, placement or step_time. "
             f"Received: throughput=False, memory=False, placement=False, step_time={step_time!r}"
         )
-    return out
+    return made_by_factory(out)  # their messages name keras_gpu.callbacks(...)

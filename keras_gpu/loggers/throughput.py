@@ -9,7 +9,7 @@ from typing import Any
 
 from keras_gpu import backend
 from keras_gpu._fit_introspection import FitData, inspect_fit
-from keras_gpu._log import Once, logger
+from keras_gpu._log import call_with, logger, process_once
 from keras_gpu.loggers._base import LoggingCallback, check_positive
 from keras_gpu import tags as _tags
 from keras_gpu import topology
@@ -131,7 +131,7 @@ class ThroughputLogger(LoggingCallback):
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
         self._fit: _Fit | None = None
-        self._once = Once()
+        self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
 
@@ -283,10 +283,10 @@ class ThroughputLogger(LoggingCallback):
         if self.batch_size is not None and data.batch_size is not None and self.batch_size != data.batch_size:
             self._once.log(
                 logging.WARNING,
-                "batch-mismatch",
-                "keras-gpu: ThroughputLogger(batch_size=%d) differs from the batch size of the training data (%d); "
+                "throughput:batch-mismatch",
+                "keras-gpu: %s differs from the batch size of the training data (%d); "
                 "using %d. `batch_size` is the global batch: all replicas on all workers.",
-                self.batch_size,
+                call_with(self, batch_size=self.batch_size),
                 data.batch_size,
                 self.batch_size,
             )
@@ -296,16 +296,17 @@ class ThroughputLogger(LoggingCallback):
             if not data.infinite and self.samples_per_epoch is None:
                 self._once.log(
                     logging.INFO,
-                    "assume-full",
+                    "throughput:assume-full",
                     "keras-gpu: ThroughputLogger assumes every batch holds batch_size=%d samples; pass "
-                    "`samples_per_epoch=` too if the last batch of each epoch is shorter.",
+                    "%s if the last batch of each epoch is shorter.",
                     self.batch_size,
+                    call_with(self, "batch_size", "samples_per_epoch"),
                 )
         if self.samples_per_epoch is not None and batch is not None:
             if data.infinite:
                 self._once.log(
                     logging.WARNING,
-                    "samples-infinite",
+                    "throughput:samples-infinite",
                     "keras-gpu: ThroughputLogger ignores samples_per_epoch=%d: the training data repeats forever, "
                     "so every batch is full.",
                     self.samples_per_epoch,
@@ -315,10 +316,10 @@ class ThroughputLogger(LoggingCallback):
                 if batches is not None and batches != explicit.batches_per_pass:
                     self._once.log(
                         logging.WARNING,
-                        "samples-mismatch",
-                        "keras-gpu: ThroughputLogger(samples_per_epoch=%d) with batch size %d gives %d batches per "
+                        "throughput:samples-mismatch",
+                        "keras-gpu: %s with batch size %d gives %d batches per "
                         "pass, but the training data has %d; using samples_per_epoch.",
-                        self.samples_per_epoch,
+                        call_with(self, samples_per_epoch=self.samples_per_epoch),
                         batch,
                         explicit.batches_per_pass,
                         batches,
@@ -328,13 +329,13 @@ class ThroughputLogger(LoggingCallback):
             batch = last = None
             self._once.log(
                 logging.WARNING,
-                "no-batch",
+                f"throughput:no-batch:{data.adapter}",
                 "keras-gpu: ThroughputLogger cannot tell how many samples each step processes (training data: %s%s), "
-                "so it logs only steps/s. Pass `batch_size=` (the global batch size, all replicas) to "
-                "ThroughputLogger, and `samples_per_epoch=` if the last batch of each epoch is short, to log "
-                "samples/s, TFLOP/s and MFU.",
+                "so it logs only steps/s. Pass %s (the global batch size, all replicas; `samples_per_epoch=` too "
+                "if the last batch of each epoch is short) to log samples/s, TFLOP/s and MFU.",
                 data.adapter,
                 " without a static batch dimension" if data.adapter == "TFDatasetAdapter" else "",
+                call_with(self, "batch_size"),
             )
         return DataSchedule(
             batch_size=batch,
@@ -354,11 +355,13 @@ class ThroughputLogger(LoggingCallback):
         if value is None:
             self._once.log(
                 logging.INFO,
-                "no-flops",
-                "keras-gpu: ThroughputLogger could not count the FLOPs of model %r from its graph, so "
-                "throughput/tflops_per_sec and throughput/mfu are not logged; pass `flops_per_sample=` "
+                "throughput:no-flops",
+                "keras-gpu: ThroughputLogger could not count the FLOPs of model %r (%s), so "
+                "throughput/tflops_per_sec and throughput/mfu are not logged; pass %s "
                 "(training FLOPs per sample, about 3x the forward FLOPs) to log them.",
                 getattr(model, "name", "?"),
+                backend.flops_failure(model),
+                call_with(self, "flops_per_sample"),
             )
         return value
 
@@ -370,21 +373,23 @@ class ThroughputLogger(LoggingCallback):
         if kinds != {"GPU"}:
             self._once.log(
                 logging.INFO,
-                "no-peak",
+                "throughput:no-peak",
                 "keras-gpu: ThroughputLogger logs no throughput/mfu: no peak FLOP/s is known for %s devices. "
-                "Pass `peak_flops=` (peak FLOP/s of one replica's device) to log it.",
+                "Pass %s (peak FLOP/s of one replica's device) to log it.",
                 "/".join(sorted(kinds)),
+                call_with(self, "peak_flops"),
             )
             return None
         local, names = backend.gpu_peak_flops(model, dtype)
         if local is None:
             self._once.log(
                 logging.INFO,
-                "no-peak",
+                "throughput:no-peak",
                 "keras-gpu: ThroughputLogger logs no throughput/mfu: no %s peak FLOP/s is known for %s. "
-                "Pass `peak_flops=` (peak FLOP/s of one replica's device) to log it.",
+                "Pass %s (peak FLOP/s of one replica's device) to log it.",
                 dtype,
                 ", ".join(sorted(set(names))) or "this GPU",
+                call_with(self, "peak_flops"),
             )
             return None
         return local * max(1, num_replicas // max(1, len(devices)))
