@@ -61,3 +61,30 @@ def test_once_scopes_are_independent_and_each_logs_a_key_once(caplog):
         assert first.log(logging.INFO, "other", "other key") is True
     assert sorted(emitted) == [False] * 7 + [True]
     assert [r.getMessage() for r in caplog.records if r.name == "keras_gpu"] == ["hint 1", "hint 2", "other key"]
+
+
+def test_fixes_name_the_call_the_user_wrote():
+    from keras_gpu._log import call_with, made_by_factory
+
+    class ThroughputLogger:  # stands for any callback class
+        pass
+
+    by_hand = ThroughputLogger()
+    assert call_with(by_hand, "batch_size") == "`ThroughputLogger(batch_size=...)`"
+    (made,) = made_by_factory([ThroughputLogger()])
+    assert call_with(made, "batch_size", "samples_per_epoch") == "`keras_gpu.callbacks(batch_size=..., samples_per_epoch=...)`"
+    assert call_with(made, peak_flops=1e12) == "`keras_gpu.callbacks(peak_flops=1000000000000.0)`"
+
+
+def test_process_once_is_the_scope_of_log_once(monkeypatch, caplog):
+    import logging
+
+    from keras_gpu import _log
+
+    monkeypatch.setattr(_log, "_process", _log.Once())
+    with caplog.at_level(logging.INFO, logger="keras_gpu"):
+        assert _log.log_once(logging.INFO, "k", "first") is True
+        # A callback's own handle on the process scope: the key is already spent.
+        assert _log.process_once().log(logging.INFO, "k", "again") is False
+        assert _log.process_once() is _log.process_once()
+    assert [r.getMessage() for r in caplog.records if r.name == "keras_gpu"] == ["first"]
