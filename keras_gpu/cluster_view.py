@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from keras_gpu import tags as _tags
 
-__all__ = ["ROW_FIELDS", "STRAGGLER_IMBALANCE", "ClusterSummary", "summarize_rows", "straggler_sentence"]
+__all__ = [
+    "ROW_FIELDS", "STRAGGLER_IMBALANCE", "ClusterSummary", "straggler_over", "straggler_sentence", "summarize_rows",
+]
 
 #: One worker's row: whether it is available (1.0), its breakdown in seconds
 #: per step (`other_sec`: host time between steps), its busy time, the steps
@@ -116,6 +119,23 @@ def summarize_rows(rows: Sequence[Sequence[float]]) -> ClusterSummary | None:
         communication=_spread([r["communication_sec"] for r in reporting.values()]),
         rows=reporting,
     )
+
+
+def straggler_over(gathers: Sequence[tuple[int, float]]) -> tuple[int | None, float | None]:
+    """`(straggler, imbalance)` over a fit's gathers of `(slowest worker, imbalance)`.
+
+    A straggler is named only when most gathers show a clear imbalance
+    (above :data:`STRAGGLER_IMBALANCE`): a single noisy gather names nobody.
+    The imbalance is then the median of the straggler's clear gathers, and
+    otherwise the median of all gathers (`None` without any).
+    """
+    if not gathers:
+        return None, None
+    clear = [(w, i) for w, i in gathers if i > STRAGGLER_IMBALANCE]
+    if clear and len(clear) * 2 > len(gathers):
+        straggler = Counter(w for w, _ in clear).most_common(1)[0][0]
+        return straggler, statistics.median(i for w, i in clear if w == straggler)
+    return None, statistics.median(i for _, i in gathers)
 
 
 def straggler_sentence(slowest_worker: int | None, imbalance: float | None) -> str:

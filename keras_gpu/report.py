@@ -24,7 +24,7 @@ from typing import Any
 
 from keras_gpu import steptime
 from keras_gpu import tags as _tags
-from keras_gpu.cluster_view import STRAGGLER_IMBALANCE, straggler_sentence
+from keras_gpu.cluster_view import straggler_over, straggler_sentence
 from keras_gpu.throughput import steady_rate
 
 __all__ = ["find_runs", "read_scalars", "summarize", "uncounted_allocator"]
@@ -236,17 +236,13 @@ def _cluster(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | No
     imbalance = dict(scalars.get(_tags.CLUSTER_IMBALANCE.name(), []))
     if not slowest:
         return None
-    gathers = [(int(worker), imbalance.get(step)) for step, worker in slowest if imbalance.get(step) is not None]
-    clear = [(w, i) for w, i in gathers if i > STRAGGLER_IMBALANCE]
-    straggler = ratio = None
-    if clear and len(clear) * 2 > len(gathers):  # a clear imbalance in most gathers
-        straggler = Counter(w for w, _ in clear).most_common(1)[0][0]
-        ratio = statistics.median(i for w, i in clear if w == straggler)
+    gathers = [(int(worker), imbalance[step]) for step, worker in slowest if imbalance.get(step) is not None]
+    straggler, ratio = straggler_over(gathers)
     reporting = scalars.get(_tags.CLUSTER_WORKERS_REPORTING.name(), [])
     out: dict[str, Any] = {
         "gathers": len(gathers),
         "straggler": straggler,
-        "imbalance": ratio if straggler is not None else statistics.median(i for _, i in gathers) if gathers else None,
+        "imbalance": ratio,
         "workers_reporting": reporting[-1][1] if reporting else None,
     }
     for part in ("busy", "input", "communication"):

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from keras_gpu.cluster_view import ROW_FIELDS, STRAGGLER_IMBALANCE, straggler_sentence, summarize_rows
+from keras_gpu.cluster_view import ROW_FIELDS, STRAGGLER_IMBALANCE, straggler_over, straggler_sentence, summarize_rows
 from tests._util import subprocess_env
 
 WORKER = os.path.join(os.path.dirname(__file__), "_workers", "cluster_worker.py")
@@ -60,6 +60,14 @@ def test_an_input_not_measured_is_left_out_of_the_input_spread_only():
     assert all(math.isnan(v) for v in s.input)
     assert not [k for k in s.values() if k.startswith("cluster/input_sec/")]
     assert s.values()["cluster/busy_sec/max"] == pytest.approx(0.01)
+
+
+def test_a_straggler_needs_a_clear_imbalance_in_most_gathers():
+    assert straggler_over([]) == (None, None)
+    assert straggler_over([(1, 0.3), (1, 0.25), (0, 0.02)]) == (1, pytest.approx(0.275))
+    # One noisy gather of a balanced job names nobody; the median of all gathers is reported.
+    assert straggler_over([(0, 0.14), (1, 0.02), (0, 0.03)]) == (None, pytest.approx(0.03))
+    assert straggler_over([(0, 0.2), (1, 0.2)]) == (0, pytest.approx(0.2))
 
 
 def test_straggler_sentence_needs_a_clear_imbalance():
@@ -124,7 +132,9 @@ def test_a_balanced_job_names_nobody(tmp_path):
     records, report, _, _ = _launch(tmp_path, "balanced")
     views = _gathered(records)
     assert [v["reporting"] for v in views] == [2, 2, 2]
-    assert all(v["imbalance"] < STRAGGLER_IMBALANCE for v in views)
+    # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%): most gathers are
+    # clear of the threshold, and the report names nobody.
+    assert sum(v["imbalance"] < STRAGGLER_IMBALANCE for v in views) >= 2
     assert report["cluster"]["straggler"] is None
     assert report["cluster"]["sentence"].startswith("no straggler")
 
@@ -144,3 +154,25 @@ def test_four_workers_each_slowed_in_turn_are_named_under_their_own_index(tmp_pa
     chief = read_scalars(os.path.join(log_dir, "train"))
     assert [v for _, v in chief["cluster/slowest_worker"]] == [0.0, 1.0, 2.0, 3.0]
     assert [v for _, v in chief["cluster/workers_reporting"]] == [4.0] * 4
+
+
+#: Jobs in a row for the no-crash test: TensorFlow's profiler killed a non-chief worker in about 5% of trace
+#: stops, so 20 jobs with the old default (two traces each) would fail about once in a run.
+_SOAK_JOBS = 20
+
+
+@pytest.mark.slow
+def test_twenty_jobs_in_a_row_with_the_default_callbacks_all_end_well(tmp_path):
+    ended_well, imbalances = 0, []
+    for job in range(_SOAK_JOBS):
+        log_dir, out = tmp_path / f"logs{job}", tmp_path / f"out{job}"
+        out.mkdir()
+        cmd = [sys.executable, "-m", "keras_gpu.cli", "launch", "-n", "2", WORKER, str(log_dir), "soak", str(out)]
+        proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0 and "[worker 0] keras-gpu: cluster view (2 of 2 workers" in proc.stdout + proc.stderr:
+            ended_well += 1
+            with open(out / "w0.json") as f:
+                imbalances += [v["imbalance"] for v in json.load(f)["cluster"]]
+    print(f"{ended_well} of {_SOAK_JOBS} jobs ended well; imbalances of balanced workers: "
+          f"{sorted(round(i, 3) for i in imbalances)}")
+    assert ended_well == _SOAK_JOBS

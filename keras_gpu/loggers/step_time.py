@@ -16,7 +16,7 @@ from keras_gpu import step_probe, steptime, topology
 from keras_gpu import tags as _tags
 from keras_gpu import backend as _backend
 from keras_gpu import xspace
-from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, straggler_sentence, summarize_rows
+from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, straggler_over, straggler_sentence, summarize_rows
 from keras_gpu._checks import check_bool, check_positive
 from keras_gpu._log import Once, logger
 from keras_gpu.loggers._base import LoggingCallback, read_step
@@ -390,13 +390,15 @@ class StepTimeLogger(LoggingCallback):
         if not summaries or self._task is None or not self._task.is_chief:
             return
         last = summaries[-1]
+        straggler, imbalance = straggler_over([(c.slowest_worker, c.imbalance) for c in summaries])
         logger.info(
-            "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step): %s.",
+            "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step, %d gathers): %s.",
             last.reporting,
             last.workers,
             1e3 * last.busy[0],
             1e3 * last.busy[2],
-            straggler_sentence(last.slowest_worker, last.imbalance),
+            len(summaries),
+            straggler_sentence(straggler, imbalance),
         )
 
     # -- on the parser thread -------------------------------------------------------

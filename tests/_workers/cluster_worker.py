@@ -9,7 +9,8 @@ MODE:
 - `host`: a callback on worker 1 sleeps 15 ms after every step;
 - `rotate`: in epoch e, worker e (mod the number of workers) sleeps 15 ms after
   every step, so each epoch-end gather has another straggler;
-- `custom`: as `compute`, in a model whose class overrides `train_step`.
+- `custom`: as `compute`, in a model whose class overrides `train_step`;
+- `soak`: balanced, 4 short epochs (many jobs in a row, each must end well).
 
 The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
 writes OUT/w<rank>.json: its own last breakdown and what it received at each
@@ -84,12 +85,13 @@ def main() -> None:
         model = (Custom if mode == "custom" else keras.Sequential)(layers)
         model.compile("sgd", "mse")
     rng = np.random.default_rng(0)
-    x, y = rng.random((256 * 64, 256), dtype=np.float32), rng.random((256 * 64, 10), dtype=np.float32)
+    steps = 12 if mode == "soak" else 64
+    x, y = rng.random((256 * steps, 256), dtype=np.float32), rng.random((256 * steps, 10), dtype=np.float32)
     callbacks = keras_gpu.callbacks(log_dir)
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     if mode == "host" and rank == 1:
         callbacks.append(Sleep(0.015))
-    epochs = EPOCHS
+    epochs = 4 if mode == "soak" else EPOCHS
     if mode == "rotate":
         workers = strategy.num_replicas_in_sync
         callbacks.append(Sleep(lambda epoch: 0.015 if epoch % workers == rank else 0.0))
