@@ -1,4 +1,4 @@
-"""Multi-worker startup never waits forever: missing peers, late peers, taken ports, dead peers.
+"""Multi-worker startup never waits forever: missing peers, late peers, taken ports, dead peers, SIGTERM.
 
 The scenarios run as real worker processes on loopback
 (`tests/_workers/startup_worker.py`), all started at once by one module
@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -28,7 +29,7 @@ from keras_gpu.strategy import (
     _startup_failure_message,
     plan_strategy,
 )
-from tests._util import REPO, free_ports, subprocess_env
+from tests._util import REPO, alive, free_ports, subprocess_env
 
 WORKER = REPO / "tests" / "_workers" / "startup_worker.py"
 STARTUP_S = 3.0
@@ -208,3 +209,42 @@ def test_failure_message_names_tasks_from_tensorflow_or_by_probing():
         everyone = ClusterInfo("tf_config", {"worker": ("127.0.0.1:9", f"127.0.0.1:{up_port}")}, "worker", 0)
         assert "every task answers on its port" in _startup_failure_message(everyone, 3.0, "")
     assert re.search(r"startup_timeout=3s", message)
+
+
+# ------------------------------------------------------------------ stopping a waiting worker
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_worker_waiting_for_a_missing_peer_ends_it_within_the_grace_period(tmp_path):
+    """TensorFlow ignores SIGTERM while it waits for peers; the launcher's supervisor ends the worker anyway."""
+    grace_s = 4.0
+    cmd = [sys.executable, "-m", "keras_gpu.cli", "launch", "-n", "2", "--grace-period", f"{grace_s:g}",
+           str(REPO / "tests" / "_workers" / "peer_wait_worker.py"), str(tmp_path)]
+    launcher = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(launcher.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "waiting").exists():
+            assert launcher.poll() is None and time.monotonic() < deadline, "".join(lines)[-4000:]
+            time.sleep(0.1)
+        time.sleep(2.0)  # well inside make_strategy's wait for worker 1
+        supervisor = int(re.search(r"started 2 worker\(s\) \(pids (\d+),", "".join(lines)).group(1))
+        os.kill(supervisor, signal.SIGTERM)  # to worker 0 alone, as the launcher lists it
+        sent = time.monotonic()
+        launcher.wait(timeout=120)
+        elapsed = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert launcher.returncode == 128 + signal.SIGTERM, err[-4000:]
+    assert "worker 0 was killed by SIGTERM; stopping the other 1 worker(s)" in err
+    assert f"the worker did not end within {grace_s / 2:g}s of SIGTERM" in err
+    assert "SIGKILL (" not in err  # nobody waited for the launcher's SIGKILL
+    assert elapsed < grace_s + 2, elapsed  # half the grace period, then worker 1's stop
+    worker = int((tmp_path / "pid_w0").read_text())
+    assert not alive(worker)

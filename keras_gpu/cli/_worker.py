@@ -23,7 +23,8 @@ stops when told. TensorFlow's coordination service catches SIGTERM in a
 multi-worker process and ignores it, and while it waits for the cluster's
 tasks to register it holds Python's interpreter lock, so no Python handler
 can run in the worker. The supervisor gets the launcher's SIGTERM (or SIGINT,
-SIGHUP) with the rest of the worker's process group; it waits up to
+SIGHUP) with the rest of the worker's process group, or alone, and passes it
+on to the worker (which may so see it twice); it waits up to
 `KERAS_GPU_STOP_DELAY` seconds (half the launcher's `--grace-period`) for the
 worker to end on its own, then kills it and ends by the same signal. A worker
 that ignores the signal (`SIG_IGN`) is left to the launcher's SIGKILL. The
@@ -228,6 +229,8 @@ def _wait(child: int, received: list[int]) -> int:
             return status
         if received and deadline is None:
             if not _ignores(child, received[0]):
+                with contextlib.suppress(ProcessLookupError):  # a signal sent to the supervisor alone reaches the worker too
+                    os.kill(child, received[0])
                 deadline = time.monotonic() + _stop_delay()
             else:
                 received.clear()  # the worker chose to ignore it; the launcher's SIGKILL decides
