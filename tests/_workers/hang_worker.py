@@ -31,8 +31,8 @@ if args.no_keras:
     time.sleep(300)
     raise SystemExit(0)
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
 never = threading.Event()
 STUCK_EPOCH, STUCK_BATCH = 1, 4  # 0-based, as Keras passes them: epoch 2, after batch 5

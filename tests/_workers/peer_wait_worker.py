@@ -19,8 +19,9 @@ if rank != 0:
     time.sleep(300)
     raise SystemExit(0)
 
-import keras_gpu  # noqa: E402
-import tensorflow  # noqa: E402,F401  (imported before `waiting`: the wait starts right after it)
+import tensorflow  # noqa: F401  (imported before `waiting`: the wait starts right after it)
+
+import keras_gpu
 
 with open(os.path.join(out, "waiting"), "w") as f:
     f.write(repr(time.time()))
