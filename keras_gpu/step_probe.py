@@ -16,15 +16,18 @@ compiled step:
 So per step: *compute* `t1 - t0`; *waiting in the reductions* `t2 - t1` (a
 fast worker waits here for the slowest); the *gap* `t0 - t2` of the previous
 step: host work between steps (Keras' loop, callbacks) and the wait for the
-input. A Python timestamp when Keras calls the train function splits the gap
-into host time (before the call) and input time (inside the function, before
-`t0`) where each call runs one step.
+input. A Python timestamp at the batch's start (:meth:`StepProbe.batch_begin`,
+just before Keras calls the train function) splits the gap into host time
+(before the call) and input time (inside the function, before `t0`) where
+each call runs one step.
 
 The sums stay in small host variables, added to inside the step (no
 collective, no device sync, no host transfer per step); :meth:`StepProbe.read`
 copies them out once per window. The probe wraps `model.train_step` (a
 custom override included) and `model.optimizer.apply`, so a user's `fit`
-does not change. XLA cannot compile `tf.timestamp()`, so a model compiled
+does not change; install it before `fit` builds its train function (a
+callback's `set_model`), and the train function Keras builds runs the probed
+step, whatever else wraps that function later. XLA cannot compile `tf.timestamp()`, so a model compiled
 with `jit_compile=True` is not probed (:func:`install` returns `None`).
 """
 
@@ -104,10 +107,13 @@ def unavailable_reason(model: Any) -> str | None:
 
 
 def install(model: Any, local_replicas: int) -> StepProbe | None:
-    """Probe `model`'s training steps from its next `fit` on; `None` where :func:`unavailable_reason` says why.
+    """Probe `model`'s training steps from the next train function Keras builds; `None` where it cannot.
 
-    Installing again on the same model reuses its probe and the traced train
-    function, so a later `fit` pays no retrace.
+    The first install drops the model's train function (`fit` builds it anew
+    from the probed step, before its first step); installing again on the
+    same model reuses the probe and the traced function, so a later `fit`
+    pays no retrace. :func:`unavailable_reason` says why a model cannot be
+    probed.
     """
     if unavailable_reason(model) is not None:
         return None
@@ -116,11 +122,8 @@ def install(model: Any, local_replicas: int) -> StepProbe | None:
         probe = StepProbe(local_replicas)
         probe._wrap_step(model)
         object.__setattr__(model, _ATTR, probe)
+        model.train_function = None
     probe._wrap_optimizer(getattr(model, "optimizer", None))
-    if model.train_function is None or model.train_function is not probe._function:
-        model.make_train_function(force=True)
-        probe._function = probe._timed(model.train_function)
-        model.train_function = probe._function
     return probe
 
 
@@ -139,7 +142,6 @@ class StepProbe:
         self._sums, self._prev = _host_variables(
             tf.zeros((self.local_replicas, len(FIELDS)), tf.float64), tf.zeros((self.local_replicas,), tf.float64)
         )
-        self._function: Any = None
         self._trace = threading.local()  # the step being traced: where its t1 goes
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
         self._call_time = 0.0  # and the sum of their start times, relative to _base
@@ -148,6 +150,14 @@ class StepProbe:
         self._last_calls = (0.0, 0.0)
 
     # -- on the training thread, once per epoch or window ---------------------------------
+
+    def batch_begin(self) -> None:
+        """Keras is about to call the train function (Python, no device work): where the host time ends."""
+        if self._first_call:
+            self._first_call = False
+        else:
+            self._calls += 1.0
+            self._call_time += time.time() - self._base
 
     def epoch_begin(self) -> None:
         """Forget the previous step: the time between epochs (validation, epoch-end callbacks) is no gap."""
@@ -199,21 +209,6 @@ class StepProbe:
 
         object.__setattr__(apply, _ATTR, self)
         optimizer.apply = apply
-
-    def _timed(self, function: Any) -> Any:
-        """The train function, noting when Keras calls it (Python, no device work)."""
-
-        @functools.wraps(function)
-        def train_function(iterator: Any) -> Any:
-            now = time.time() - self._base
-            if self._first_call:
-                self._first_call = False
-            else:
-                self._calls += 1.0
-                self._call_time += now
-            return function(iterator)
-
-        return train_function
 
     # -- inside the traced step -----------------------------------------------------------------
 

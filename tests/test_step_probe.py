@@ -45,8 +45,11 @@ class Window(keras.callbacks.Callback):
     def __init__(self, sleep=0.0):
         super().__init__()
         self.sleep, self.windows = sleep, []
-    def on_train_begin(self, logs=None):
-        self.probe = step_probe.install(self.model, 2)
+    def set_model(self, model):
+        super().set_model(model)
+        self.probe = step_probe.install(model, 2)  # before fit builds its train function
+    def on_train_batch_begin(self, batch, logs=None):
+        self.probe.batch_begin()
     def on_epoch_begin(self, epoch, logs=None):
         self.probe.epoch_begin()
         self.probe.reset()

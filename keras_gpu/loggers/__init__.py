@@ -57,7 +57,8 @@ def callbacks(
     Only :class:`ThroughputLogger` has a per-batch hook (an integer add and a
     clock read); memory is sampled on a background thread and placement is
     analysed once per traced training step. It works beside
-    `keras.callbacks.TensorBoard` writing to the same `log_dir`.
+    `keras.callbacks.TensorBoard` writing to the same `log_dir` where that
+    callback works: Keras' own needs TensorFlow installed, on every backend.
 
     Args:
         log_dir: TensorBoard log directory, shared by every worker of a job.
@@ -67,7 +68,9 @@ def callbacks(
             on the others it is left out with one INFO line).
         step_time: Include :class:`StepTimeLogger`: a step-time breakdown
             (input, compute, communication, other) measured on a few traced
-            steps after warm-up and then every `profile_every_s`.
+            steps after warm-up and then every `profile_every_s`; in
+            multi-worker TensorFlow jobs, on every step by a probe in the
+            step, with the cluster view (the straggler) on the chief.
         every_s: Logging window in seconds for throughput and memory
             (`None`: each callback's default).
         profile_every_s: Seconds between step-time traces (`None`: 300;

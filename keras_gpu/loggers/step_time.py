@@ -143,10 +143,26 @@ class StepTimeLogger(LoggingCallback):
         self.cluster: list[ClusterSummary | None] = []
         self._fit: _Fit | None = None
         self._cluster_fit: _ClusterFit | None = None
+        self._probe: step_probe.StepProbe | None = None
         self._once = Once()
         self._parser: _Parser | None = None
 
     # -- Keras hooks ------------------------------------------------------------
+
+    def set_model(self, model):
+        super().set_model(model)
+        # Before `fit` builds its train function: the probe must be in the step that function runs.
+        self._probe = None
+        try:
+            task = _backend.task_info(model)
+            if task.num_workers > 1 and _backend.name() == "tensorflow":
+                reason = step_probe.unavailable_reason(model)
+                if reason is not None:
+                    self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
+                    return
+                self._probe = step_probe.install(model, len(_backend.replica_devices(model)))
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.warning("keras-gpu: the cluster view is off: %s: %s", type(exc).__name__, exc)
 
     def on_train_begin(self, logs=None):
         self._fit = self._cluster_fit = None
@@ -188,6 +204,11 @@ class StepTimeLogger(LoggingCallback):
         cluster = self._cluster_fit
         if cluster is not None:
             cluster.probe.epoch_begin()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        cluster = self._cluster_fit
+        if cluster is not None:
+            cluster.probe.batch_begin()
 
     def on_train_batch_end(self, batch, logs=None):
         cluster = self._cluster_fit
@@ -322,18 +343,13 @@ class StepTimeLogger(LoggingCallback):
     # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
     def _probe_cluster(self, workers: int) -> _ClusterFit | None:
-        """Probe this worker's steps and set up the gather; `None`, with one line, where the probe cannot run."""
-        reason = step_probe.unavailable_reason(self.model)
-        if reason is not None:
-            self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
+        """Set up the gather of the probe that `set_model` installed; `None` where there is none."""
+        probe = self._probe
+        if probe is None:
             return None
         from keras_gpu.gather import RowGather
 
-        replicas = self._replicas()
-        probe = step_probe.install(self.model, len(replicas))
-        if probe is None:
-            return None
-        return _ClusterFit(probe, RowGather(self._strategy(), len(ROW_FIELDS), workers), replicas)
+        return _ClusterFit(probe, RowGather(self._strategy(), len(ROW_FIELDS), workers), self._replicas())
 
     def _cluster_event(self, cluster: _ClusterFit, batch: int) -> None:
         if not cluster.warm:
