@@ -334,7 +334,6 @@ class StepTimeLogger(LoggingCallback):
             num_replicas=len(fit.replicas),
             labels=tuple(label for label, _ in fit.replicas),
             gpu_replicas=fit.gpu_replicas,
-            fit=fit,
         )
         if self._parser is None:
             self._parser = _Parser(self)
