@@ -103,6 +103,21 @@ def _spin_thread(ctx: Context) -> list:
     return [SpinThreadProbe(0.2)]
 
 
+def _step_probe(ctx: Context) -> list:
+    import keras
+
+    from keras_gpu import backend, step_probe
+
+    class StepProbeOnly(keras.callbacks.Callback):
+        """The step probe in every training step, never read: its in-graph cost alone."""
+
+        def set_model(self, model):
+            super().set_model(model)
+            step_probe.install(model, len(backend.replica_devices(model)))
+
+    return [StepProbeOnly()]
+
+
 BARE = Variant("bare", "bare fit (no callbacks)", lambda ctx: [], "baseline")
 
 VARIANTS: dict[str, Variant] = {
@@ -113,6 +128,7 @@ VARIANTS: dict[str, Variant] = {
         Variant("kg-throughput", "ThroughputLogger", _keras_gpu("ThroughputLogger"), "keras_gpu"),
         Variant("kg-memory", "MemoryLogger", _keras_gpu("MemoryLogger"), "keras_gpu"),
         Variant("kg-placement", "PlacementLogger", _keras_gpu("PlacementLogger"), "keras_gpu"),
+        Variant("kg-step-probe", "step probe alone (in-graph)", _step_probe, "keras_gpu"),
         Variant("tb-epoch", "Keras TensorBoard, per epoch", _tensorboard(update_freq="epoch"), "peer"),
         Variant(
             "tb-batch",

@@ -83,7 +83,7 @@ class _Runner:
         from benchmarks._workload import make_data, setup_replicas, workload
 
         self.workload = workload(spec["config"])
-        self.strategy = setup_replicas(self.workload.replicas)
+        self.strategy = setup_replicas(self.workload.replicas, self.workload.workers)
         scale = float(spec.get("scale", 1.0))
         self.steps = max(2, round(self.workload.steps_per_epoch * scale))
         self.batch = self.workload.batch_size

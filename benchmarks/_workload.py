@@ -11,6 +11,11 @@ With 2 replicas, the one physical CPU is split into two logical CPUs and
 the model is built under `tf.distribute.MirroredStrategy` over them (the batch
 is the global batch). That has to happen before TensorFlow initialises, so
 each configuration runs in its own process (:mod:`benchmarks._worker`).
+
+`mlp-2w` is the MLP in a two-worker job on 127.0.0.1: two processes, one
+replica each, under `keras_gpu.make_strategy("multiworker")` from the
+`TF_CONFIG` the benchmark gives each (batch 64 is the global batch). Every
+worker runs the same runs in the same order, as any multi-worker job must.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Workload:
         replicas: Number of replicas (logical CPUs, or GPUs when present).
         batch_size: Global batch size.
         steps_per_epoch: Steps per epoch at scale 1.
+        workers: Processes of the job (one replica each when more than one).
     """
 
     name: str
@@ -38,6 +44,7 @@ class Workload:
     replicas: int
     batch_size: int
     steps_per_epoch: int
+    workers: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +57,7 @@ CONFIGS: dict[str, Workload] = {
         Workload("mlp-2", "mlp", 2, 64, 100),
         Workload("cnn-1", "cnn", 1, 32, 100),
         Workload("cnn-2", "cnn", 2, 32, 24),
+        Workload("mlp-2w", "mlp", 1, 64, 200, workers=2),
     )
 }
 """The configurations, by name. Steps per epoch aim at epochs of roughly 0.4 s on 2 CPU cores."""
@@ -63,8 +71,11 @@ def workload(name: str) -> Workload:
         raise ValueError(f"Unknown configuration. Expected one of {sorted(CONFIGS)}. Received: config={name!r}") from None
 
 
-def setup_replicas(replicas: int) -> Any:
+def setup_replicas(replicas: int, workers: int = 1) -> Any:
     """Create the devices for `replicas` replicas and return the distribution strategy.
+
+    With `workers > 1` the process is one worker of a multi-worker job
+    described by its `TF_CONFIG`: the strategy is keras-gpu's multi-worker one.
 
     Must run before TensorFlow initialises its devices. With enough GPUs,
     replicas use the first `replicas` GPUs; with one GPU, it is split into
@@ -74,6 +85,10 @@ def setup_replicas(replicas: int) -> Any:
     """
     import tensorflow as tf
 
+    if workers > 1:
+        import keras_gpu
+
+        return keras_gpu.make_strategy("multiworker")
     if replicas == 1:
         return tf.distribute.get_strategy()
     gpus = tf.config.list_physical_devices("GPU")

@@ -10,8 +10,10 @@ python -m benchmarks.cluster_scale --also-all-runs    # and every worker writing
 For each job size it writes, with keras-gpu's own writer and tag names, what
 `keras_gpu.callbacks()` logs over one hour at its defaults on nodes of
 `--gpus-per-worker` GPUs: throughput windows every 5 s, memory and NVML
-windows every 10 s, 60 epochs of `time/` tags, a step-time trace every 300 s,
-and on the chief the cluster view after each trace. Per-worker runs follow the
+windows every 10 s, 60 epochs of `time/` tags, and the step probe's window
+every 30 s and at each epoch's end (every worker's `step_time/*`, and on the
+chief the cluster view from the gather of every worker's window; multi-worker
+jobs take no profiler trace by default). Per-worker runs follow the
 default: every worker up to 16 workers, only the chief above. Then it starts a
 real `tensorboard` server on 127.0.0.1 and measures the seconds until its
 scalars API lists every tag of every run, and reads one tag of the last run
@@ -37,7 +39,20 @@ from typing import Any
 __all__ = ["main", "simulate"]
 
 HOUR_S = 3600
-THROUGHPUT_EVERY_S, MEMORY_EVERY_S, TRACE_EVERY_S, EPOCHS = 5, 10, 300, 60
+THROUGHPUT_EVERY_S, MEMORY_EVERY_S, EPOCHS = 5, 10, 60
+
+
+def _gather_times() -> list[float]:
+    """When the cluster view gathers: every `CLUSTER_EVERY_S` within an epoch and at each epoch's end."""
+    from keras_gpu.loggers.step_time import CLUSTER_EVERY_S
+
+    epoch_s = HOUR_S / EPOCHS
+    times = []
+    for e in range(EPOCHS):
+        start = e * epoch_s
+        times += [start + k * CLUSTER_EVERY_S for k in range(1, int(epoch_s // CLUSTER_EVERY_S))]
+        times.append(start + epoch_s - 0.5)
+    return times
 
 
 def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple[float, dict[str, float]]]:
@@ -68,7 +83,7 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
             T.VALIDATION_SEC.name(): 1.5, T.OTHER_EPOCH_SEC.name(): 0.5,
             T.STEADY_SAMPLES_PER_SEC.name(): 5100.0, T.STEADY_STEPS_PER_SEC.name(): 20.5,
         }))
-    for k in range(1, HOUR_S // TRACE_EVERY_S + 1):
+    for t in _gather_times():
         values = {T.STEP_SEC.name(): 0.05, T.STEP_TRACED_STEPS.name(): 20.0, T.STEP_INPUT_SEC.name(): 0.001,
                   T.STEP_COMPUTE_SEC.name(): 0.04, T.STEP_COMMUNICATION_SEC.name(): 0.008, T.STEP_OTHER_SEC.name(): 0.001}
         for g in range(gpus):
@@ -83,7 +98,7 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
             for part in ("busy", "input", "communication"):
                 for stat in ("min", "median", "max"):
                     values[f"cluster/{part}_sec/{stat}"] = 0.04
-        out.append((k * TRACE_EVERY_S + 1.0, values))
+        out.append((t, values))
     return sorted(out, key=lambda p: p[0])
 
 

@@ -27,9 +27,16 @@ machine drift cancels in the per-pair ratios. Every variant first runs once,
 briefly and unmeasured, in the process (module imports and first-use costs:
 kept in the JSON as `cold_first_fit`, not in the tables).
 
+`mlp-2w` is a two-worker job on 127.0.0.1 (two processes run each run
+together); it runs only keras-gpu's variants, without the accuracy runs and
+the self-check, and its tables show worker 0 (`mlp-2w`) and worker 1
+(`mlp-2w/worker1`) apart: each worker's hooks are timed in its own process.
+
 Variants: `kg-default` (`keras_gpu.callbacks(log_dir)`), `kg-throughput`,
 `kg-memory`, `kg-placement` (each keras-gpu callback alone, at its defaults),
-`tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
+`kg-step-probe` (only the step probe that `StepTimeLogger` puts into
+multi-worker steps, installed in any job: what its in-graph timestamps cost,
+seen in `vs bare`), `tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
 and with `update_freq=1, write_steps_per_second=True`), `timehistory` and
 `naive` (see :mod:`benchmarks.peers`), or any `module:callable`.
 
@@ -230,38 +237,85 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one job in a fresh process; its result, or `{"error": ..., "stderr_tail": ...}`."""
+def _run_worker(spec: dict[str, Any], timeout: float, workers: int = 1) -> dict[str, Any]:
+    """Run one job in a fresh process; its result, or `{"error": ..., "stderr_tail": ...}`.
+
+    With `workers > 1`, the job runs in that many processes at once, one
+    multi-worker job on 127.0.0.1 (each gets its `TF_CONFIG`); the result is
+    worker 0's, with the other workers' under `"other_workers"`. One failed
+    worker ends the others.
+    """
     with tempfile.TemporaryDirectory(prefix="keras_gpu_bench_job_") as tmp:
-        job, out = os.path.join(tmp, "job.json"), os.path.join(tmp, "result.json")
+        job = os.path.join(tmp, "job.json")
         with open(job, "w", encoding="utf-8") as f:
             json.dump(spec, f)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._worker", job, out],
-            cwd=str(REPO),
-            env=_worker_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        tail: list[str] = []
-        try:
-            for line in proc.stderr:
-                if line.startswith("keras-gpu bench: "):
+        outs = [os.path.join(tmp, f"result{i}.json") for i in range(workers)]
+        envs = [_worker_env()] * workers
+        if workers > 1:
+            cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(workers)]}
+            envs = [{**_worker_env(), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+                    for i in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "benchmarks._worker", job, out],
+                cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                text=True,
+            )
+            for env, out in zip(envs, outs)
+        ]
+        tails: list[list[str]] = [[] for _ in procs]
+
+        def kill_all() -> None:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+
+        def read(i: int) -> None:
+            for line in procs[i].stderr:
+                if i == 0 and line.startswith("keras-gpu bench: "):
                     sys.stderr.write(line)
                     sys.stderr.flush()
-                tail = (tail + [line.rstrip()])[-40:]
-            code = proc.wait()
+                tails[i] = (tails[i] + [line.rstrip()])[-40:]
+            if procs[i].wait() != 0:
+                kill_all()  # a multi-worker job cannot go on without one of its workers
+
+        timer = threading.Timer(timeout, kill_all)
+        timer.start()
+        readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(workers)]
+        try:
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join()
+            codes = [p.wait() for p in procs]
         finally:
             timer.cancel()
-        if code != 0 or not os.path.exists(out):
-            why = f"timed out after {timeout:.0f} s" if code in (-9, 137) else f"exited with status {code}"
-            return {"error": f"the {spec['job']} process {why}", "stderr_tail": tail}
-        with open(out, encoding="utf-8") as f:
-            return json.load(f)
+            kill_all()
+        results = []
+        for i, (code, out) in enumerate(zip(codes, outs)):
+            if code != 0 or not os.path.exists(out):
+                why = f"timed out after {timeout:.0f} s" if code in (-9, 137) else f"exited with status {code}"
+                who = f"the {spec['job']} process" + (f" of worker {i}" if workers > 1 else "")
+                return {"error": f"{who} {why}", "stderr_tail": tails[i]}
+            with open(out, encoding="utf-8") as f:
+                results.append(json.load(f))
+        if workers == 1:
+            return results[0]
+        return {**results[0], "other_workers": results[1:]}
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct free TCP ports on 127.0.0.1."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 # --------------------------------------------------------------------------- the benchmark
@@ -282,24 +336,27 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
     }
     for i, name in enumerate(opts["configs"]):
         _progress(f"configuration {name} ({i + 1}/{len(opts['configs'])}), {time.perf_counter() - started:.0f} s so far")
+        workers = CONFIGS[name].workers
         spec = {
             "job": "overhead",
             "config": name,
             "scale": opts["scale"],
             "rounds": opts["rounds"],
             "epochs": opts["epochs"],
-            "variants": opts["variants"],
+            "variants": opts["variants"] if workers == 1 else _multiworker_variants(opts["variants"]),
             "seed": opts["seed"],
-            "accuracy": opts["accuracy"],
+            "accuracy": opts["accuracy"] and workers == 1,
             "accuracy_settings": opts["accuracy_settings"],
-            "self_check": opts["self_check"] == "all" or (opts["self_check"] == "first" and i == 0),
+            "self_check": workers == 1 and (opts["self_check"] == "all" or (opts["self_check"] == "first" and i == 0)),
         }
-        raw = _run_worker(spec, opts["timeout"])
+        raw = _run_worker(spec, opts["timeout"], workers)
         if "error" in raw:
             _progress(f"configuration {name} failed: {raw['error']}")
             result["configs"][name] = raw
             continue
         result["configs"][name] = {"summary": _analysis.summarise_config(raw, labels), "raw": raw}
+        for w, worker_raw in enumerate(raw.get("other_workers", []), start=1):
+            result["configs"][f"{name}/worker{w}"] = {"summary": _analysis.summarise_config(worker_raw, labels)}
     if opts["import_repeats"]:
         _progress(f"import cost ({opts['import_repeats']} fresh processes)")
         runs = [_run_worker({"job": "import"}, opts["timeout"]) for _ in range(opts["import_repeats"])]
@@ -317,6 +374,12 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
     result["load_average_end"] = load_average()
     result["duration_s"] = time.perf_counter() - started
     return result
+
+
+def _multiworker_variants(variants: list[str]) -> list[str]:
+    """The variants a multi-worker configuration runs: keras-gpu's (what a peer costs does not depend on workers)."""
+    chosen = [v for v in variants if v.startswith("kg-")]
+    return chosen or ["kg-default"]
 
 
 def failed_parts(result: dict[str, Any]) -> list[str]:

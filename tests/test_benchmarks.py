@@ -312,3 +312,27 @@ def test_throughput_accuracy_import_and_leak_sections(result):
     for name in ("bare", "kg-default"):
         assert leak[name]["steps"] == 200 and leak[name]["python_threads_left"] == []
     assert "default_vs_bare" in leak
+
+
+def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
+    """`mlp-2w`: one multi-worker job of two processes; each worker's hooks are timed in its own process."""
+    out = tmp_path / "two_workers.json"
+    cmd = [
+        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2w", "--variants", "kg-default,tb-epoch",
+        "--rounds", "1", "--scale", "0.1", "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0",
+        "--output", str(out), "--label", "two-workers", "--no-table",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert set(data["configs"]) == {"mlp-2w", "mlp-2w/worker1"}
+    for name, task in (("mlp-2w", 0), ("mlp-2w/worker1", 1)):
+        summary = data["configs"][name]["summary"]
+        assert summary["devices"] == [f"/job:worker/replica:0/task:{task}/device:CPU:0"]
+        assert set(summary["variants"]) == {"kg-default"}  # a peer's cost does not depend on workers
+        assert summary["variants"]["kg-default"]["direct_steady"]["median"] is not None
+    raw = data["configs"]["mlp-2w"]["raw"]
+    for worker_raw in (raw, raw["other_workers"][0]):
+        (pair,) = worker_raw["pairs"]
+        calls = [f["hooks"]["StepTimeLogger.on_train_batch_end"]["calls"] for f in pair["run"]["fits"]]
+        assert calls == [2 * 20, 2 * 20]  # two fits of two epochs of 20 steps, on each worker
