@@ -32,6 +32,8 @@ names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 import threading
 import weakref
 from typing import Any, NamedTuple
@@ -55,6 +57,7 @@ __all__ = [
     "require_tensorflow",
     "require_tensorflow_backend",
     "reset_allocator_peak",
+    "selected",
     "strategy",
     "task_info",
     "tensorflow_installed",
@@ -73,6 +76,24 @@ def name() -> str:
     import keras
 
     return str(keras.backend.backend())
+
+
+def selected() -> str:
+    """The Keras backend this process uses, or will use once Keras is imported.
+
+    Read without importing Keras where the `KERAS_BACKEND` environment
+    variable decides (it overrides Keras' config file); otherwise Keras is
+    imported (which imports its backend, but starts no device) and asked;
+    when Keras cannot be imported, its default, `"tensorflow"`.
+    """
+    if "keras" not in sys.modules:
+        chosen = os.environ.get("KERAS_BACKEND", "").strip()
+        if chosen:
+            return chosen
+    try:
+        return name()
+    except ImportError:
+        return "tensorflow"
 
 
 def tensorflow_installed() -> bool:

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from keras_gpu._checks import check_bool, check_choice
 from keras_gpu._log import logger
 from keras_gpu._tf import clear_logical_configuration, clear_memory_growth, runtime_initialized
-from keras_gpu.backend import require_tensorflow
+from keras_gpu.backend import require_tensorflow, selected
 
 __all__ = ["DeviceConfig", "configure_devices"]
 
@@ -935,6 +935,9 @@ def configure_devices(
 ) -> DeviceConfig:
     """Configure TensorFlow's devices and runtime options in one validated call.
 
+    On Keras' JAX backend, the settings with a JAX meaning are applied to JAX
+    instead, and the others raise (see `keras_gpu.jax_devices`).
+
     Call it at the top of the script, right after the imports and before any
     tensor, model or strategy is created. Every argument defaults to `None`,
     meaning "leave as is". All arguments are checked, and a full plan is made,
@@ -999,6 +1002,11 @@ def configure_devices(
             force; or `memory_fraction` is used and NVML cannot report the
             card's memory. Nothing is changed in either case.
     """
+    arguments = dict(locals())
+    if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
+        from keras_gpu import jax_devices
+
+        return jax_devices.configure_devices(**arguments)
     require_tensorflow("keras_gpu.configure_devices()")
     req = _parse_request(
         visible_gpus=visible_gpus,

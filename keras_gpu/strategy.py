@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from keras_gpu._checks import check_choice
 from keras_gpu._log import log_once, logger
 from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
-from keras_gpu.backend import require_tensorflow
+from keras_gpu.backend import require_tensorflow, selected
 from keras_gpu.cluster import SOURCES, ClusterInfo, check_cluster_agreement, resolve_cluster
+from keras_gpu.cluster_peers import explain_taken_port, report_refused, startup_guard
 from keras_gpu.topology import visible_gpu_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -349,8 +350,12 @@ def make_strategy(
     2.21 waits indefinitely in the constructor for a peer that never starts,
     and reports a taken port only as `Could not start gRPC server`.
 
+    On Keras' JAX backend it returns a `keras_gpu.jax_strategy.JaxStrategy`
+    instead, with `scope()` and `num_replicas_in_sync`, for the same cluster
+    (see that module).
+
     Returns:
-        A `tf.distribute.Strategy`.
+        A `tf.distribute.Strategy` (a `JaxStrategy` on JAX).
 
     Raises:
         ValueError: Bad or contradictory arguments, missing devices, or a
@@ -362,6 +367,11 @@ def make_strategy(
             `startup_timeout`; the tasks' cluster descriptions disagree; or
             the default strategy was asked for inside another strategy's scope.
     """
+    arguments = dict(locals())
+    if selected() != "tensorflow":  # JAX: a keras.distribution over the same cluster; others: one clear error
+        from keras_gpu import jax_strategy
+
+        return jax_strategy.make_strategy(**arguments)
     require_tensorflow("keras_gpu.make_strategy()")
     plan = plan_strategy(
         kind,
@@ -451,24 +461,28 @@ def _build_multiworker(plan: StrategyPlan) -> tf.distribute.Strategy:
     if info.cluster:
         _check_own_port(info)
         _bound_registration(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT)
-    try:
-        strategy = KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
-    except RuntimeError as exc:
-        if "startup" not in str(exc):
-            raise
-        raise RuntimeError(_LATE_MULTIWORKER) from exc
-    except tf.errors.InvalidArgumentError as exc:
-        if "Unexpected task registered" not in str(exc):
-            raise
-        raise RuntimeError(_unknown_task_message(info, str(exc))) from exc
-    except tf.errors.UnknownError as exc:
-        if "gRPC server" not in str(exc):
-            raise
-        raise RuntimeError(_port_in_use_message(info, "TensorFlow could not start its gRPC server there")) from exc
-    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as exc:
-        raise RuntimeError(
-            _startup_failure_message(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, str(exc))
-        ) from exc
+    # A peer that shows the tasks disagree on the cluster ends the wait below at once (keras_gpu.cluster_peers).
+    with startup_guard(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT):
+        try:
+            strategy = KerasMultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+        except RuntimeError as exc:
+            if "startup" not in str(exc):
+                raise
+            raise RuntimeError(_LATE_MULTIWORKER) from exc
+        except tf.errors.InvalidArgumentError as exc:
+            if "Unexpected task registered" not in str(exc):
+                raise
+            report_refused(info)
+            raise RuntimeError(_unknown_task_message(info, str(exc))) from exc
+        except tf.errors.UnknownError as exc:
+            if "gRPC server" not in str(exc):
+                raise
+            why = "TensorFlow could not start its gRPC server there"
+            raise RuntimeError(explain_taken_port(info) or _port_in_use_message(info, why)) from exc
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as exc:
+            raise RuntimeError(
+                _startup_failure_message(info, plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, str(exc))
+            ) from exc
     if info.cluster:
         check_cluster_agreement(info, min(plan.startup_timeout or DEFAULT_STARTUP_TIMEOUT, 60.0))
     return strategy
@@ -525,7 +539,8 @@ def _check_own_port(info: ClusterInfo) -> None:
             probe.bind(("0.0.0.0", port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise RuntimeError(_port_in_use_message(info, "it is already in use by another process")) from None
+                why = "it is already in use by another process"
+                raise RuntimeError(explain_taken_port(info) or _port_in_use_message(info, why)) from None
             raise RuntimeError(
                 f"make_strategy: cannot listen on port {address} for {info.task_type}:{info.task_index}: "
                 f"{exc.strerror or exc}. Give this task another port in the cluster description."
