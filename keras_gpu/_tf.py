@@ -15,25 +15,31 @@ imports nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "REGISTRATION_BARRIER",
+    "cancel_registration",
     "clear_logical_configuration",
     "clear_memory_growth",
     "collective_cross_device_ops",
     "collective_keys_fixed_in_control_flow",
     "configure_coordination_service",
-    "coordination_get",
-    "coordination_set",
     "constant_value",
+    "coordination_get",
     "coordination_service_config",
+    "coordination_set",
     "export_run_metadata",
     "function_body_graph",
     "graph_collection",
     "has_kernel",
     "new_graph_def",
     "runtime_initialized",
+    "server_task",
+    "service_insert",
+    "service_try_get",
     "slurm_cluster_resolver",
     "strategy_devices",
 ]
@@ -266,3 +272,153 @@ def configure_coordination_service(cluster_spec: Any, jobs: Sequence[str], regis
         cluster_register_timeout_in_ms=int(register_timeout_s * 1000),
     )
     return ctx.coordination_service
+
+
+# --------------------------------------------------------------------------- TensorFlow's gRPC services, from outside
+#
+# A multi-worker task's gRPC server (started inside the strategy's constructor)
+# serves TensorFlow's WorkerService and, on the coordination leader, its
+# CoordinationService. These functions call them over the wire with `grpcio`
+# (a TensorFlow dependency), so they work from any process, with no TensorFlow
+# import and while the task that owns the server blocks in native code. The
+# few request and response messages are encoded here by field number; TensorFlow
+# ships no Python classes for them. Checked on TensorFlow 2.21 (CPU, loopback):
+# - WorkerService/GetStatus answers as soon as the server listens, while the
+#   task still waits for its peers, with the task's devices named
+#   `/job:worker/replica:0/task:K/device:CPU:0`.
+# - CoordinationService/InsertKeyValue and TryGetKeyValue work while tasks
+#   register, and afterwards while the leader's process lives.
+# - CoordinationService/CancelBarrier on REGISTRATION_BARRIER (registration
+#   with `cluster_register_with_barrier`) ends every task waiting there at
+#   once, with `AlreadyExistsError: Aborted connect attempt as there is a
+#   request from a newer incarnation.`; a barrier that already passed is left
+#   alone (FAILED_PRECONDITION).
+
+REGISTRATION_BARRIER = "[Init]Wait_for_all_tasks_to_register"
+"""The coordination service's barrier that every task waits in while the cluster registers."""
+
+_GRPC_OPTIONS = (("grpc.enable_http_proxy", 0),)  # loopback and cluster addresses never go through a proxy
+_TASK_NAME = re.compile(r"^/job:([A-Za-z0-9_.\-]+)/replica:\d+/task:(\d+)(?:/|$)")
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, value: bytes | str | int) -> bytes:
+    """One protobuf field: a varint for an int, length-delimited for bytes or str."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _fields(buffer: bytes) -> list[tuple[int, Any]]:
+    """The top-level `(field number, value)` pairs of a protobuf message (varints as int, others as bytes)."""
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = buffer[i]
+            value |= (byte & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if not byte & 0x80:
+                return value, i
+
+    out, i = [], 0
+    while i < len(buffer):
+        key, i = varint(i)
+        kind = key & 7
+        if kind == 0:
+            value, i = varint(i)
+        elif kind == 2:
+            size, i = varint(i)
+            value, i = buffer[i : i + size], i + size
+        elif kind in (1, 5):
+            size = 8 if kind == 1 else 4
+            value, i = buffer[i : i + size], i + size
+        else:
+            raise ValueError(f"unsupported protobuf wire type {kind}")
+        out.append((key >> 3, value))
+    return out
+
+
+def _call(address: str, method: str, request: bytes, timeout_s: float) -> bytes:
+    """One unary call to TensorFlow's gRPC server at `host:port`. Raises `grpc.RpcError`."""
+    import grpc
+
+    with grpc.insecure_channel(address, options=_GRPC_OPTIONS) as channel:
+        stub = channel.unary_unary(method, request_serializer=bytes, response_deserializer=bytes)
+        return stub(request, timeout=timeout_s)
+
+
+def _task(job: str, index: int) -> bytes:
+    """A `CoordinatedTask` message."""
+    return _field(1, job) + (_field(2, index) if index else b"")
+
+
+def server_task(address: str, timeout_s: float = 2.0) -> tuple[str, int] | None:
+    """Which task TensorFlow's server at `address` says it is, `(job, index)`, from `WorkerService/GetStatus`.
+
+    Returns None when nothing answers, or what answers is not a TensorFlow
+    server (or lists no task-named device).
+    """
+    import grpc
+
+    try:
+        response = _call(address, "/tensorflow.WorkerService/GetStatus", b"", timeout_s)
+        for number, device in _fields(response):  # GetStatusResponse.device_attributes = 1
+            if number != 1:
+                continue
+            name = dict(_fields(device)).get(1, b"")  # DeviceAttributes.name = 1
+            match = _TASK_NAME.match(name.decode(errors="replace"))
+            if match:
+                return match.group(1), int(match.group(2))
+    except (grpc.RpcError, ValueError, IndexError):
+        return None
+    return None
+
+
+def service_insert(address: str, key: str, value: str, timeout_s: float = 2.0) -> bool:
+    """Store `key = value` in the coordination service at `address` unless the key exists; whether it was stored."""
+    import grpc
+
+    entry = _field(1, key) + _field(2, value.encode())
+    try:
+        _call(address, "/tensorflow.CoordinationService/InsertKeyValue", _field(1, entry), timeout_s)
+    except grpc.RpcError:
+        return False
+    return True
+
+
+def service_try_get(address: str, key: str, timeout_s: float = 2.0) -> str | None:
+    """The value of `key` in the coordination service at `address`, or None (absent, or no service answers)."""
+    import grpc
+
+    try:
+        response = _call(address, "/tensorflow.CoordinationService/TryGetKeyValue", _field(1, key), timeout_s)
+        entry = dict(_fields(response)).get(1, b"")  # TryGetKeyValueResponse.kv = 1
+        return dict(_fields(entry)).get(2, b"").decode(errors="replace")  # KeyValueEntry.value = 2
+    except (grpc.RpcError, ValueError, IndexError):
+        return None
+
+
+def cancel_registration(address: str, job: str, index: int, timeout_s: float = 2.0) -> bool:
+    """Cancel the registration barrier of the coordination service at `address`, in the name of task `job:index`.
+
+    Every task waiting there gets an error at once. Returns whether the
+    service accepted it (False: no service, or the cluster already formed).
+    """
+    import grpc
+
+    request = _field(1, REGISTRATION_BARRIER) + _field(2, _task(job, index))  # CancelBarrierRequest
+    try:
+        _call(address, "/tensorflow.CoordinationService/CancelBarrier", request, timeout_s)
+    except grpc.RpcError:
+        return False
+    return True
