@@ -17,6 +17,13 @@ adapter:
   dimension means every batch is full (`drop_remainder=True`);
 * other inputs (generators, `PyDataset`, ...) report nothing.
 
+Where nothing tells the batch size before the batches come, JAX and PyTorch
+count the batches themselves: :func:`count_batches` wraps the running
+`fit`'s epoch iterator so that every batch its train function takes adds
+its size (the first dimension of its first array: shape metadata, no
+device sync) to a :class:`BatchCounter`. TensorFlow's train function takes
+its batches inside the compiled step; there `keras_gpu.step_probe` counts.
+
 This reads private Keras state (checked on Keras 3.15): everything is wrapped
 so that a different Keras yields `None` fields, never an exception.
 """
@@ -32,7 +39,7 @@ from typing import Any
 
 from keras_gpu._log import logger
 
-__all__ = ["FitData", "FitWatch", "inspect_fit", "walk_stack"]
+__all__ = ["BatchCounter", "FitData", "FitWatch", "count_batches", "inspect_fit", "walk_stack"]
 
 _MAX_FRAMES = 64
 _LIBRARIES = ("keras.", "keras_gpu.")
@@ -246,4 +253,104 @@ def inspect_fit(model: Any) -> FitData | None:
         )
     except Exception as exc:  # noqa: BLE001 - introspection must never break fit
         logger.debug("keras-gpu: could not inspect the running fit: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+# --------------------------------------------------------------------------- counting batches on the host
+
+
+class BatchCounter:
+    """Steps and samples of the batches a `fit`'s train function took, counted on the host as it takes them.
+
+    Call it for the running totals `(steps, samples)`. Each batch costs an
+    add and a shape read (the path to the first array is found once); a
+    batch with no array of rank 1 or more counts as a step of 0 samples.
+    """
+
+    __slots__ = ("_path", "samples", "steps")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.samples = 0
+        self._path: tuple[Any, ...] | None = None
+
+    def __call__(self) -> tuple[int, int]:
+        return self.steps, self.samples
+
+    def wrap(self, batches: Any) -> Iterator[Any]:
+        """Yield from `batches`, counting each batch when it is taken."""
+        for batch in batches:
+            self.steps += 1
+            self.samples += self._size(batch)
+            yield batch
+
+    def _size(self, batch: Any) -> int:
+        path = self._path
+        if path is not None:
+            size = _size_at(batch, path)
+            if size is not None:
+                return size
+        found = _first_array(batch, ())
+        if found is None:
+            return 0
+        self._path, size = found
+        return size
+
+
+def _size_at(batch: Any, path: tuple[Any, ...]) -> int | None:
+    """The first dimension of the leaf at `path`, or `None` where the batch has no such leaf."""
+    try:
+        leaf = batch
+        for key in path:
+            leaf = leaf[key]
+        return int(leaf.shape[0])
+    except Exception:  # noqa: BLE001 - the structure changed: the caller searches again
+        return None
+
+
+def _first_array(value: Any, path: tuple[Any, ...]) -> tuple[tuple[Any, ...], int] | None:
+    """The path to the first leaf of `value` with a first dimension, and that dimension."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        shape = getattr(value, "shape", None)
+        try:
+            return (path, int(shape[0])) if shape is not None and len(shape) > 0 else None
+        except (TypeError, ValueError):
+            return None  # an unknown dimension
+    for key, item in items:
+        found = _first_array(item, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def count_batches(model: Any) -> BatchCounter | None:
+    """Count the batches of the `fit` running on `model` (JAX and PyTorch), or `None` where it cannot.
+
+    Call it from a callback hook inside `fit` before the first epoch (e.g.
+    `on_train_begin`). It replaces, on that `fit`'s own epoch iterator only,
+    the method that makes each pass's iterator, so the counter sees the
+    batches in the order the train function takes them; nothing global
+    changes, and the iterator goes when the `fit` ends. Never raises.
+    """
+    try:
+        iterator = _find_epoch_iterator(model)
+        make = getattr(iterator, "_get_iterator", None)
+        if iterator is None or not callable(make):
+            return None
+        counter = BatchCounter()
+
+        def _get_iterator() -> Iterator[Any]:
+            return counter.wrap(make())
+
+        iterator._get_iterator = _get_iterator
+        current = getattr(iterator, "_current_iterator", None)
+        if current is not None:  # a pass already under way (Keras resets it before on_train_begin)
+            iterator._current_iterator = counter.wrap(current)
+        return counter
+    except Exception as exc:  # noqa: BLE001 - counting must never break fit
+        logger.debug("keras-gpu: could not count the running fit's batches: %s: %s", type(exc).__name__, exc)
         return None

@@ -29,6 +29,14 @@ does not change; install it before `fit` builds its train function (a
 callback's `set_model`), and the train function Keras builds runs the probed
 step, whatever else wraps that function later. XLA cannot compile `tf.timestamp()`, so a model compiled
 with `jit_compile=True` is not probed (:func:`install` returns `None`).
+
+A probe made with `timing=False` only counts: one add of the step and of
+its batch size per replica, no timestamp (what `ThroughputLogger` needs to
+count samples where the input does not say its batch size, at a fraction of
+the timing's cost). It works under XLA too: its counters then live on the
+model's device, and a read copies them once per window. Installing with
+`timing=True` later turns the same probe into a timing one (one probe per
+model, never two in the step).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "unavailable_reason"]
+__all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
 
 #: The running sums per local replica, in this order.
 FIELDS = ("steps", "compute", "wait", "gap", "gap_steps", "t0", "samples")
@@ -95,36 +103,51 @@ class ProbeWindow:
         return self.busy_sec + measured_input + self.communication_sec
 
 
-def unavailable_reason(model: Any) -> str | None:
-    """Why `model`'s steps cannot be probed, or `None` when they can."""
+def unavailable_reason(model: Any, timing: bool = True) -> str | None:
+    """Why `model`'s steps cannot be probed (with timestamps, or only counted), or `None` when they can."""
     from keras_gpu import backend
 
     if backend.name() != "tensorflow":
         return f"the probe is written for the TensorFlow backend, not {backend.name()}"
-    if getattr(model, "jit_compile", False) is True:
+    if timing and getattr(model, "jit_compile", False) is True:
         return "XLA (jit_compile=True) cannot compile tf.timestamp(); compile with jit_compile=False to measure"
     return None
 
 
-def install(model: Any, local_replicas: int) -> StepProbe | None:
+def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe | None:
     """Probe `model`'s training steps from the next train function Keras builds; `None` where it cannot.
 
     The first install drops the model's train function (`fit` builds it anew
     from the probed step, before its first step); installing again on the
     same model reuses the probe and the traced function, so a later `fit`
-    pays no retrace. :func:`unavailable_reason` says why a model cannot be
-    probed.
+    pays no retrace. A counting probe (`timing=False`) asked for timing
+    becomes a timing probe (the train function is built anew once); a timing
+    probe asked only to count stays as it is. :func:`unavailable_reason` says
+    why a model cannot be probed.
     """
-    if unavailable_reason(model) is not None:
+    if unavailable_reason(model, timing) is not None:
         return None
-    probe = getattr(model, _ATTR, None)
-    if probe is None or probe.local_replicas != local_replicas:
-        probe = StepProbe(local_replicas)
+    probe = installed(model)
+    on_device = getattr(model, "jit_compile", False) is True  # only a counting probe gets here under XLA
+    if probe is None or probe.local_replicas != local_replicas or probe.on_device != on_device:
+        if probe is not None:
+            timing = timing or (probe.timing and not on_device)
+            probe._unwrap_step(model)
+        probe = StepProbe(local_replicas, timing=timing, on_device=on_device)
         probe._wrap_step(model)
         object.__setattr__(model, _ATTR, probe)
         model.train_function = None
+    elif timing and not probe.timing:
+        probe.timing = True
+        model.train_function = None  # the next trace adds the timestamps
     probe._wrap_optimizer(getattr(model, "optimizer", None))
     return probe
+
+
+def installed(model: Any) -> StepProbe | None:
+    """The probe installed on `model`, or `None`."""
+    probe = getattr(model, _ATTR, None)
+    return probe if isinstance(probe, StepProbe) else None
 
 
 class StepProbe:
@@ -132,15 +155,22 @@ class StepProbe:
 
     Args:
         local_replicas: Replicas of this worker (the rows of the sums).
+        timing: Take timestamps (`False`: only count steps and samples).
+        on_device: Keep the sums on the default device rather than the host
+            (a counting probe in an XLA-compiled step).
     """
 
-    def __init__(self, local_replicas: int) -> None:
+    def __init__(self, local_replicas: int, timing: bool = True, on_device: bool = False) -> None:
         import tensorflow as tf
 
         self.local_replicas = max(1, int(local_replicas))
+        self.timing = bool(timing)
+        self.on_device = bool(on_device)
         self._base = time.time()
         self._sums, self._prev = _host_variables(
-            tf.zeros((self.local_replicas, len(FIELDS)), tf.float64), tf.zeros((self.local_replicas,), tf.float64)
+            tf.zeros((self.local_replicas, len(FIELDS)), tf.float64),
+            tf.zeros((self.local_replicas,), tf.float64),
+            device=None if on_device else "/cpu:0",
         )
         self._trace = threading.local()  # the step being traced: where its t1 goes
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
@@ -179,6 +209,16 @@ class StepProbe:
         """Start a new window now, dropping what was summed so far (warm-up)."""
         self.read()
 
+    def counts(self) -> tuple[int, int]:
+        """Steps and samples since the probe was made (one small copy): this worker's, every local replica's batch.
+
+        A running total that :meth:`read` does not disturb, so several readers
+        can share the probe, each keeping its own last value.
+        """
+        sums = self._sums.numpy()
+        steps, samples = _F["steps"], _F["samples"]
+        return round(float(sums[0, steps])), round(float(sums[:, samples].sum()))
+
     # -- wrapping ---------------------------------------------------------------------------
 
     def _wrap_step(self, model: Any) -> None:
@@ -190,6 +230,17 @@ class StepProbe:
 
         object.__setattr__(train_step, _ATTR, self)
         model.train_step = train_step
+
+    def _unwrap_step(self, model: Any) -> None:
+        """Put back the step this probe wrapped (before another probe wraps it)."""
+        step = model.__dict__.get("train_step")
+        if step is not None and getattr(step, _ATTR, None) is self:
+            original = step.__wrapped__
+            own = getattr(type(model), "train_step", None)
+            if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is own:
+                del model.__dict__["train_step"]  # the class's own method again
+            else:
+                model.train_step = original
 
     def _wrap_optimizer(self, optimizer: Any) -> None:
         if optimizer is None or getattr(optimizer.apply, _ATTR, None) is self:
@@ -215,6 +266,8 @@ class StepProbe:
     def _probed_step(self, original: Any, data: Any) -> Any:
         import tensorflow as tf
 
+        if not self.timing:
+            return self._counted_step(original, data)
         t0 = _stamp_after(data)
         with tf.control_dependencies([t0]):
             data = tf.nest.map_structure(_identity, data, expand_composites=True)
@@ -228,6 +281,16 @@ class StepProbe:
         updates = self._accumulate(t0, t1, t2, data)
         with tf.control_dependencies(updates):
             return tf.nest.map_structure(_identity, outputs, expand_composites=True)
+
+    def _counted_step(self, original: Any, data: Any) -> Any:
+        """The step and one add of (1 step, its batch size) to this replica's row: no timestamp, no dependency."""
+        import tensorflow as tf
+
+        r = _local_replica(self.local_replicas)
+        values = tf.stack([tf.constant(1.0, tf.float64), tf.cast(_batch_size(data), tf.float64)])
+        indices = tf.stack([tf.fill([2], r), tf.constant([_F["steps"], _F["samples"]], tf.int32)], axis=1)
+        self._sums.scatter_nd_add(indices, values)  # a stateful op: the function runs it before it returns
+        return original(data)
 
     def _mark_gradients_ready(self, grads: Any) -> Any:
         import tensorflow as tf
@@ -342,8 +405,8 @@ def _batch_size(data: Any) -> Any:
     return tf.constant(0, tf.int64)
 
 
-def _host_variables(*initial: Any) -> list[Any]:
-    """Plain host-memory variables, outside any distribution strategy's scope.
+def _host_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:
+    """Plain variables on `device` (`None`: the default device), outside any distribution strategy's scope.
 
     A strategy's scope is per thread, so the variables are made on a thread of
     their own: inside a `with strategy.scope():` block (where users often call
@@ -356,7 +419,7 @@ def _host_variables(*initial: Any) -> list[Any]:
 
     def create() -> None:
         try:
-            with tf.device("/cpu:0"):
+            with tf.device(device):
                 made.extend(tf.Variable(v, trainable=False) for v in initial)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             errors.append(exc)

@@ -16,6 +16,13 @@ How Keras feeds batches, mirrored here by :class:`DataSchedule`:
 * without `steps_per_epoch`, every epoch starts a fresh pass; with it, one
   pass continues across epochs until Keras has asked for all its batches.
 
+Where the batch size is not known before `fit` runs (a `tf.data` pipeline
+with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
+*counter* counts instead: a callable giving the steps and samples done so
+far, read when a window closes (never per batch). The meter then takes each
+window's steps and samples from the counter, so short and uneven batches,
+and an execution that stopped early, count as they ran.
+
 Conventions:
 
 * Rates measure wall-clock time. An epoch's training phase runs from the
@@ -38,7 +45,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,6 +281,9 @@ class ThroughputMeter:
             `None`.
         peak_flops: Summed peak FLOP/s of all replica devices, or `None`.
         initial_step: The global step when training starts.
+        counter: Running totals `(steps, samples)` of this fit, exact at any
+            batch end (see the module's docstring); read once per window.
+            With it, the counts come from the counter, not from `schedule`.
     """
 
     def __init__(
@@ -286,6 +296,7 @@ class ThroughputMeter:
         flops_per_sample: float | None = None,
         peak_flops: float | None = None,
         initial_step: int = 0,
+        counter: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         if not isinstance(schedule, DataSchedule):
             raise TypeError(f"`schedule` must be a DataSchedule. Received: schedule={schedule!r}")
@@ -307,8 +318,13 @@ class ThroughputMeter:
         self.num_replicas = num_replicas
         self.flops_per_sample = _positive_number("flops_per_sample", flops_per_sample)
         self.peak_flops = _positive_number("peak_flops", peak_flops)
+        if counter is not None and not callable(counter):
+            raise TypeError(f"`counter` must be a callable returning (steps, samples). Received: counter={counter!r}")
         self.step = initial_step
         self.epochs = 0
+        self._counter = counter
+        self._counted = counter() if counter is not None else (0, 0)
+        self.counter_failed = False  # the counter saw no step where Keras ran some: samples unknown from then on
         self._totals = _Totals()
         # Position in the current pass over the data, true and as Keras counts it.
         self._pos = 0
@@ -324,6 +340,18 @@ class ThroughputMeter:
         self._win_samples: int | None = 0
         self.next_batch: float = _INF
         self.next_time: float = _INF
+
+    @property
+    def counts_samples(self) -> bool:
+        """Whether samples are counted: by the schedule (batch size known) or by the counter."""
+        if self._counter is not None:
+            return not self.counter_failed
+        return self.schedule.counts_samples
+
+    @property
+    def exact_steps(self) -> bool:
+        """Whether every execution's step count is known when it ends (always, with a counter)."""
+        return self._counter is not None or self.schedule.exact_steps
 
     # -- feeding ----------------------------------------------------------------
 
@@ -371,7 +399,7 @@ class ThroughputMeter:
             self._schedule_window()
             if batch < self.next_batch and t < self.next_time:
                 return out
-        if self.schedule.exact_steps:
+        if self.exact_steps:
             end_batch, end_t = batch, t
         else:
             # This execution may be the last of the pass and may have stopped
@@ -408,7 +436,7 @@ class ThroughputMeter:
         if last_batch > self._acc_batch:
             steps, samples = self._advance(last_batch)
             self._add_to_window(steps, samples)
-        if not self._first_pending and not self.schedule.exact_steps and epoch_steps is not None:
+        if not self._first_pending and not self.exact_steps and epoch_steps is not None:
             self._correct_last_execution(epoch_steps)
         if last_batch >= 0 and last_batch > self._win_batch:
             window = self._make_window(last_t - self._win_t)
@@ -454,7 +482,7 @@ class ThroughputMeter:
         steady_sps = steady_samps = None
         if steady_steps > 0 and steady_seconds > 0:
             steady_sps = steady_steps / steady_seconds
-            if self.schedule.counts_samples:
+            if self.counts_samples:
                 steady_samps = (epoch.samples - epoch.first_samples) / steady_seconds
         self._totals.validation_seconds += epoch.validation_sec
         self._totals.other_seconds += other_sec
@@ -482,7 +510,7 @@ class ThroughputMeter:
     @property
     def total_samples(self) -> int | None:
         """Samples counted since the meter was created, or `None` if unknown."""
-        return self._totals.samples if self.schedule.counts_samples else None
+        return self._totals.samples if self.counts_samples else None
 
     def summary(self) -> dict[str, Any]:
         """Totals and mean rates over the whole run.
@@ -514,7 +542,7 @@ class ThroughputMeter:
             "samples": self.total_samples,
             "epochs": self.epochs,
             "measured_steps": tot.measured_steps,
-            "measured_samples": tot.measured_samples if self.schedule.counts_samples else None,
+            "measured_samples": tot.measured_samples if self.counts_samples else None,
             "measured_seconds": tot.measured_seconds,
             "steps_per_sec": rates[0] if measured else None,
             "samples_per_sec": rates[1] if measured else None,
@@ -538,8 +566,10 @@ class ThroughputMeter:
         """Account for the steps up to `batch`; returns (steps, samples or None)."""
         nominal = batch - self._acc_batch
         if nominal <= 0:
-            return 0, (0 if self.schedule.counts_samples else None)
+            return 0, (0 if self.counts_samples else None)
         self._acc_batch = batch
+        if self._counter is not None:
+            return self._count(nominal)
         sched = self.schedule
         self._seen += nominal
         n = sched.batches_per_pass
@@ -550,6 +580,33 @@ class ThroughputMeter:
             if n is not None and steps > 0 and self._pos + steps == n:
                 samples -= sched.batch_size - sched.last_batch_size
         self._pos += steps
+        self._epoch_steps += steps
+        self.step += steps
+        self._totals.steps += steps
+        if self._epoch is not None:
+            self._epoch.steps += steps
+            self._epoch.samples += samples or 0
+        if samples is not None:
+            self._totals.samples += samples
+        return steps, samples
+
+    def _count(self, nominal: int) -> tuple[int, int | None]:
+        """Steps and samples since the last read of the counter (`nominal`: the steps Keras' batch index implies)."""
+        samples: int | None
+        try:
+            steps_now, samples_now = self._counter()
+        except Exception:  # noqa: BLE001 - a failed read costs the samples, never training
+            steps_now, samples_now = self._counted
+        steps = steps_now - self._counted[0]
+        samples = samples_now - self._counted[1]
+        self._counted = (steps_now, samples_now)
+        if steps <= 0 or steps > nominal or samples < 0:
+            # The counter does not see the steps Keras ran: count them by index, samples unknown.
+            self.counter_failed = True
+            steps = nominal
+        if self.counter_failed:
+            samples = None
+            self._win_samples = None
         self._epoch_steps += steps
         self.step += steps
         self._totals.steps += steps
@@ -573,7 +630,7 @@ class ThroughputMeter:
         self._win_steps += delta
         if self._epoch is not None:
             self._epoch.steps += delta
-        if self.schedule.counts_samples:
+        if self.schedule.counts_samples:  # never with a counter: its steps are exact
             self._totals.samples += delta * self.schedule.batch_size
             if self._epoch is not None:
                 self._epoch.samples += delta * self.schedule.batch_size
@@ -602,7 +659,7 @@ class ThroughputMeter:
 
     def _make_window(self, seconds: float) -> Window | None:
         steps = self._win_steps
-        samples = self._win_samples if self.schedule.counts_samples else None
+        samples = self._win_samples if self.counts_samples else None
         if steps <= 0 or seconds <= 0:
             return None
         tot = self._totals
@@ -618,7 +675,7 @@ class ThroughputMeter:
         if seconds <= 0:
             return 0.0, None, None, None, None
         steps_per_sec = steps / seconds
-        if samples is None or not self.schedule.counts_samples:
+        if samples is None or not self.counts_samples:
             return steps_per_sec, None, None, None, None
         samples_per_sec = samples / seconds
         per_replica = samples_per_sec / self.num_replicas

@@ -173,13 +173,28 @@ def test_summary_line_is_logged(tmp_path, caplog):
     assert len(no_mfu) == 1 and no_mfu[0].levelno == logging.INFO and "peak_flops=" in no_mfu[0].getMessage()
 
 
-def test_dataset_without_static_batch_warns_once_and_logs_steps_only(tmp_path, caplog):
+def test_dataset_without_static_batch_is_counted_by_the_probe(tmp_path, caplog):
     model = _mlp()
     x, y = _data()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
     cb = ThroughputLogger(tmp_path, every_n_steps=4)
     caplog.set_level(logging.INFO, logger="keras_gpu")
     model.fit(ds, epochs=2, verbose=0, callbacks=[cb])
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    s = read_scalars(tmp_path / "train")
+    assert [step for step, _ in s["throughput/samples_per_sec"]] == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert (cb.summary["samples"], cb.summary["steps"]) == (2 * N, 32)
+
+
+def test_callbacks_set_before_fit_cannot_count_a_dynamic_batch_warn_once_and_log_steps_only(tmp_path, caplog):
+    # A CallbackList made before `fit`: set_model ran outside it, so no probe is in the step.
+    model = _mlp()
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    callbacks = keras.callbacks.CallbackList([cb], add_history=True, model=model)
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    model.fit(ds, epochs=2, verbose=0, callbacks=callbacks)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "batch_size=" in warnings[0].getMessage() and "samples_per_epoch=" in warnings[0].getMessage()
@@ -381,7 +396,7 @@ def test_introspection_outside_fit_is_none():
     assert inspect_fit(_mlp()) is None
 
 
-def test_generator_input_needs_batch_size(tmp_path, caplog):
+def test_generator_input_is_counted_and_batch_size_overrides(tmp_path, caplog):
     x, y = _data(256)
 
     def gen():
@@ -391,11 +406,11 @@ def test_generator_input_needs_batch_size(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="keras_gpu")
     cb = ThroughputLogger(tmp_path, every_n_steps=2)
     _mlp().fit(gen(), epochs=1, verbose=0, callbacks=[cb])
-    assert sum("batch_size=" in r.getMessage() for r in caplog.records) == 1
-    assert cb.summary["samples"] is None and cb.summary["steps"] == 8
-    cb = ThroughputLogger(tmp_path / "given", every_n_steps=2, batch_size=32, samples_per_epoch=256)
-    _mlp().fit(gen(), epochs=1, verbose=0, callbacks=[cb])
+    assert not caplog.records
     assert (cb.summary["steps"], cb.summary["samples"]) == (8, 256)
+    cb = ThroughputLogger(tmp_path / "given", every_n_steps=2, batch_size=16, samples_per_epoch=128)
+    _mlp().fit(gen(), epochs=1, verbose=0, callbacks=[cb])
+    assert (cb.summary["steps"], cb.summary["samples"]) == (8, 128)  # what the user said, not what was counted
 
 
 def test_hooks_exist_on_keras_callback_with_exact_signatures():

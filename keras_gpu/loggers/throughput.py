@@ -7,8 +7,8 @@ import os
 import time
 from typing import Any
 
-from keras_gpu import backend
-from keras_gpu._fit_introspection import FitData, inspect_fit
+from keras_gpu import backend, step_probe
+from keras_gpu._fit_introspection import FitData, count_batches, inspect_fit
 from keras_gpu._log import call_with, logger, process_once
 from keras_gpu.loggers._base import LoggingCallback, check_positive
 from keras_gpu import tags as _tags
@@ -58,12 +58,30 @@ class ThroughputLogger(LoggingCallback):
       execution; `time/validation_sec`: validation (Keras' `on_test_begin`
       to `on_test_end`); `time/other_sec`: epoch-end callbacks and the rest.
 
-    Samples are counted exactly, including a short last batch and
-    `steps_per_execution > 1`. The batch size is read from the running `fit`
-    (arrays, and `tf.data` datasets with a static batch dimension); when it
-    cannot be known, one warning names the argument to pass and only steps/s
-    and `first_step_sec` are logged, never guessed numbers. For finite data of
-    unknown length (e.g. `tf.data` after `filter`) with `steps_per_execution >
+    Samples are counted exactly, including a short last batch, batches split
+    unevenly over replicas, and `steps_per_execution > 1`, for every input
+    `fit` takes, without `batch_size=`:
+
+    * arrays, and `tf.data` datasets with a static batch dimension: from the
+      running `fit`'s data (batch size, batches, the short last batch);
+    * anything else on TensorFlow (`tf.data` with a dynamic batch,
+      generators, `PyDataset`): a counting probe in the training step
+      (:mod:`keras_gpu.step_probe` with `timing=False`: one add of the step's
+      batch size per replica to a host variable, read once per window; the
+      same probe that measures multi-worker jobs, never a second one);
+    * anything else on JAX and PyTorch (generators, `PyDataset`, a PyTorch
+      `DataLoader`): the batches the train function takes from `fit`'s
+      epoch iterator, counted on the host by their first dimension.
+
+    In a multi-worker TensorFlow job each worker's probe counts its own
+    replicas' samples; the global count is that times the number of workers,
+    exact where the workers' batches are the same size (every full batch),
+    and off by the difference where a short last batch splits unevenly over
+    workers: an exact sum would need a collective per window. Where no count
+    is possible, one warning names the argument to pass and only steps/s and
+    `first_step_sec` are logged, never guessed numbers. `batch_size=` and
+    `samples_per_epoch=` override what is read or counted. With a static
+    batch size, for finite data of unknown length with `steps_per_execution >
     1`, the epoch's last execution may stop early without saying so: windows
     then close one execution late, and the last execution's step count is
     taken from the optimizer's iteration count at the end of the epoch.
@@ -87,9 +105,9 @@ class ThroughputLogger(LoggingCallback):
         every_s: Close a window every this many seconds (default: 5.0 when
             `every_n_steps` is not given). Pass only one of the two.
         batch_size: Samples per step, all replicas on all workers (the batch
-            size given to `fit`). Overrides what is read from the data; needed
-            for inputs the callback cannot read (generators, `PyDataset`,
-            `tf.data` without a static batch dimension).
+            size given to `fit`). Overrides what is read from the data or
+            counted; every batch is then taken as full unless
+            `samples_per_epoch` says otherwise.
         samples_per_epoch: Samples in one pass over the training data. With
             the batch size it tells how big the last, short batch is.
         flops_per_sample: Training FLOPs per sample (forward and backward),
@@ -135,6 +153,18 @@ class ThroughputLogger(LoggingCallback):
 
     # -- Keras hooks ------------------------------------------------------------
 
+    def set_model(self, model):
+        super().set_model(model)
+        # Before `fit` builds its train function: a counting probe must be in the step that function runs.
+        if self.batch_size is not None or backend.name() != "tensorflow":
+            return
+        try:
+            data = inspect_fit(model)
+            if data is not None and (data.batch_size is None or data.last_batch_size is None):
+                step_probe.install(model, len(backend.replica_devices(model)), timing=False)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
+
     def on_train_begin(self, logs=None):
         t0 = time.perf_counter()
         self._fit = None
@@ -155,7 +185,7 @@ class ThroughputLogger(LoggingCallback):
         # The previous epoch ends, and this one starts, at the same instant: the
         # work below (a write, a step-count read) is wall time of this epoch.
         self._write_epoch(fit.meter.epoch_close(t))
-        if not fit.meter.schedule.exact_steps:
+        if not fit.meter.exact_steps:
             fit.epoch_iterations = self._iterations()
         fit.meter.epoch_begin(t)
         fit.last_batch, fit.last_t = -1, t
@@ -169,6 +199,8 @@ class ThroughputLogger(LoggingCallback):
         if batch >= fit.next_batch or t >= fit.next_time:
             self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
             fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+            if fit.meter.counter_failed:
+                self._counter_failed(fit)
         fit.last_batch = batch
         fit.last_t = t
 
@@ -207,13 +239,27 @@ class ThroughputLogger(LoggingCallback):
         """Close the epoch's training phase at its last batch end (once per epoch)."""
         meter = fit.meter
         epoch_steps = None
-        if not meter.schedule.exact_steps and fit.epoch_iterations is not None:
+        if not meter.exact_steps and fit.epoch_iterations is not None:
             now = self._iterations()
             epoch_steps = None if now is None else now - fit.epoch_iterations
         windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
         fit.next_batch = fit.next_time = _INF
+        if meter.counter_failed:
+            self._counter_failed(fit)
         if windows:
             self._write(windows)
+
+    def _counter_failed(self, fit: _Fit) -> None:
+        if fit.warned_counter:
+            return
+        fit.warned_counter = True
+        self._once.log(
+            logging.WARNING,
+            "throughput:counter-failed",
+            "keras-gpu: ThroughputLogger's sample count saw fewer steps than Keras ran (was the train function built "
+            "before the callbacks were set?), so samples/s is not logged from here on; pass %s to log it.",
+            call_with(self, "batch_size"),
+        )
 
     def _write(self, events: list[Window | FirstExecution]) -> None:
         writer = self._writer
@@ -257,11 +303,14 @@ class ThroughputLogger(LoggingCallback):
         if strategy is not None:
             self._warn_steps_per_execution(strategy)
         fit = inspect_fit(model)
-        schedule = self._schedule(fit)
+        counter = None
+        if self.batch_size is None and (fit is None or fit.batch_size is None or fit.last_batch_size is None):
+            counter = self._counter()
+        schedule = self._schedule(fit, counted=counter is not None)
         num_replicas = backend.num_replicas(model)
         devices = list(backend.replica_devices(model))
         flops_per_sample = None
-        if schedule.counts_samples:
+        if schedule.counts_samples or counter is not None:
             flops_per_sample = self._flops_per_sample(model, fit)
         peak = None
         if flops_per_sample is not None:
@@ -274,9 +323,27 @@ class ThroughputLogger(LoggingCallback):
             flops_per_sample=flops_per_sample,
             peak_flops=peak,
             initial_step=self._initial_step(),
+            counter=counter,
         )
 
-    def _schedule(self, fit: FitData | None) -> DataSchedule:
+    def _counter(self) -> Any:
+        """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
+        model = self.model
+        if backend.name() != "tensorflow":
+            return count_batches(model)  # the batches' own shapes: global arrays under a JAX distribution
+        probe = step_probe.installed(model)
+        if probe is None:
+            return None
+        task = self._task
+        workers = max(1, task.num_workers) if task is not None else 1
+
+        def counts() -> tuple[int, int]:
+            steps, samples = probe.counts()
+            return steps, samples * workers  # see the class docstring: exact for equal batches on every worker
+
+        return counts
+
+    def _schedule(self, fit: FitData | None, counted: bool = False) -> DataSchedule:
         data = fit or FitData(steps_per_execution=_int_attr(self.model, "steps_per_execution") or 1)
         batch = self.batch_size or data.batch_size
         last, batches = data.last_batch_size, data.batches_per_pass
@@ -325,7 +392,9 @@ class ThroughputLogger(LoggingCallback):
                         batches,
                     )
                 last, batches = explicit.last_batch_size, explicit.batches_per_pass
-        if batch is None or last is None:
+        if (batch is None or last is None) and counted:
+            batch = last = None  # the counter counts
+        elif batch is None or last is None:
             batch = last = None
             self._once.log(
                 logging.WARNING,
@@ -465,7 +534,7 @@ def _int_attr(obj: Any, name: str) -> int | None:
 class _Fit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
-    __slots__ = ("meter", "t0", "next_batch", "next_time", "last_batch", "last_t", "epoch_iterations")
+    __slots__ = ("epoch_iterations", "last_batch", "last_t", "meter", "next_batch", "next_time", "t0", "warned_counter")
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
         self.meter = meter
@@ -475,3 +544,4 @@ class _Fit:
         self.last_batch = -1
         self.last_t = t0
         self.epoch_iterations: int | None = None
+        self.warned_counter = False
