@@ -31,11 +31,13 @@ names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from keras_gpu._log import logger
@@ -62,6 +64,7 @@ __all__ = [
     "task_info",
     "tensorflow_installed",
     "training_flops_per_sample",
+    "writing_alone",
 ]
 
 INSTALL_HINT = 'pip install "keras-gpu[cpu]" (CPU) or pip install "keras-gpu[cuda]" (NVIDIA GPUs)'
@@ -173,6 +176,35 @@ def task_info(model: Any) -> ClusterInfo:
         return ClusterInfo(source="local")
     workers = tuple(f"process_{i}" for i in range(count))
     return ClusterInfo(source=backend, cluster={"worker": workers}, task_type="worker", task_index=index)
+
+
+@contextlib.contextmanager
+def writing_alone() -> Iterator[None]:
+    """A block where this process alone works with Keras objects, e.g. the chief writing a checkpoint.
+
+    On JAX with a `keras.distribution` over several processes, every new
+    Keras variable is placed on the global mesh by `jax.device_put`, which
+    all processes must call together; Keras' saving creates such variables
+    (`saving_lib` builds a reference optimizer), so a save on the chief alone
+    would stall or fail the job. Inside the block no distribution is in force,
+    so new variables stay on this process; existing ones are read as they
+    are. Elsewhere the block changes nothing.
+    """
+    if name() != "jax":
+        yield
+        return
+    import jax
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None or jax.process_count() <= 1:
+        yield
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 def _jax_devices(model: Any) -> list[Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_gpu.cluster import is_chief
+from keras_gpu import backend
 
 __all__ = ["BackupAndRestore"]
 
@@ -26,8 +26,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` whose backup only the chief writes; every worker restores from it.
 
     Takes the same arguments as `keras.callbacks.BackupAndRestore`. Whether
-    this process is the chief is read from the model's strategy when
-    training begins. With `keras-gpu launch --max-restarts R`, a job that
+    this process is the chief is read from the model's strategy (on JAX:
+    process 0 of `jax.distributed`) when training begins. With `keras-gpu launch --max-restarts R`, a job that
     loses a worker restarts and resumes from the last epoch the chief backed up.
 
     Attributes:
@@ -40,17 +40,20 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self.writes_backup = None
 
     def on_train_begin(self, logs=None):
-        self.writes_backup = is_chief(getattr(self.model, "distribute_strategy", None))
+        self.writes_backup = backend.task_info(self.model).is_chief
         super().on_train_begin(logs)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.writes_backup:
-            super().on_epoch_end(epoch, logs)
+            with backend.writing_alone():
+                super().on_epoch_end(epoch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.writes_backup:
-            super().on_train_batch_end(batch, logs)
+            with backend.writing_alone():
+                super().on_train_batch_end(batch, logs)
 
     def on_train_end(self, logs=None):
         if self.writes_backup:
-            super().on_train_end(logs)
+            with backend.writing_alone():
+                super().on_train_end(logs)

@@ -17,7 +17,7 @@ from typing import Any
 
 import keras
 
-from keras_gpu.cluster import is_chief
+from keras_gpu import backend
 
 __all__ = ["ModelCheckpoint"]
 
@@ -27,7 +27,8 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
 
     Takes the same arguments as `keras.callbacks.ModelCheckpoint`. Whether
     this process is the chief (the `"chief"` task, else worker 0) is read from
-    the model's strategy when training begins. In a single process it behaves
+    the model's strategy (on JAX: process 0 of `jax.distributed`) when training
+    begins. In a single process it behaves
     exactly like Keras' own. Saving reads each variable's local copy and runs
     no collective, so the chief never waits for its peers while it writes.
 
@@ -41,17 +42,20 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
         self.writes_checkpoints: bool | None = None
 
     def on_train_begin(self, logs=None):
-        self.writes_checkpoints = is_chief(getattr(self.model, "distribute_strategy", None))
+        self.writes_checkpoints = backend.task_info(self.model).is_chief
         super().on_train_begin(logs)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.writes_checkpoints:
-            super().on_train_batch_end(batch, logs)
+            with backend.writing_alone():
+                super().on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.writes_checkpoints:
-            super().on_epoch_end(epoch, logs)
+            with backend.writing_alone():
+                super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
         if self.writes_checkpoints:
-            super().on_train_end(logs)
+            with backend.writing_alone():
+                super().on_train_end(logs)

@@ -1,4 +1,4 @@
-"""`keras-gpu launch`: run N local copies of a script as one multi-worker TensorFlow job.
+"""`keras-gpu launch`: run N local copies of a script as one multi-worker job (TensorFlow or JAX).
 
 ```
 keras-gpu launch -n 2 train.py --epochs 3
@@ -12,6 +12,12 @@ process group, with these environment variables set:
   {"type": "worker", "index": i}}` on free loopback ports, which
   `keras_gpu.make_strategy()` and `tf.distribute.MultiWorkerMirroredStrategy`
   read;
+- `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the same addresses, comma-separated),
+  `KERAS_DISTRIBUTION_NUM_PROCESSES` (`N`) and `KERAS_DISTRIBUTION_PROCESS_ID`
+  (`i`), which `keras.distribution.initialize()` reads when called without
+  arguments: on Keras' JAX backend, worker 0 is the coordinator of
+  `jax.distributed` (`keras_gpu.make_strategy()` reads TF_CONFIG to the same
+  effect);
 - `KERAS_GPU_WORKER_INDEX`: the worker's rank `i` (0 is the chief);
 - `KERAS_GPU_NUM_WORKERS`: the number of workers `N`;
 - `KERAS_GPU_RESTART_COUNT`: how many times the job was restarted before this
@@ -223,7 +229,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
-    require_tensorflow("keras-gpu launch")
+    if os.environ.get("KERAS_BACKEND", "tensorflow").strip() in ("", "tensorflow"):  # JAX workers need no TensorFlow
+        require_tensorflow("keras-gpu launch")
     target, is_module, script_args = _resolve_target(args)
     n = args.nproc
     max_restarts = getattr(args, "max_restarts", 0)
@@ -492,6 +499,10 @@ def worker_env(
             "task": {"type": "worker", "index": index},
         }
     )
+    # What `keras.distribution.initialize()` reads when called without arguments (JAX: worker 0 coordinates).
+    env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] = ",".join(f"{_LOOPBACK}:{p}" for p in ports)
+    env["KERAS_DISTRIBUTION_NUM_PROCESSES"] = str(len(ports))
+    env["KERAS_DISTRIBUTION_PROCESS_ID"] = str(index)
     env[ENV_WORKER_INDEX] = str(index)
     env[ENV_NUM_WORKERS] = str(len(ports))
     env[ENV_RESTART_COUNT] = str(restart_count)

@@ -181,20 +181,22 @@ def test_one_tag_schema_on_every_backend(served, backend):
         assert set(tags) == other  # JAX and PyTorch write the same tags
 
 
-TF_ONLY = {
-    "keras_gpu.make_strategy()": "keras_gpu.make_strategy()",
-    "keras_gpu.configure_devices()": "keras_gpu.configure_devices(memory_growth=True)",
+TF_ONLY = {  # TensorFlow-only on every backend
     "keras_gpu.PlacementLogger": "keras_gpu.PlacementLogger('logs')",
+}
+TF_ONLY_ON_TORCH = {  # JAX has its own (tests/backends/test_jax_multiprocess.py); make_strategy names the backends
+    "keras_gpu.configure_devices()": "keras_gpu.configure_devices(memory_growth=True)",
 }
 
 
 @NO_TF
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tensorflow_only_parts_raise_one_clear_import_error(backend):
+    calls = {**TF_ONLY, **(TF_ONLY_ON_TORCH if backend == "torch" else {})}
     code = textwrap.dedent(
         f"""
         import keras_gpu
-        for name, call in {TF_ONLY!r}.items():
+        for name, call in {calls!r}.items():
             try:
                 eval(call)
             except ImportError as exc:
@@ -203,16 +205,18 @@ def test_tensorflow_only_parts_raise_one_clear_import_error(backend):
                 print("NO ERROR", name)
         from keras_gpu.cli.main import main
         try:
-            main(["launch", "-n", "2", "train.py"])
+            print("RETURNED keras-gpu launch |", main(["launch", "-n", "2", "train.py"]))
         except ImportError as exc:
             print("IMPORTERROR keras-gpu launch |", exc)
         """
     )
     lines = run_python(code, env={"KERAS_BACKEND": backend}).stdout.strip().splitlines()
-    assert len(lines) == 4
-    for line, name in zip(lines, [*TF_ONLY, "keras-gpu launch"]):
+    assert len(lines) == len(calls) + 1
+    for line, name in zip(lines, calls):
         assert line.startswith(f"IMPORTERROR {name} | {name} needs TensorFlow, which is not installed."), line
         assert 'pip install "keras-gpu[cpu]"' in line and 'pip install "keras-gpu[cuda]"' in line
+    # The launcher needs TensorFlow only for TensorFlow workers: here it gets as far as the missing script.
+    assert lines[-1] == "RETURNED keras-gpu launch | 2", lines[-1]
 
 
 @pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] == "jax"])
