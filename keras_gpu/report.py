@@ -27,7 +27,7 @@ from keras_gpu import tags as _tags
 from keras_gpu.cluster_view import straggler_over, straggler_sentence
 from keras_gpu.throughput import steady_rate
 
-__all__ = ["find_runs", "read_scalars", "summarize", "uncounted_allocator"]
+__all__ = ["find_runs", "read_scalars", "read_texts", "summarize", "uncounted_allocator"]
 
 _WORKER_DIR = re.compile(r"^worker_(\d+)$")
 _RATE_TAGS = (
@@ -106,14 +106,30 @@ def _events(run_path: str) -> Iterator[Any]:
 
 def read_scalars(run_path: str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in a run directory as `tag -> [(step, value), ...]`, in file order."""
+    return _read(run_path)[0]
+
+
+def read_texts(run_path: str) -> dict[str, list[tuple[int, str]]]:
+    """Every text summary in a run directory as `tag -> [(step, text), ...]`, in file order."""
+    return _read(run_path)[1]
+
+
+def _read(run_path: str) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[tuple[int, str]]]]:
+    """The scalars and the text summaries of a run directory, in one pass over its event files."""
     from tensorboard.util import tensor_util
 
-    out: dict[str, list[tuple[int, float]]] = {}
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    texts: dict[str, list[tuple[int, str]]] = {}
     for event in _events(run_path):
         if not event.HasField("summary"):
             continue
         for value in event.summary.value:
             if value.HasField("tensor"):
+                if value.tensor.string_val:  # strings: a text summary's Markdown, or another plugin's data
+                    if value.metadata.plugin_data.plugin_name == "text" and len(value.tensor.string_val) == 1:
+                        text = value.tensor.string_val[0].decode("utf-8", "replace")
+                        texts.setdefault(value.tag, []).append((int(event.step), text))
+                    continue
                 arr = tensor_util.make_ndarray(value.tensor)
                 if arr.shape != () or arr.dtype.kind not in "fiub":
                     continue
@@ -122,8 +138,8 @@ def read_scalars(run_path: str) -> dict[str, list[tuple[int, float]]]:
                 number = float(value.simple_value)
             else:
                 continue
-            out.setdefault(value.tag, []).append((int(event.step), number))
-    return out
+            scalars.setdefault(value.tag, []).append((int(event.step), number))
+    return scalars, texts
 
 
 def _stats(points: list[tuple[int, float]]) -> dict[str, float]:
@@ -191,8 +207,30 @@ def _replica_order(label: str) -> tuple[int, str]:
     return (int(index) if index.isdigit() else 0, rest)
 
 
-def _step_time(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | None:
-    """The step-time breakdown over every trace, each weighted by the steps it covered."""
+def _input_stage(
+    texts: dict[str, list[tuple[int, str]]], weights: dict[int, float]
+) -> steptime.InputStage | None:
+    """The input stage the traces name for the most traced steps, with its mean time per batch over them."""
+    named: dict[str, list[tuple[float, steptime.InputStage]]] = {}
+    for step, text in texts.get(_tags.STEP_INPUT_STAGE.name(), []):
+        stage = steptime.read_input_stage_markdown(text)
+        if stage is not None:
+            named.setdefault(stage.name, []).append((weights.get(step, 1.0), stage))
+    if not named:
+        return None
+    found = max(named.values(), key=lambda traces: sum(w for w, _ in traces))
+    total = sum(w for w, _ in found)
+    return steptime.InputStage(found[-1][1].name, found[-1][1].path, sum(w * s.sec_per_step for w, s in found) / total)
+
+
+def _step_time(
+    scalars: dict[str, list[tuple[int, float]]], texts: dict[str, list[tuple[int, str]]] | None = None
+) -> dict[str, Any] | None:
+    """The step-time breakdown over every trace, each weighted by the steps it covered.
+
+    The slowest input stage is the one the traces name for the most steps
+    (`step_time/input_stage`), with its mean time per batch over those traces.
+    """
     points = scalars.get(_tags.STEP_SEC.name())
     if not points:
         return None
@@ -222,6 +260,7 @@ def _step_time(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any] | 
             for label in labels
         ),
         source="report",
+        input_stage=_input_stage(texts or {}, weights),
     )
     out = step.as_dict()
     out["traces"] = len(points)
@@ -304,7 +343,7 @@ def _memory(scalars: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
 
 def _summarize_run(log_dir: str, run: str) -> dict[str, Any]:
     path = os.path.join(log_dir, run)
-    scalars = read_scalars(path)
+    scalars, texts = _read(path)
     worker, label = _worker_of(run)
     placement_tags = [t for t in _tags.TAGS if t.pattern.startswith("placement/") and not t.text]
     return {
@@ -316,7 +355,7 @@ def _summarize_run(log_dir: str, run: str) -> dict[str, Any]:
         "placement_counts": {_short(t): scalars[t.name()][-1][1] for t in placement_tags if t.name() in scalars},
         "throughput": _rates(scalars),
         "time": _epoch_times(scalars),
-        "step_time": _step_time(scalars),
+        "step_time": _step_time(scalars, texts),
         "cluster": _cluster(scalars),
         "memory": _memory(scalars),
         "placement": _placement(path),
@@ -336,6 +375,7 @@ def _hints(runs: list[dict[str, Any]]) -> list[str]:
     for r in runs:
         step = r.get("step_time")
         if step:
+            stage = step.get("input_stage")
             measured = steptime.StepTime(
                 steps=step["steps"],
                 step_sec=step["step_sec"],
@@ -345,6 +385,7 @@ def _hints(runs: list[dict[str, Any]]) -> list[str]:
                 other_sec=step["other_sec"],
                 replicas=tuple(steptime.ReplicaTime(**x) for x in step["replicas"]),
                 source=step["source"],
+                input_stage=steptime.InputStage(**stage) if stage else None,
             )
             for hint in steptime.verdict(measured, _replica_names(step)):
                 hints.append(f"{r['label']}: {hint} (measured on {step['steps']} traced steps).")
@@ -381,7 +422,8 @@ def summarize(log_dir: str) -> dict[str, Any]:
         time-weighted rate statistics per `throughput/*` tag (`mean`,
         `median`, `max`, `last`, `points`, and `seconds` covered), totals of
         the per-epoch `time/` tags, the step-time breakdown over all traces
-        (seconds per step, shares, per replica), peak allocator bytes per
+        (seconds per step, shares, per replica, and the slowest input stage
+        as `input_stage`: `name`, `path`, `sec_per_step`), peak allocator bytes per
         device (an allocator that counted no byte is under
         `allocator_uncounted`, with the reason), NVML statistics per GPU,
         peak host RSS, and the placement

@@ -23,12 +23,16 @@ than the step.
 
 **The window and the step count.** Where the trace marks its steps, the
 breakdown uses the marks and says so (:attr:`StepTime.step_source`): host
-step markers (events named :data:`STEP_MARKER` with a `step_num` stat, as
-`tf.profiler.experimental.Trace("train", step_num=n, _r=1)` and JAX's
-`StepTraceAnnotation` write them) bound the window from the first marked
-step's start to the last one's end; a GPU plane's `Steps` line gives each
-device its own window per step, and a step lasts as long as its slowest
-device's window. Without marks, the caller's `steps` and `wall_sec` hold.
+step markers (events named :data:`STEP_MARKER` with a `step_num` stat, on
+any host thread, as `tf.profiler.experimental.Trace("train", step_num=n,
+_r=1)` and JAX's `StepTraceAnnotation` write them) bound the window from the
+first marked step's start to the last one's end, and nothing outside it
+counts; a GPU plane's `Steps` line gives each device its own window per
+step, and a step lasts as long as its slowest device's window. Without
+marks, the caller's `steps` and `wall_sec` hold. `StepTimeLogger` marks each
+traced step from one batch end to the next, so its window holds exactly the
+traced steps: the time after an epoch's last batch end (Keras' epoch-end
+work, stopping a `PyDataset`'s workers, epoch-end callbacks) is never in it.
 
 **GPU planes** are read line by line (:mod:`keras_gpu.gpu_lines`): kernels on
 the streams are compute, NCCL kernels and device-to-device copies are
@@ -67,6 +71,8 @@ __all__ = [
     "analyze",
     "classify_op",
     "input_stage",
+    "input_stage_markdown",
+    "read_input_stage_markdown",
     "slow_replica",
     "step_marker",
     "trace_steps",
@@ -377,9 +383,12 @@ def _read_host(plane: Any, on_gpu: bool, num_replicas: int) -> _Host:
     host = _Host({"compute": [], "communication": [], "input": []}, [{"compute": [], "communication": []}
                  for _ in range(num_replicas)], [], {}, [], [])
     parts, replicas = host.parts, host.replicas
+    marker_lines: set[str] = set()
     for event in xspace.events(plane):
         span = (event.start_ps, event.end_ps)
         line, name = event.line, event.name
+        if name == STEP_MARKER:
+            marker_lines.add(line)
         if line.startswith("tf_data") and name.startswith("Iterator::"):
             host.iterators.append(event)
         if line.startswith("python"):
@@ -413,7 +422,8 @@ def _read_host(plane: Any, on_gpu: bool, num_replicas: int) -> _Host:
         elif not on_gpu:
             parts[op[0]].append(span)
             replicas[_replica_of(op[1], num_replicas)][op[0]].append(span)
-    for event in xspace.events(plane, stats=True, lines=lambda n: n.startswith("python")):
+    # Step markers on whichever thread ran the loop (its line is named after the thread).
+    for event in xspace.events(plane, stats=True, lines=marker_lines.__contains__) if marker_lines else ():
         step = (event.stats or {}).get("step_num")
         if event.name == STEP_MARKER and isinstance(step, int):
             old = host.markers.get(step)
@@ -589,11 +599,13 @@ def analyze(
     wall_sec: float | None = None,
     num_replicas: int = 1,
     gpu_replicas: Mapping[int, int | Sequence[int]] | None = None,
+    steps_per_mark: int = 1,
 ) -> StepTime:
     """The step-time breakdown of a trace of `steps` training steps that took `wall_sec`.
 
     Where the trace marks its steps (:func:`trace_steps`), the marks give the
-    step count and the window instead, and :attr:`StepTime.step_source` says so.
+    step count and the window instead, and :attr:`StepTime.step_source` says
+    so: nothing outside the marked steps counts.
 
     Args:
         space: An XSpace message (:func:`keras_gpu.xspace.load`).
@@ -606,13 +618,21 @@ def analyze(
             index, or several for logical GPUs sharing one device}`
             (:func:`keras_gpu.topology.trace_gpu_replicas`); by default the
             GPUs that ran kernels, in index order, run replicas 0, 1, ...
+        steps_per_mark: Training steps in each marked step: Keras'
+            `steps_per_execution`, where each mark holds one call of the
+            train function.
 
     Raises:
-        ValueError: For `steps < 1`, `wall_sec <= 0`, or a trace without a
-            host plane.
+        ValueError: For `steps < 1`, `wall_sec <= 0`, `steps_per_mark < 1`,
+            or a trace without a host plane.
     """
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"`steps` must be a positive integer. Received: steps={steps!r}")
+    if isinstance(steps_per_mark, bool) or not isinstance(steps_per_mark, int) or steps_per_mark < 1:
+        raise ValueError(
+            "`steps_per_mark` must be a positive integer (the steps_per_execution of the traced fit). "
+            f"Received: steps_per_mark={steps_per_mark!r}"
+        )
     if wall_sec is not None and not wall_sec > 0:
         raise ValueError(f"`wall_sec` must be a positive number of seconds. Received: wall_sec={wall_sec!r}")
     by_name = xspace.planes(space)
@@ -625,6 +645,8 @@ def analyze(
     marked = _steps_from(host.markers, gpus)
     notes: list[str] = []
     if marked is not None:
+        if marked.source == "host markers" and steps_per_mark > 1:
+            marked = marked._replace(steps=marked.steps * steps_per_mark)
         if steps is not None and steps != marked.steps:
             notes.append(f"the trace marks {marked.steps} steps where the caller counted {steps}; the marks are used")
         steps, wall_sec, source = marked.steps, sum(e - s for s, e in marked.windows) / 1e12, marked.source
@@ -780,6 +802,46 @@ def _input_hint(step: StepTime) -> str:
         )
     advice = next(text for pattern, text in _STAGE_ADVICE if pattern.search(stage.name))
     return f"{share}; the slowest stage is {stage.name} ({1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+
+
+_STAGE_HEADER = "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |"
+
+
+def input_stage_markdown(step: StepTime) -> str | None:
+    """The slowest input stage of a breakdown as Markdown; `None` where the trace shows none.
+
+    A one-row table (the stage, its tf.data iterator, its self time per batch
+    in ms, the input share of the step), then the input-bound hint where the
+    step is input-bound. `StepTimeLogger` writes it as the
+    `step_time/input_stage` text summary; :func:`read_input_stage_markdown`
+    reads it back.
+    """
+    stage = step.input_stage
+    if stage is None:
+        return None
+    lines = [
+        _STAGE_HEADER,
+        "|---|---|---|---|",
+        f"| {stage.name} | {stage.path} | {1e3 * stage.sec_per_step:.6g} | {step.share('input'):.0%} |",
+    ]
+    if step.share("input") >= BOUND_SHARE:
+        lines += ["", f"{_input_hint(step)}."]
+    return "\n".join(lines)
+
+
+def read_input_stage_markdown(text: str) -> InputStage | None:
+    """The :class:`InputStage` that :func:`input_stage_markdown` wrote; `None` for any other text."""
+    rows = text.splitlines()
+    if len(rows) < 3 or rows[0].strip() != _STAGE_HEADER:
+        return None
+    cells = [c.strip() for c in rows[2].strip().strip("|").split("|")]
+    if len(cells) != 4:
+        return None
+    try:
+        sec = float(cells[2]) / 1e3
+    except ValueError:
+        return None
+    return InputStage(cells[0], cells[1], sec) if cells[0] else None
 
 
 def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list[str]:

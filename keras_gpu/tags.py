@@ -209,6 +209,12 @@ REPLICA_COMMUNICATION_SEC = Tag(
     "time per step this replica's reductions and transfers ran",
     "StepTimeLogger", (_TIME, "communication seconds per step, per replica"),
 )
+STEP_INPUT_STAGE = Tag(
+    "step_time/input_stage", "Markdown",
+    "the input stage with the most self time per batch in the traced steps (a tf.data stage, or the Python input "
+    "that reads a PyDataset or generator), its milliseconds per batch, and the input-bound hint with what to try",
+    "StepTimeLogger", text=True,
+)
 
 # -- the cluster view (the chief's run of a multi-worker job) -------------------------
 _CLUSTER = "keras-gpu: cluster"

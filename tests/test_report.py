@@ -271,3 +271,44 @@ def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys
     out = capsys.readouterr().out
     assert "not counted" in out and "counted no allocation" in out
     assert " 0 B" not in out
+
+
+def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsys):
+    from keras_gpu import steptime
+
+    log_dir = str(tmp_path / "logs")
+    run = os.path.join(log_dir, "train")
+
+    def trace(steps, stage_name, stage_path, stage_sec, step_sec=0.01, input_sec=0.008):
+        measured = steptime.StepTime(
+            steps=steps, step_sec=step_sec, input_sec=input_sec, compute_sec=0.001, communication_sec=0.0,
+            other_sec=step_sec - input_sec - 0.001, replicas=(), source="host",
+            input_stage=steptime.InputStage(stage_name, stage_path, stage_sec),
+        )
+        return measured, steptime.input_stage_markdown(measured)
+
+    writer = _writer.SummaryWriter(run)
+    traces = [
+        (100, *trace(10, "ParallelMapV2", "Iterator::Root::Prefetch::ParallelMapV2", 0.004)),
+        (200, *trace(30, "ParallelMapV2", "Iterator::Root::Prefetch::ParallelMapV2", 0.006)),
+        (300, *trace(20, "TFRecord", "Iterator::Root::Prefetch::ParallelMapV2::TFRecord", 0.009)),
+    ]
+    for step, measured, markdown in traces:
+        writer.scalars({"step_time/traced_steps": measured.steps, "step_time/step_sec": measured.step_sec,
+                        "step_time/input_sec": measured.input_sec}, step)
+        writer.text("step_time/input_stage", markdown, step)
+    writer.close()
+    # ParallelMapV2 is named for 40 traced steps, TFRecord for 20: the stage, and its time over its 40 steps.
+    st = summarize(log_dir)["runs"][0]["step_time"]
+    assert st["input_stage"]["name"] == "ParallelMapV2"
+    assert st["input_stage"]["path"] == "Iterator::Root::Prefetch::ParallelMapV2"
+    assert st["input_stage"]["sec_per_step"] == pytest.approx((10 * 0.004 + 30 * 0.006) / 40, rel=1e-5)
+    (hint,) = [h for h in summarize(log_dir)["hints"] if "input-bound" in h]
+    assert "the slowest stage is ParallelMapV2 (5.5 ms per batch): raise num_parallel_calls" in hint
+    from keras_gpu.cli.main import main
+
+    assert main(["report", log_dir]) == 0
+    out = capsys.readouterr().out
+    assert "the slowest input stage is ParallelMapV2 (Iterator::Root::Prefetch::ParallelMapV2), 5.5 ms per batch" in out
+    # Markdown that is not a stage table reads as none.
+    assert steptime.read_input_stage_markdown("| a | b |\n|---|---|\n| 1 | 2 |") is None

@@ -98,6 +98,14 @@ def render(data: dict[str, Any], console: Any = None) -> None:
         times.add_row(r["label"], *epoch_cols, *step_cols)
     if times.row_count:
         console.print(times)
+    for r in runs:
+        stage = (r.get("step_time") or {}).get("input_stage")
+        if stage:
+            where = f" ({stage['path']})" if stage["path"] != stage["name"] else ""
+            console.print(
+                f"  {r['label']}: the slowest input stage is {stage['name']}{where}, "
+                f"{1e3 * stage['sec_per_step']:,.3g} ms per batch of its own time."
+            )
     if replicas.row_count > 1:
         console.print(replicas)
 

@@ -19,7 +19,7 @@ from keras_gpu import xspace
 from keras_gpu.cluster_view import ROW_FIELDS, ClusterSummary, straggler_over, straggler_sentence, summarize_rows
 from keras_gpu._checks import check_bool, check_positive
 from keras_gpu._log import Once, logger
-from keras_gpu.loggers._base import LoggingCallback, read_step
+from keras_gpu.loggers._base import LoggingCallback
 
 __all__ = ["StepTimeLogger", "check_profile_every_s"]
 
@@ -41,14 +41,30 @@ class StepTimeLogger(LoggingCallback):
     stopping at batch ends. The first trace comes after warm-up: at the end of
     the first execution of the second epoch, or after `warmup_steps` steps of
     the first epoch, whichever comes first, so any `fit` of two or more
-    epochs gets at least one sample. A trace stops early at the end of the
-    epoch's training phase (before validation). The trace is parsed on a
+    epochs gets at least one sample. A trace holds `profile_steps` steps: one
+    that the epoch's end would cut short waits for the next epoch's first
+    batch end (where the epoch's length is known: `steps_per_epoch`, a
+    dataset of known length, or the previous epoch's), unless the epoch is
+    too short for it (then it holds the steps after the epoch's first batch
+    end) or no epoch follows. A trace never runs past the epoch's last batch
+    end.
+
+    Each traced step is marked for the profiler from one batch end to the
+    next (`tf.profiler.experimental.Trace("train", step_num=n, _r=1)`, or
+    JAX's `StepTraceAnnotation`; `n` is the global step the step starts at,
+    one mark per call of the train function), so TensorBoard's Profile tab
+    finds the steps, and the breakdown covers exactly the marked steps: the
+    time after an epoch's last batch end (Keras' epoch-end work, stopping a
+    `PyDataset`'s workers, slow epoch-end callbacks) is never step time.
+    Outside traced steps nothing is marked. The trace is parsed on a
     background thread, never on the training thread; the traces stay in the
     run's `plugins/profile/` directory, where TensorBoard's Profile tab opens
     them, and only the newest `max_traces` are kept.
 
-    Tags, in seconds per step, at the global step where the trace ended
-    (see :mod:`keras_gpu.steptime` for how each instant is attributed):
+    Tags, in seconds per step, at the step where the trace ended, on the
+    step axis of `ThroughputLogger` (the optimizer's iterations when `fit`
+    began, plus the steps `fit` has run; see :mod:`keras_gpu.steptime` for
+    how each instant is attributed):
 
     * `step_time/step_sec`: measured wall time per traced step
       (`step_time/traced_steps`: how many steps were traced);
@@ -60,7 +76,11 @@ class StepTimeLogger(LoggingCallback):
       `input + compute + communication + other = step`;
     * `step_time/replica_<i>_<DEV>_<n>/compute_sec` and
       `.../communication_sec`: each replica's own busy time, by where its ops
-      really ran (`<i>` is the global replica index).
+      really ran (`<i>` is the global replica index);
+    * `step_time/input_stage` (text, Markdown): the input stage with the most
+      self time, in ms per batch (a tf.data stage such as `ParallelMapV2`, or
+      the Python input that reads a `PyDataset` or generator on JAX), and the
+      input-bound hint with what to try.
 
     At the end of `fit` one INFO line gives the last breakdown and the hints
     that follow from it ("input-bound: 62% of each step waits for input"),
@@ -146,6 +166,7 @@ class StepTimeLogger(LoggingCallback):
         self._probe: step_probe.StepProbe | None = None
         self._once = Once()
         self._parser: _Parser | None = None
+        self._first_step = 0
 
     # -- Keras hooks ------------------------------------------------------------
 
@@ -168,6 +189,7 @@ class StepTimeLogger(LoggingCallback):
         self._fit = self._cluster_fit = None
         self.last, self.traces, self.cluster = None, [], []
         self._open()
+        self._first_step = self._initial_step()  # ThroughputLogger's step axis: this plus the steps run
         task = self._task
         workers = task.num_workers if task is not None else 1
         tensorflow = _backend.name() == "tensorflow"
@@ -193,7 +215,16 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         try:
-            self._fit = _Fit(profiler, self._replicas(), self.warmup_steps, self.profile_steps)
+            params = self.params or {}
+            self._fit = _Fit(
+                profiler,
+                self._replicas(),
+                self.warmup_steps,
+                self.profile_steps,
+                epochs=params.get("epochs"),
+                epoch_steps=params.get("steps"),
+                steps_per_execution=_steps_per_execution(self.model),
+            )
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
 
@@ -260,11 +291,18 @@ class StepTimeLogger(LoggingCallback):
 
     def _event(self, fit: _Fit, batch: int) -> None:
         step = fit.step_of(batch)
-        if fit.tracing:
+        if fit.tracing:  # every batch end of a trace: the end of one marked step, the start of the next
+            fit.t_end = time.perf_counter()
+            fit.end_mark()
             if step >= fit.stop_at:
                 self._stop(fit)
+            else:
+                fit.begin_mark(self._first_step + step)
         elif fit.start_at is not None and step >= fit.start_at:
-            self._start(fit, batch)
+            if fit.fits(batch):
+                self._start(fit, batch)
+            else:
+                fit.start_at = fit.base + fit.epoch_steps + 1  # the next epoch's first batch end holds it
         fit.schedule()
 
     # -- tracing ------------------------------------------------------------------
@@ -275,6 +313,8 @@ class StepTimeLogger(LoggingCallback):
         fit.tracing = True
         fit.start_step = fit.step_of(batch)
         fit.stop_at = fit.start_step + self.profile_steps
+        if fit.epoch_steps is not None:  # never past the epoch's last batch end
+            fit.stop_at = min(fit.stop_at, fit.base + fit.epoch_steps)
         # The profilers name a trace's directory by the second it ends in, so
         # each trace goes to a directory of its own first; the parser thread
         # moves it under plugins/profile/ with a name no other trace has.
@@ -297,13 +337,21 @@ class StepTimeLogger(LoggingCallback):
                     type(exc).__name__,
                     str(exc).strip().splitlines()[0] if str(exc).strip() else "",
                 )
-        fit.t_start = time.perf_counter()
+        fit.t_start = fit.t_end = time.perf_counter()
+        if fit.staging:
+            fit.begin_mark(self._first_step + fit.start_step)
 
     def _stop(self, fit: _Fit) -> None:
+        """Stop the trace at its last batch end (called there, or at the epoch's end, validation's or fit's).
+
+        A mark opened at the last batch end for a step that never came (the
+        epoch ended) is closed after the profiler stopped, so the trace never
+        records it.
+        """
         fit.tracing = False
         now = time.perf_counter()
         steps = fit.step_of(fit.last_batch) - fit.start_step
-        wall = now - fit.t_start
+        wall = fit.t_end - fit.t_start  # batch end to batch end
         stop_step = fit.start_step + steps
         # profile_every_s in steps, at this fit's pace so far (validation and callbacks included).
         period = max(1, round(self.profile_every_s * stop_step / (now - fit.t0))) if now > fit.t0 else None
@@ -314,6 +362,7 @@ class StepTimeLogger(LoggingCallback):
         try:
             fit.profiler.stop()
         except Exception as exc:  # noqa: BLE001
+            fit.end_mark()
             fit.profiler_ok = False
             self._once.log(
                 logging.WARNING,
@@ -324,13 +373,15 @@ class StepTimeLogger(LoggingCallback):
             )
             shutil.rmtree(fit.staging, ignore_errors=True)
             return
+        fit.end_mark()
         job = _Job(
             profile_dir=os.path.join(self.run_dir, _PROFILE_SUBDIR),
             staging=fit.staging,
             keep=self._writer is not None,
             steps=steps,
             wall_sec=wall,
-            step=read_step(self.model),
+            step=self._first_step + stop_step,
+            steps_per_mark=fit.steps_per_execution,
             num_replicas=len(fit.replicas),
             labels=tuple(label for label, _ in fit.replicas),
             gpu_replicas=fit.gpu_replicas,
@@ -375,7 +426,7 @@ class StepTimeLogger(LoggingCallback):
                 window.host_sec, window.busy_sec, float(window.steps),
             ]
             if not self.multiworker_tracing:
-                self._write(_as_step_time(window), [label for label, _ in cluster.replicas], read_step(self.model))
+                self._write(_as_step_time(window), [label for label, _ in cluster.replicas], self._first_step + step)
         # This worker's proposal for the next gather, in steps at its pace: the chief's is adopted.
         row.append(float(max(1, round(CLUSTER_EVERY_S * steps / elapsed))) if steps > 0 and elapsed > 0 else 0.0)
         try:
@@ -397,7 +448,7 @@ class StepTimeLogger(LoggingCallback):
         summary = summarize_rows(rows)
         self.cluster.append(summary)
         if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
-            self._writer.scalars(summary.values(), read_step(self.model))
+            self._writer.scalars(summary.values(), self._first_step + step)
 
     def _log_cluster(self) -> None:
         """The chief's end-of-fit line: the straggler, from the last gather."""
@@ -434,6 +485,7 @@ class StepTimeLogger(LoggingCallback):
                 wall_sec=job.wall_sec,
                 num_replicas=job.num_replicas,
                 gpu_replicas=job.gpu_replicas,
+                steps_per_mark=job.steps_per_mark,
             )
             if result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
                 self._once.log(
@@ -474,6 +526,9 @@ class StepTimeLogger(LoggingCallback):
         writer = self._writer
         if writer is not None:
             writer.scalars(values, step)
+            stage = steptime.input_stage_markdown(result)
+            if stage is not None:
+                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
         self.last = result
         self.traces.append(result)
 
@@ -540,10 +595,15 @@ def check_profile_every_s(value: Any) -> float:
 
 
 class _Profiler:
-    """Start and stop one backend's profiler, writing XSpace traces under `run_dir/plugins/profile/`."""
+    """Start and stop one backend's profiler, writing XSpace traces under `run_dir/plugins/profile/`.
 
-    def __init__(self, start: Any, stop: Any) -> None:
-        self.start, self.stop = start, stop
+    `mark(n)` is the step marker for the step that starts at global step `n`
+    (:func:`keras_gpu.steptime.step_marker`): a context manager, entered and
+    exited on the training thread.
+    """
+
+    def __init__(self, start: Any, stop: Any, mark: Any) -> None:
+        self.start, self.stop, self.mark = start, stop, mark
 
 
 def _profiler() -> _Profiler | None:
@@ -552,12 +612,28 @@ def _profiler() -> _Profiler | None:
     if name == "tensorflow":
         import tensorflow as tf
 
-        return _Profiler(lambda d: tf.profiler.experimental.start(d), lambda: tf.profiler.experimental.stop())
+        def tf_mark(n: int) -> Any:
+            marker, stats = steptime.step_marker(n)
+            return tf.profiler.experimental.Trace(marker, **stats)
+
+        return _Profiler(
+            lambda d: tf.profiler.experimental.start(d), lambda: tf.profiler.experimental.stop(), tf_mark
+        )
     if name == "jax":
         import jax
 
-        return _Profiler(lambda d: jax.profiler.start_trace(d), lambda: jax.profiler.stop_trace())
+        def jax_mark(n: int) -> Any:
+            marker, stats = steptime.step_marker(n)  # StepTraceAnnotation adds `_r=1` itself
+            return jax.profiler.StepTraceAnnotation(marker, step_num=stats["step_num"])
+
+        return _Profiler(lambda d: jax.profiler.start_trace(d), lambda: jax.profiler.stop_trace(), jax_mark)
     return None
+
+
+def _steps_per_execution(model: Any) -> int:
+    """Keras' `steps_per_execution` of `model` (1 where it has none)."""
+    value = getattr(model, "steps_per_execution", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 class _Fit:
@@ -573,6 +649,10 @@ class _Fit:
         replicas: list[tuple[str, str]],
         warmup_steps: int,
         profile_steps: int,
+        *,
+        epochs: int | None = None,
+        epoch_steps: int | None = None,
+        steps_per_execution: int = 1,
     ) -> None:
         self.profiler = profiler
         self.profiler_ok = True
@@ -582,7 +662,16 @@ class _Fit:
             [d for _, d in replicas],
             topology.gpu_layout() if _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus) else None,
         )
-        self.profile_steps = profile_steps
+        self.steps_per_execution = steps_per_execution
+        # A trace's steps, in whole executions.
+        self.profile_steps = -(-profile_steps // steps_per_execution) * steps_per_execution
+        self.epochs = epochs if isinstance(epochs, int) and epochs > 0 else None
+        # Steps per epoch where Keras knows them; else learned from the previous epoch.
+        self.known_steps = epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None
+        self.epoch_steps: int | None = self.known_steps
+        self.epoch = 0
+        self.mark: Any = None  # the open step marker of a trace
+        self.t_end = 0.0
         self.base = 0  # steps of this fit before the current epoch
         self.last_batch = -1
         self.start_at: int | None = warmup_steps  # the first trace: after warm-up ...
@@ -601,18 +690,49 @@ class _Fit:
 
     def epoch_begin(self, epoch: int) -> None:
         self.last_batch = -1
+        self.epoch = epoch
         if epoch > 0 and self.first and self.start_at is not None:
             self.start_at = min(self.start_at, self.base + 1)  # ... or at the second epoch's first batch end
         self.schedule()
 
     def epoch_end(self) -> None:
+        if self.known_steps is None and self.last_batch >= 0:
+            self.epoch_steps = self.last_batch + 1
         self.base += self.last_batch + 1
         self.last_batch = -1
 
+    def fits(self, batch: int) -> bool:
+        """Whether a trace starting at the end of `batch` holds as many steps as any trace in this epoch could.
+
+        Where the epoch's length is unknown, or no epoch follows, it does.
+        """
+        n = self.epoch_steps
+        if n is None:
+            return True
+        left = n - (batch + 1)  # steps after this batch end
+        if left <= 0:
+            return False
+        last_epoch = self.epochs is not None and self.epoch >= self.epochs - 1
+        return left >= min(self.profile_steps, n - self.steps_per_execution) or last_epoch
+
+    def begin_mark(self, step: int) -> None:
+        """Open the marker of the step that starts at global step `step` (while tracing)."""
+        if self.staging:
+            self.mark = self.profiler.mark(step)
+            self.mark.__enter__()
+
+    def end_mark(self) -> None:
+        """Close the open step marker, if any."""
+        mark, self.mark = self.mark, None
+        if mark is not None:
+            mark.__exit__(None, None, None)
+
     def schedule(self) -> None:
-        """The next batch (of this epoch) whose end has something to do."""
-        targets = [t for t in (self.stop_at if self.tracing else None, self.start_at) if t is not None]
-        self.next_batch = min(targets) - self.base - 1 if targets else _INF
+        """The next batch (of this epoch) whose end has something to do: every one while tracing."""
+        if self.tracing:
+            self.next_batch = 0
+        else:
+            self.next_batch = self.start_at - self.base - 1 if self.start_at is not None else _INF
 
 
 class _ClusterFit:

@@ -1,0 +1,78 @@
+"""`StepTimeLogger` on JAX with a `PyDataset`: traces that end at an epoch's end hold steps only, and the Python
+input is named as the input stage when it is the bottleneck."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import textwrap
+
+import pytest
+
+from tests._util import run_python
+
+pytestmark = [
+    pytest.mark.backend,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+]
+
+FIT = """
+import json, logging, time
+import numpy as np, keras
+from keras_gpu.loggers.step_time import StepTimeLogger
+
+records = []
+handler = logging.Handler()
+handler.emit = lambda r: records.append(r.getMessage())
+logging.getLogger("keras_gpu").addHandler(handler)
+logging.getLogger("keras_gpu").setLevel(logging.INFO)
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, sleep, **kwargs):
+        super().__init__(**kwargs)
+        self.sleep = sleep
+        rng = np.random.default_rng(0)
+        self.x = rng.random((128 * 16, 256), dtype=np.float32)
+        self.y = rng.random((128 * 16, 10), dtype=np.float32)
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        time.sleep(self.sleep)
+        return self.x[128 * i : 128 * (i + 1)], self.y[128 * i : 128 * (i + 1)]
+
+
+class SlowEpochEnd(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.2)
+
+
+model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
+model.compile("sgd", "mse")
+out = {}
+for name, sleep, workers in (("fast", 0.0, 2), ("slow", 0.02, 1)):
+    records.clear()
+    # Longer traces than an epoch: each ends at its epoch's last batch end, where the workers stop.
+    cb = StepTimeLogger(LOG_DIR + "/" + name, profile_steps=20, profile_every_s=0.001)
+    model.fit(Batches(sleep, workers=workers), epochs=3, verbose=0, callbacks=[SlowEpochEnd(), cb])
+    out[name] = dict(traces=[t.as_dict() for t in cb.traces], lines=[m for m in records if "StepTimeLogger:" in m])
+print("RESULT", json.dumps(out))
+"""
+
+
+def test_pydataset_traces_hold_steps_only_and_name_the_python_input(tmp_path):
+    proc = run_python(textwrap.dedent(FIT.replace("LOG_DIR", repr(str(tmp_path)))), env={"KERAS_BACKEND": "jax"}, timeout=300)
+    result = json.loads(proc.stdout.split("RESULT", 1)[1])
+    fast, slow = result["fast"], result["slow"]
+    # Two workers keep up with the step: the epoch's end (stopping the workers, a slow callback) is not input time.
+    assert [t["steps"] for t in fast["traces"]] == [15, 15]
+    assert all(t["step_source"] == "host markers" for t in fast["traces"])
+    assert all(t["input_sec"] < 0.3 * t["step_sec"] for t in fast["traces"]), fast["traces"]
+    (line,) = fast["lines"]
+    assert "input-bound" not in line
+    # One worker that sleeps 20 ms per batch: input-bound, and the stage named is the Python input.
+    (line,) = slow["lines"]
+    assert "input-bound" in line and "the slowest stage is Python input (" in line and "PyDataset workers" in line
+    assert slow["traces"][-1]["input_stage"]["name"] == "Python input"
