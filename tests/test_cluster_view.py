@@ -129,9 +129,15 @@ def test_a_slow_worker_is_named_the_straggler_without_the_profiler(tmp_path, mod
 
 @pytest.mark.slow
 def test_a_balanced_job_names_nobody(tmp_path):
-    records, report, _, _ = _launch(tmp_path, "balanced")
+    records, report, log_dir, _ = _launch(tmp_path, "balanced")
     views = _gathered(records)
     assert [v["reporting"] for v in views] == [2, 2, 2]
+    # One gather at each epoch's end, logged on ThroughputLogger's step axis (the epochs' ends under time/).
+    from keras_gpu.report import read_scalars
+
+    chief = read_scalars(os.path.join(log_dir, "train"))
+    epoch_ends = [s for s, _ in chief["time/train_sec"]]
+    assert [s for s, _ in chief["cluster/slowest_worker"]] == [s for s, _ in chief["step_time/step_sec"]] == epoch_ends
     # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%): most gathers are
     # clear of the threshold, and the report names nobody.
     assert sum(v["imbalance"] < STRAGGLER_IMBALANCE for v in views) >= 2
