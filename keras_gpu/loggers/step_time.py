@@ -182,6 +182,9 @@ class StepTimeLogger(LoggingCallback):
                     self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
                     return
                 self._probe = step_probe.install(model, len(_backend.replica_devices(model)))
+            elif task.num_workers > 1:
+                self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
+                               "runs on the TensorFlow backend only (this is %s).", _backend.name())
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off: %s: %s", type(exc).__name__, exc)
 
