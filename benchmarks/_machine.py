@@ -32,7 +32,7 @@ def _version(dist: str) -> str | None:
 
 def _gpus() -> dict[str, Any]:
     try:
-        from keras_gpu import nvml
+        from keras_gpu.core import nvml
 
         if not nvml.available():
             return {"available": False, "reason": nvml.unavailable_reason(), "gpus": []}

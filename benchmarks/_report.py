@@ -156,7 +156,7 @@ def render(result: dict[str, Any], console: Any) -> None:
         console.print(
             f"Import: `import keras_gpu` after `import keras`: {_spread(imp['import_keras_gpu_s'], '.2f', 1e3, ' ms')} "
             f"over {imp['processes']} fresh processes; device initialised: {', '.join(imp['device_initialised_after_import'])}; "
-            f"`import keras_gpu.loggers`: {_spread(imp['import_keras_gpu_loggers_s'], '.0f', 1e3, ' ms')} "
+            f"`import keras_gpu.hooks.factory`: {_spread(imp['import_keras_gpu_loggers_s'], '.0f', 1e3, ' ms')} "
             f"(device initialised: {', '.join(imp['device_initialised_after_loggers_import'])})",
             soft_wrap=True,
         )

@@ -106,7 +106,8 @@ def _spin_thread(ctx: Context) -> list:
 def _step_probe(ctx: Context) -> list:
     import keras
 
-    from keras_gpu import backend, step_probe
+    from keras_gpu.core import backend
+    from keras_gpu.hooks import step_probe
 
     class StepProbeOnly(keras.callbacks.Callback):
         """The step probe in every training step, never read: its in-graph cost alone."""

@@ -46,7 +46,7 @@ def _import_job(spec: dict[str, Any]) -> dict[str, Any]:
     after_import = _device_initialised()
     t3 = time.perf_counter()
     try:
-        importlib.import_module("keras_gpu.loggers")
+        importlib.import_module("keras_gpu.hooks.factory")
         loggers_error = None
     except Exception as exc:  # noqa: BLE001 - report, don't fail the benchmark
         loggers_error = f"{type(exc).__name__}: {exc}"
@@ -66,7 +66,7 @@ def _import_job(spec: dict[str, Any]) -> dict[str, Any]:
 def _device_initialised() -> bool | None:
     """Whether TensorFlow's eager context (and with it the devices) has been initialised."""
     try:
-        from keras_gpu._tf import runtime_initialized
+        from keras_gpu.core.tf_private import runtime_initialized
 
         return runtime_initialized()
     except Exception:  # noqa: BLE001 - a TensorFlow without this attribute: unknown

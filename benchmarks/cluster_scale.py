@@ -44,7 +44,7 @@ THROUGHPUT_EVERY_S, MEMORY_EVERY_S, EPOCHS = 5, 10, 60
 
 def _gather_times() -> list[float]:
     """When the cluster view gathers: every `CLUSTER_EVERY_S` within an epoch and at each epoch's end."""
-    from keras_gpu.loggers.step_time import CLUSTER_EVERY_S
+    from keras_gpu.hooks.step_time_logger import CLUSTER_EVERY_S
 
     epoch_s = HOUR_S / EPOCHS
     times = []
@@ -57,7 +57,7 @@ def _gather_times() -> list[float]:
 
 def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple[float, dict[str, float]]]:
     """`(seconds into the job, {tag: value})` for one worker's run over one hour."""
-    from keras_gpu import tags as T
+    from keras_gpu.output import tags as T
 
     out: list[tuple[float, dict[str, float]]] = []
     for i in range(1, HOUR_S // THROUGHPUT_EVERY_S + 1):
@@ -104,10 +104,10 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
 
 def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str, Any]:
     """Write one hour of logging for a job of `workers` workers; returns runs, tags and points."""
-    from keras_gpu.cluster import ClusterInfo
-    from keras_gpu.loggers import _writer
-    from keras_gpu.loggers._base import PER_WORKER_RUNS_MAX
-    from keras_gpu.loggers._layout import write_layout
+    from keras_gpu.core.cluster import ClusterInfo
+    from keras_gpu.output import writer as _writer
+    from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
+    from keras_gpu.output.layout import write_layout
 
     writing = range(workers) if (all_runs or workers <= PER_WORKER_RUNS_MAX) else range(1)
     steps_per_s = 20
@@ -144,7 +144,7 @@ def _get(base: str, path: str, **query: str) -> Any:
 
 def serve_time(log_dir: str, runs: list[str], timeout: float) -> dict[str, Any]:
     """Seconds from starting `tensorboard` until it lists every tag of every run, and one tag read back."""
-    from keras_gpu.report import read_scalars
+    from keras_gpu.output.reader import read_scalars
 
     expected = {r: set(read_scalars(os.path.join(log_dir, r))) for r in (runs[0], runs[-1])}
     port = _free_port()

@@ -10,7 +10,7 @@ not needed::
 Each backend runs in its own process (`KERAS_BACKEND` is fixed per process)
 on the first visible GPU, and checks:
 
-1. **NVML against the driver.** `keras_gpu.nvml` (one reading, and the
+1. **NVML against the driver.** `keras_gpu.core.nvml` (one reading, and the
    sampler over a busy second) against `nvidia-smi` taken at the same moment:
    total and used memory, this process's memory, utilization, power,
    temperature and SM clock, each in its unit and a sane range.
@@ -127,7 +127,7 @@ def preflight() -> str | None:
 
     if importlib.util.find_spec("pynvml") is None:
         return "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
-    from keras_gpu import nvml
+    from keras_gpu.core import nvml
 
     logging.getLogger("keras_gpu").setLevel(logging.WARNING)  # the reason below is the one line
     if not nvml.available():
@@ -202,8 +202,8 @@ def _busy(size: int, seconds: float) -> None:
 
 
 def nvml_checks(size: dict[str, Any]) -> list[dict[str, Any]]:
-    """keras_gpu.nvml against nvidia-smi on CUDA device 0, while this process holds GPU memory."""
-    from keras_gpu import nvml
+    """keras_gpu.core.nvml against nvidia-smi on CUDA device 0, while this process holds GPU memory."""
+    from keras_gpu.core import nvml
 
     rows = []
     info = next((g for g in nvml.static_info() if g.index == nvml.tf_to_nvml_index(0)), None)
@@ -311,8 +311,9 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
     import numpy as np
 
     import keras_gpu
-    from keras_gpu import flops, nvml
-    from keras_gpu.report import read_scalars
+    from keras_gpu.meters import flops
+    from keras_gpu.core import nvml
+    from keras_gpu.output.reader import read_scalars
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -481,7 +482,7 @@ def hardware() -> dict[str, Any]:
     """The machine, named: GPU 0's product name and memory, the driver, the host CPU."""
     import platform
 
-    from keras_gpu import nvml
+    from keras_gpu.core import nvml
 
     info = next((g for g in nvml.static_info() if g.index == nvml.tf_to_nvml_index(0)), None)
     from importlib import metadata

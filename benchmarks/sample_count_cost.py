@@ -86,7 +86,7 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
     import keras
 
     from benchmarks._workload import build_model, setup_replicas
-    from keras_gpu.loggers import ThroughputLogger
+    from keras_gpu.hooks.factory import ThroughputLogger
 
     strategy = setup_replicas(1) if keras.backend.backend() == "tensorflow" else None
     data = _data(steps, seed)

@@ -46,7 +46,7 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     import keras_gpu
     from benchmarks._instrument import HookTimer
     from benchmarks._workload import build_model, make_data, setup_replicas, workload
-    from keras_gpu.loggers import StepTimeLogger
+    from keras_gpu.hooks.factory import StepTimeLogger
 
     w = workload("mlp-1")
     strategy = setup_replicas(1)

@@ -1,4 +1,4 @@
-"""`keras_gpu.backend` on the TensorFlow backend, and the TensorFlow-only parts on another backend.
+"""`keras_gpu.core.backend` on the TensorFlow backend, and the TensorFlow-only parts on another backend.
 
 The JAX and PyTorch sides are tested in `tests/backends/` (an environment without TensorFlow).
 """
@@ -18,7 +18,8 @@ def test_tensorflow_facts_come_from_the_strategy():
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import keras
-        from keras_gpu import backend, flops
+        from keras_gpu.core import backend
+        from keras_gpu.meters import flops
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         with strategy.scope():
             model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16), keras.layers.Dense(4)])
@@ -55,7 +56,8 @@ def test_on_another_backend_placement_is_left_out_or_refused(monkeypatch, caplog
     import pytest
 
     import keras_gpu
-    from keras_gpu import _log, backend
+    from keras_gpu.core import log as _log
+    from keras_gpu.core import backend
 
     monkeypatch.setattr(backend, "name", lambda: "jax")
     monkeypatch.setattr(_log, "_process", _log.Once())

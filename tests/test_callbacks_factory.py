@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import keras_gpu
-from keras_gpu.loggers import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger
+from keras_gpu.hooks.factory import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger
 
 
 def test_default_set_is_one_of_each(tmp_path):

@@ -1,4 +1,4 @@
-"""keras_gpu._checks: one message form for every argument check, and each check's accept/reject rule."""
+"""keras_gpu.core.checks: one message form for every argument check, and each check's accept/reject rule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from keras_gpu import _checks as C
+from keras_gpu.core import checks as C
 
 # "`name` must <requirement>. Received: name=<repr>." plus " (type T)" before the final dot for a TypeError.
 _FORM = re.compile(r"^`(?P<name>\w+)` must (?P<req>.+)\. Received: (?P=name)=(?P<value>.*?)(?: \(type (?P<type>\w+)\))?\.$")
@@ -89,10 +89,10 @@ def test_the_requirement_text_says_what_is_allowed():
 
 def test_public_callers_use_the_shared_form():
     """configure_devices, make_strategy's plan, the NVML sampler and the callbacks raise through _checks."""
-    from keras_gpu.devices import configure_devices
-    from keras_gpu.loggers._base import check_log_dir, check_positive
-    from keras_gpu.nvml import GpuSampler
-    from keras_gpu.strategy import plan_strategy
+    from keras_gpu.setup.devices import configure_devices
+    from keras_gpu.hooks._base import check_log_dir, check_positive
+    from keras_gpu.core.nvml import GpuSampler
+    from keras_gpu.setup.strategy import plan_strategy
 
     assert check_log_dir is C.check_log_dir and check_positive is C.check_positive
     for call, exc in [

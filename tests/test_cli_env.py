@@ -1,4 +1,4 @@
-"""Tests of `keras-gpu env` and `keras_gpu.envinfo`.
+"""Tests of `keras-gpu env` and `keras_gpu.cli.envinfo`.
 
 The command runs in subprocesses on this GPU-less machine; the GPU section is
 tested in-process with a faked NVML (no TensorFlow device is touched here).
@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from keras_gpu import envinfo, nvml
+from keras_gpu.cli import envinfo
+from keras_gpu.core import nvml
 from keras_gpu.cli.env import render_text
 from tests._util import subprocess_env
 

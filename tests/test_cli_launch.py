@@ -345,7 +345,7 @@ def test_two_worker_fit_trains_identically_on_both_workers(tmp_path):
     assert any(line.startswith("[worker 0] Epoch 3/3") for line in proc.stdout.splitlines())
 
     # keras-gpu's callbacks: each worker wrote its own run, and no file is shared.
-    from keras_gpu.report import find_runs, read_scalars
+    from keras_gpu.output.reader import find_runs, read_scalars
 
     assert find_runs(str(log_dir)) == ["train", os.path.join("worker_1", "train")]
     for run in ("train", os.path.join("worker_1", "train")):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, task_info, worker_index
+from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, task_info, worker_index
 
 W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from keras_gpu.cluster_view import ROW_FIELDS, STRAGGLER_IMBALANCE, straggler_over, straggler_sentence, summarize_rows
+from keras_gpu.meters.cluster_view import ROW_FIELDS, STRAGGLER_IMBALANCE, straggler_over, straggler_sentence, summarize_rows
 from tests._util import subprocess_env
 
 WORKER = os.path.join(os.path.dirname(__file__), "_workers", "cluster_worker.py")
@@ -89,7 +89,7 @@ def _launch(tmp_path, mode, workers=2):
     for k in range(workers):
         with open(out / f"w{k}.json") as f:
             records[k] = json.load(f)
-    from keras_gpu.report import summarize
+    from keras_gpu.output.reader import summarize
 
     return records, summarize(str(log_dir)), str(log_dir), text
 
@@ -133,7 +133,7 @@ def test_a_balanced_job_names_nobody(tmp_path):
     views = _gathered(records)
     assert [v["reporting"] for v in views] == [2, 2, 2]
     # One gather at each epoch's end, logged on ThroughputLogger's step axis (the epochs' ends under time/).
-    from keras_gpu.report import read_scalars
+    from keras_gpu.output.reader import read_scalars
 
     chief = read_scalars(os.path.join(log_dir, "train"))
     epoch_ends = [s for s, _ in chief["time/train_sec"]]
@@ -155,7 +155,7 @@ def test_four_workers_each_slowed_in_turn_are_named_under_their_own_index(tmp_pa
         own, row = records[k]["last"], views[-1]["rows"][str(k)]
         for field in ("step_sec", "compute_sec", "communication_sec", "other_sec"):
             assert row[field] == pytest.approx(own[field], rel=1e-12), (k, field)
-    from keras_gpu.report import read_scalars
+    from keras_gpu.output.reader import read_scalars
 
     chief = read_scalars(os.path.join(log_dir, "train"))
     assert [v for _, v in chief["cluster/slowest_worker"]] == [0.0, 1.0, 2.0, 3.0]

@@ -1,4 +1,4 @@
-"""Tests for `keras_gpu.devices`: validation and planning on fake machines, and the real thing in subprocesses."""
+"""Tests for `keras_gpu.setup.devices`: validation and planning on fake machines, and the real thing in subprocesses."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from keras_gpu import devices
-from keras_gpu.devices import DeviceConfig, configure_devices
+from keras_gpu.setup import devices
+from keras_gpu.setup.devices import DeviceConfig, configure_devices
 from tests._util import run_python, subprocess_env
 
 ARGS = tuple(inspect.signature(configure_devices).parameters)
@@ -442,19 +442,19 @@ def test_apply_runs_every_change_in_order(monkeypatch):
 
 def test_gpu_total_bytes_reads_the_nvml_module(monkeypatch):
     seen = []
-    fake = types.ModuleType("keras_gpu.nvml")
+    fake = types.ModuleType("keras_gpu.core.nvml")
 
     def memory_total_bytes(index):
         seen.append(index)
         return {0: 24 * GIB, 1: None, 2: 0}.get(index)
 
     fake.memory_total_bytes = memory_total_bytes
-    monkeypatch.setitem(sys.modules, "keras_gpu.nvml", fake)
+    monkeypatch.setitem(sys.modules, "keras_gpu.core.nvml", fake)
     assert devices._gpu_total_bytes(0) == 24 * GIB
     assert devices._gpu_total_bytes(1) is None
     assert devices._gpu_total_bytes(2) is None  # nonsense from NVML counts as unknown
     assert seen == [0, 1, 2]
-    monkeypatch.setitem(sys.modules, "keras_gpu.nvml", None)  # import fails
+    monkeypatch.setitem(sys.modules, "keras_gpu.core.nvml", None)  # import fails
     assert devices._gpu_total_bytes(0) is None
 
 
@@ -536,7 +536,7 @@ log = logging.getLogger("keras_gpu")
 log.addHandler(Keep())
 log.setLevel(logging.INFO)
 
-import keras_gpu.devices as d
+import keras_gpu.setup.devices as d
 out = {"tf_imported_by_import": "tensorflow" in sys.modules}
 """
     + _READ_BACK
@@ -581,7 +581,7 @@ _ROLLBACK_SCRIPT = (
     + """
 import json
 import tensorflow as tf
-import keras_gpu.devices as d
+import keras_gpu.setup.devices as d
 out = {"fresh": d._runtime_initialized()}
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.list_physical_devices("GPU")
@@ -763,7 +763,7 @@ def test_memory_growth_on_a_real_gpu(tf_gpu_count):
     out = _run_gpu(
         """
         import json, tensorflow as tf
-        import keras_gpu.devices as d
+        import keras_gpu.setup.devices as d
         rec = d.configure_devices(memory_growth=True)
         gpus = tf.config.list_physical_devices("GPU")
         out = {"applied": rec.as_dict()["applied"], "growth": [tf.config.experimental.get_memory_growth(g) for g in gpus]}
@@ -790,8 +790,8 @@ def test_memory_fraction_and_logical_split_on_a_real_gpu(tf_gpu_count):
     out = _run_gpu(
         """
         import json, tensorflow as tf
-        import keras_gpu.devices as d
-        from keras_gpu.nvml import memory_total_bytes
+        import keras_gpu.setup.devices as d
+        from keras_gpu.core.nvml import memory_total_bytes
         total = memory_total_bytes(0)
         rec = d.configure_devices(visible_gpus=[0], memory_fraction=0.1, logical_gpus=2)
         gpu0 = tf.config.list_physical_devices("GPU")[0]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_gpu.report import find_runs, read_scalars
+from keras_gpu.output.reader import find_runs, read_scalars
 from tests._util import REPO, subprocess_env
 
 EXAMPLES = REPO / "examples"
@@ -213,8 +213,8 @@ def _slurm_env(nodes: int, tasks_per_node: int, gpus_per_node: int, procid: int)
 
 
 def test_sbatch_job_resolves_to_one_worker_per_task():
-    from keras_gpu.cluster import resolve_cluster
-    from keras_gpu.strategy import LocalDevices, plan_strategy
+    from keras_gpu.core.cluster import resolve_cluster
+    from keras_gpu.setup.strategy import LocalDevices, plan_strategy
 
     d = _sbatch_directives(SBATCH.read_text())
     nodes, per_node, gpus = int(d["nodes"]), int(d["ntasks-per-node"]), int(d["gpus-per-node"])
@@ -292,8 +292,8 @@ def test_tfjob_command_runs_an_existing_example_with_its_options(tfjob, multiwor
 
 
 def test_tfjob_tf_config_resolves_to_its_workers(tfjob):
-    from keras_gpu.cluster import resolve_cluster
-    from keras_gpu.strategy import LocalDevices, plan_strategy
+    from keras_gpu.core.cluster import resolve_cluster
+    from keras_gpu.setup.strategy import LocalDevices, plan_strategy
 
     name = tfjob["metadata"]["name"]
     n = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["replicas"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keras_gpu import flops
+from keras_gpu.meters import flops
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

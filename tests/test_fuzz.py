@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import keras_gpu
-from keras_gpu import devices as devices_mod
-from keras_gpu.cluster import resolve_cluster
-from keras_gpu.strategy import KINDS, LocalDevices, make_strategy, plan_strategy
+from keras_gpu.setup import devices as devices_mod
+from keras_gpu.core.cluster import resolve_cluster
+from keras_gpu.setup.strategy import KINDS, LocalDevices, make_strategy, plan_strategy
 from tests._util import REPO, run_python
 
 PACKAGE = str(Path(keras_gpu.__file__).resolve().parent)
@@ -180,7 +180,7 @@ import json, sys, traceback
 from hypothesis import given, settings, HealthCheck, strategies as st
 sys.path.insert(0, ".")
 import keras_gpu
-from keras_gpu.devices import _runtime_initialized
+from keras_gpu.setup.devices import _runtime_initialized
 from tests.test_fuzz import _device_kwargs, PACKAGE
 
 outcomes = []
@@ -346,8 +346,8 @@ def test_plan_strategy(fake_detect, kwargs, local, environ, assign):
 def test_make_strategy_rejects_what_plan_rejects_before_building(fake_detect, monkeypatch, kwargs):
     """`make_strategy` validates through the plan: bad input never reaches TensorFlow."""
     built = []
-    monkeypatch.setattr("keras_gpu.strategy._build", lambda plan: built.append(plan) or object())
-    monkeypatch.setattr("keras_gpu.strategy.resolve_cluster", _no_slurm_side_effects(resolve_cluster))
+    monkeypatch.setattr("keras_gpu.setup.strategy._build", lambda plan: built.append(plan) or object())
+    monkeypatch.setattr("keras_gpu.setup.strategy.resolve_cluster", _no_slurm_side_effects(resolve_cluster))
     monkeypatch.delenv("TF_CONFIG", raising=False)
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
@@ -483,7 +483,7 @@ def _callback_call(draw):
 @FUZZ
 @given(call=_callback_call())
 def test_callback_constructors(tmp_path_factory, call):
-    from keras_gpu.devices import _runtime_initialized
+    from keras_gpu.setup.devices import _runtime_initialized
 
     name, log_dir, kwargs = call
     if log_dir == "LOGDIR":

@@ -7,7 +7,7 @@ from tests._util import run_python
 SCRIPT = """
 import logging
 {setup}
-from keras_gpu._log import logger, log_once
+from keras_gpu.core.log import logger, log_once
 logger.info("configure_devices: plain line")
 logger.info("keras-gpu: already prefixed")
 logger.debug("not shown at INFO")
@@ -46,7 +46,7 @@ def test_once_scopes_are_independent_and_each_logs_a_key_once(caplog):
     import logging
     import threading
 
-    from keras_gpu._log import Once
+    from keras_gpu.core.log import Once
 
     first, second = Once(), Once()
     with caplog.at_level(logging.INFO, logger="keras_gpu"):
@@ -64,7 +64,7 @@ def test_once_scopes_are_independent_and_each_logs_a_key_once(caplog):
 
 
 def test_fixes_name_the_call_the_user_wrote():
-    from keras_gpu._log import call_with, made_by_factory
+    from keras_gpu.core.log import call_with, made_by_factory
 
     class ThroughputLogger:  # stands for any callback class
         pass
@@ -79,7 +79,7 @@ def test_fixes_name_the_call_the_user_wrote():
 def test_process_once_is_the_scope_of_log_once(monkeypatch, caplog):
     import logging
 
-    from keras_gpu import _log
+    from keras_gpu.core import log as _log
 
     monkeypatch.setattr(_log, "_process", _log.Once())
     with caplog.at_level(logging.INFO, logger="keras_gpu"):

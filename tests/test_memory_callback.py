@@ -18,10 +18,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_gpu import nvml  # noqa: E402
-from keras_gpu.loggers import _writer  # noqa: E402
-from keras_gpu.loggers import memory  # noqa: E402
-from keras_gpu.loggers.memory import MemoryLogger  # noqa: E402
+from keras_gpu.core import nvml# noqa: E402
+from keras_gpu.output import writer as _writer# noqa: E402
+from keras_gpu.hooks import memory_logger as memory# noqa: E402
+from keras_gpu.hooks.memory_logger import MemoryLogger  # noqa: E402
 from tests._util import run_python  # noqa: E402
 from tests.fake_pynvml import GIB, FakeGpu, FakeProcess, FakePynvml  # noqa: E402
 
@@ -493,9 +493,9 @@ def test_mirrored_logical_cpus_log_one_allocator():
         import os, tempfile, numpy as np, tensorflow as tf, keras
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from keras_gpu.loggers import memory
+        from keras_gpu.hooks import memory_logger as memory
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-        from keras_gpu import backend
+        from keras_gpu.core import backend
         with strategy.scope():
             model = keras.Sequential([keras.Input((512,)), keras.layers.Dense(256), keras.layers.Dense(10)])
             model.compile(optimizer="sgd", loss="mse")

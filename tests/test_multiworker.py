@@ -112,7 +112,7 @@ _WORKER = textwrap.dedent(
 
     if os.environ.get("KG_SPE") == "1":
         before = len(records)
-        from keras_gpu._keras_compat import warn_steps_per_execution
+        from keras_gpu.setup.keras_compat import warn_steps_per_execution
         out["spe_affected"] = warn_steps_per_execution(strategy, 2)
         out["spe_logs"] = records[before:]
         try:

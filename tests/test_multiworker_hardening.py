@@ -161,7 +161,7 @@ def test_padded_batches_whose_shapes_differ_between_replicas(uneven):
 
 
 def test_trace_time_keys_fix_a_stock_collective_mirrored_strategy_in_one_process():
-    """`keras_gpu._tf.collective_keys_fixed_in_control_flow` alone, on the smallest case that fails without it."""
+    """`keras_gpu.core.tf_private.collective_keys_fixed_in_control_flow` alone, on the smallest case that fails without it."""
     from tests._util import run_python
 
     proc = run_python(
@@ -170,7 +170,7 @@ def test_trace_time_keys_fix_a_stock_collective_mirrored_strategy_in_one_process
         import keras_gpu
         keras_gpu.configure_devices(cpu_devices=2)
         import keras, numpy as np, tensorflow as tf
-        from keras_gpu._tf import collective_keys_fixed_in_control_flow
+        from keras_gpu.core.tf_private import collective_keys_fixed_in_control_flow
 
         x = np.random.RandomState(0).rand(64, 4).astype("float32")
         y = x.sum(axis=1, keepdims=True)

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from keras_gpu.cluster import cluster_difference
+from keras_gpu.core.cluster import cluster_difference
 from tests._util import free_ports, subprocess_env
 
 _WORKER = textwrap.dedent(

@@ -1,4 +1,4 @@
-"""Tests of `keras_gpu.nvml` against a fake `pynvml` (and, with a GPU, the real one)."""
+"""Tests of `keras_gpu.core.nvml` against a fake `pynvml` (and, with a GPU, the real one)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from keras_gpu import nvml
+from keras_gpu.core import nvml
 from tests._util import run_python
 from tests.fake_pynvml import ERROR_CODES, GIB, FakeGpu, FakeProcess, FakePynvml
 
@@ -86,7 +86,7 @@ def test_importing_the_module_does_not_import_pynvml():
     proc = run_python(
         """
         import sys
-        import keras_gpu.nvml
+        import keras_gpu.core.nvml
         print("pynvml" in sys.modules, "tensorflow" in sys.modules)
         """
     )

@@ -53,7 +53,7 @@ def test_import_works_without_tensorflow_and_tf_only_parts_name_the_install_line
     # -S drops site-packages from sys.path, so TensorFlow cannot be found.
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r}); import keras_gpu; "
-        "from keras_gpu.backend import require_tensorflow; print('imported'); "
+        "from keras_gpu.core.backend import require_tensorflow; print('imported'); "
         "require_tensorflow('keras_gpu.make_strategy()')"
     )
     proc = subprocess.run(
@@ -74,7 +74,7 @@ def test_callback_hooks_exist_on_keras_callback():
     # A hook name Keras never calls is a silent bug; every on_* we define must be a real hook.
     import keras
 
-    from keras_gpu.loggers import MemoryLogger, PlacementLogger, ThroughputLogger
+    from keras_gpu.hooks.factory import MemoryLogger, PlacementLogger, ThroughputLogger
 
     for cls in (ThroughputLogger, MemoryLogger, PlacementLogger):
         for name, member in inspect.getmembers(cls, inspect.isfunction):

@@ -12,8 +12,8 @@ keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
 import keras_gpu  # noqa: E402
-from keras_gpu.cluster import ClusterInfo  # noqa: E402
-from keras_gpu.loggers import _base  # noqa: E402
+from keras_gpu.core.cluster import ClusterInfo  # noqa: E402
+from keras_gpu.hooks import _base# noqa: E402
 
 
 def _as_worker(monkeypatch, workers: int, index: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 from tensorflow.core.framework import function_pb2, node_def_pb2
 from tensorflow.core.protobuf import config_pb2
 
-from keras_gpu import placement as P
+from keras_gpu.meters import placement as P
 
 HOST = "/job:localhost/replica:0/task:0/device:"
 CPU0, CPU1, GPU0, GPU1 = HOST + "CPU:0", HOST + "CPU:1", HOST + "GPU:0", HOST + "GPU:1"

@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorflow.python.eager import context
 
-from keras_gpu import placement as P
-from keras_gpu.loggers.placement import PlacementLogger
+from keras_gpu.meters import placement as P
+from keras_gpu.hooks.placement_logger import PlacementLogger
 from tests._util import run_python
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -295,7 +295,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, numpy as np
-from keras_gpu.loggers.placement import PlacementLogger
+from keras_gpu.hooks.placement_logger import PlacementLogger
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from keras_gpu.cli.launch import EXIT_HANG, HangWatch, add_parser
-from keras_gpu.progress import Progress, ProgressWriter, read_progress
+from keras_gpu.hooks.progress import Progress, ProgressWriter, read_progress
 from tests._util import REPO, alive, run_python, subprocess_env
 
 WORKER = REPO / "tests" / "_workers" / "harden_worker.py"
@@ -192,8 +192,8 @@ install_heartbeat()
 assert "keras" not in sys.modules  # the script still picks the backend
 import keras
 import numpy as np
-from keras_gpu.heartbeat import Heartbeat
-from keras_gpu.progress import writer_from_env
+from keras_gpu.hooks.heartbeat import Heartbeat
+from keras_gpu.hooks.progress import writer_from_env
 
 
 class Mine(keras.callbacks.Callback):

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from keras_gpu.cluster import ClusterInfo
-from keras_gpu.strategy import (
+from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.setup.strategy import (
     DEFAULT_STARTUP_TIMEOUT,
     LocalDevices,
     _check_own_port,

@@ -9,8 +9,8 @@ import keras
 import numpy as np
 
 import keras_gpu
-from keras_gpu.loggers import _writer
-from keras_gpu.report import read_scalars
+from keras_gpu.output import writer as _writer
+from keras_gpu.output.reader import read_scalars
 
 
 class _DiskFillsAtEpoch(keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""`keras_gpu.report` and `keras-gpu report` on event files written the way the callbacks write them."""
+"""`keras_gpu.output.reader` and `keras-gpu report` on event files written the way the callbacks write them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from keras_gpu.loggers import _writer
+from keras_gpu.output import writer as _writer
 from keras_gpu.cli import report as report_cli
-from keras_gpu.report import find_runs, read_scalars, summarize
+from keras_gpu.output.reader import find_runs, read_scalars, summarize
 
 
 def _write(path, series, step0=0):
@@ -139,8 +139,8 @@ def test_step_time_is_weighted_by_traced_steps_and_hinted(tmp_path, capsys):
 def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
     import re
 
-    from keras_gpu import tags
-    from keras_gpu.loggers._layout import CHARTS
+    from keras_gpu.output import tags
+    from keras_gpu.output.layout import CHARTS
 
     fields = {"device": "GPU_0", "replica": "1_GPU_1", "gpu": "0"}
     scalar_tags = [t for t in tags.TAGS if not t.text]
@@ -189,7 +189,7 @@ def test_host_peak_prefers_the_peak_rss_tag(tmp_path):
 
 
 def test_format_bytes_uses_binary_units():
-    from keras_gpu._units import format_bytes
+    from keras_gpu.core.units import format_bytes
 
     assert [format_bytes(n) for n in (0, 1023, 1536, 7e6, 3 * 2**30, 5 * 2**40)] == [
         "0 B", "1023 B", "1.5 KiB", "6.7 MiB", "3.0 GiB", "5.0 TiB",
@@ -205,7 +205,7 @@ import io, json, sys
 from rich.console import Console
 from keras_gpu.cli.main import main
 from keras_gpu.cli.report import render
-from keras_gpu.report import summarize
+from keras_gpu.output.reader import summarize
 
 data = summarize(sys.argv[1])
 out = io.StringIO()
@@ -274,7 +274,7 @@ def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys
 
 
 def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsys):
-    from keras_gpu import steptime
+    from keras_gpu.meters import step_time as steptime
 
     log_dir = str(tmp_path / "logs")
     run = os.path.join(log_dir, "train")

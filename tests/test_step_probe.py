@@ -1,4 +1,4 @@
-"""The step probe (`keras_gpu.step_probe`): timestamps inside the compiled step, against a stopwatch and hand counts.
+"""The step probe (`keras_gpu.hooks.step_probe`): timestamps inside the compiled step, against a stopwatch and hand counts.
 
 One subprocess (two logical CPUs, a mirrored strategy) runs every scenario and
 prints what it measured; the tests below each judge one part of it.
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from keras_gpu import step_probe
+from keras_gpu.hooks import step_probe
 from tests._util import run_python
 
 _SCRIPT = """
@@ -21,7 +21,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_gpu
-from keras_gpu import step_probe
+from keras_gpu.hooks import step_probe
 
 strategy = keras_gpu.make_strategy("mirrored")  # its cross-device ops run steps_per_execution > 1 (keras#19246)
 assert strategy.num_replicas_in_sync == 2

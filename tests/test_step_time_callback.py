@@ -16,9 +16,9 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.loggers import step_time as step_time_module  # noqa: E402
-from keras_gpu.loggers.step_time import StepTimeLogger  # noqa: E402
-from keras_gpu.report import read_scalars  # noqa: E402
+from keras_gpu.hooks import step_time_logger as step_time_module# noqa: E402
+from keras_gpu.hooks.step_time_logger import StepTimeLogger  # noqa: E402
+from keras_gpu.output.reader import read_scalars  # noqa: E402
 
 PARTS = ("input_sec", "compute_sec", "communication_sec", "other_sec")
 
@@ -195,7 +195,7 @@ def test_mirrored_replica_with_extra_work_is_named(tmp_path):
     import json, logging, numpy as np, keras_gpu
     keras_gpu.configure_devices(cpu_devices=2)
     import tensorflow as tf, keras
-    from keras_gpu.loggers.step_time import StepTimeLogger
+    from keras_gpu.hooks.step_time_logger import StepTimeLogger
 
     class Lopsided(keras.layers.Layer):
         def compute_output_shape(self, shape):

@@ -16,10 +16,11 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu import steptime, xspace
-from keras_gpu.loggers.step_time import StepTimeLogger
-from keras_gpu.loggers.throughput import ThroughputLogger
-from keras_gpu.report import read_scalars, read_texts
+from keras_gpu.meters import step_time as steptime
+from keras_gpu.meters import xspace
+from keras_gpu.hooks.step_time_logger import StepTimeLogger
+from keras_gpu.hooks.throughput_logger import ThroughputLogger
+from keras_gpu.output.reader import read_scalars, read_texts
 
 
 def _model(width=8):
@@ -57,7 +58,7 @@ def test_mirrored_traces_into_the_epoch_end_match_a_stopwatch(tmp_path):
     import json, time, numpy as np, keras_gpu
     keras_gpu.configure_devices(cpu_devices=2)
     import tensorflow as tf, keras
-    from keras_gpu.loggers.step_time import StepTimeLogger
+    from keras_gpu.hooks.step_time_logger import StepTimeLogger
 
     class Watch(keras.callbacks.Callback):
         def __init__(self):

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from keras_gpu import steptime, xspace
-from keras_gpu.steptime import ReplicaTime, StepTime
+from keras_gpu.meters import step_time as steptime
+from keras_gpu.meters import xspace
+from keras_gpu.meters.step_time import ReplicaTime, StepTime
 
 US = 1_000_000  # picoseconds per microsecond
 
@@ -31,7 +32,7 @@ def _space(planes: dict[str, dict[str, list[tuple[str, int, int]]]]) -> object:
 
 
 def test_module_does_not_import_tensorflow():
-    code = "import sys, keras_gpu.steptime; assert 'tensorflow' not in sys.modules"
+    code = "import sys, keras_gpu.meters.step_time; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

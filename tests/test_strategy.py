@@ -9,8 +9,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from keras_gpu._keras_compat import _compat_reduce, warn_steps_per_execution
-from keras_gpu.strategy import LocalDevices, StrategyPlan, make_strategy, plan_strategy
+from keras_gpu.setup.keras_compat import _compat_reduce, warn_steps_per_execution
+from keras_gpu.setup.strategy import LocalDevices, StrategyPlan, make_strategy, plan_strategy
 from tests._util import run_python
 
 CPU1 = LocalDevices(cpus=("/device:CPU:0",))
@@ -355,7 +355,7 @@ def model(strategy, spe=1, seed=3):
 _SPLIT_CPU_CHILD = _CHILD_HEADER + """
 keras_gpu.configure_devices(cpu_devices=2)
 import tensorflow as tf
-from keras_gpu._keras_compat import (KerasMultiWorkerMirroredStrategy, steps_per_execution_affected,
+from keras_gpu.setup.keras_compat import (KerasMultiWorkerMirroredStrategy, steps_per_execution_affected,
                                      warn_steps_per_execution)
 
 s = keras_gpu.make_strategy()

@@ -1,4 +1,4 @@
-"""keras_gpu._tf against the installed TensorFlow: each private call still does what keras-gpu relies on.
+"""keras_gpu.core.tf_private against the installed TensorFlow: each private call still does what keras-gpu relies on.
 
 Run these first after a TensorFlow upgrade: a failure names the private API that moved.
 """
@@ -12,7 +12,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from keras_gpu import _tf  # noqa: E402
+from keras_gpu.core import tf_private as _tf# noqa: E402
 
 
 def test_runtime_initialized_is_false_in_a_fresh_process_and_true_after_a_tensor():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from keras_gpu.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
+from keras_gpu.meters.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
 
 
 def _drive(meter: ThroughputMeter, executions: list[tuple[int, float]]) -> list[Window | FirstExecution]:
@@ -40,7 +40,7 @@ ARRAYS_1000_BY_64 = dict(batch_size=64, last_batch_size=40, batches_per_pass=16)
 
 
 def test_module_does_not_import_tensorflow():
-    code = "import sys, keras_gpu.throughput; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    code = "import sys, keras_gpu.meters.throughput; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

@@ -15,9 +15,9 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu import flops  # noqa: E402
-from keras_gpu._fit_introspection import FitData, inspect_fit  # noqa: E402
-from keras_gpu.loggers.throughput import ThroughputLogger  # noqa: E402
+from keras_gpu.meters import flops# noqa: E402
+from keras_gpu.hooks.fit_introspection import FitData, inspect_fit  # noqa: E402
+from keras_gpu.hooks.throughput_logger import ThroughputLogger  # noqa: E402
 
 N, BATCH = 1000, 64  # 16 batches per epoch, the last one holds 40 samples
 MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()
@@ -39,7 +39,7 @@ def read_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
 @pytest.fixture(autouse=True)
 def _fresh_process_scope(monkeypatch):
     """Each test sees keras-gpu's once-per-process messages as a fresh process would."""
-    from keras_gpu import _log
+    from keras_gpu.core import log as _log
 
     monkeypatch.setattr(_log, "_process", _log.Once())
 
@@ -242,7 +242,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from keras_gpu.loggers.throughput import ThroughputLogger
+    from keras_gpu.hooks.throughput_logger import ThroughputLogger
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         inp = keras.Input((32,))
@@ -452,7 +452,7 @@ def test_bad_log_dir():
 
 
 def test_gpu_peaks_are_summed_per_gpu_in_use(monkeypatch):
-    from keras_gpu import backend
+    from keras_gpu.core import backend
 
     h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
     monkeypatch.setattr(backend, "_replica_gpus", lambda model: [(0, h100), (1, a100)])
@@ -494,7 +494,7 @@ def test_once_per_process_messages_appear_once_in_three_fits_and_name_the_factor
     assert len([m for m in messages if "MemoryLogger found no GPU" in m]) == 1
     assert len([m for m in messages if "wall-clock training rate" in m]) == 3  # the end-of-fit line: each fit's own
     # A callback built by hand is named as such.
-    from keras_gpu import _log
+    from keras_gpu.core import log as _log
 
     _log._process = _log.Once()
     _mlp().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[ThroughputLogger(tmp_path / "hand")])
@@ -503,7 +503,7 @@ def test_once_per_process_messages_appear_once_in_three_fits_and_name_the_factor
 
 
 def test_steady_rate_of_the_end_of_fit_line_is_the_reports(tmp_path, caplog):
-    from keras_gpu.report import summarize
+    from keras_gpu.output.reader import summarize
 
     class Uneven(keras.callbacks.Callback):  # epochs of different pace: a mean of rates would differ
         def on_train_batch_end(self, batch, logs=None):

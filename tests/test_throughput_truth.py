@@ -21,8 +21,8 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.loggers.throughput import ThroughputLogger  # noqa: E402
-from keras_gpu.report import read_scalars  # noqa: E402
+from keras_gpu.hooks.throughput_logger import ThroughputLogger  # noqa: E402
+from keras_gpu.output.reader import read_scalars  # noqa: E402
 
 EPOCHS, BATCH, N = 3, 32, 40 * 32 - 20  # 40 steps per epoch, the last one short
 

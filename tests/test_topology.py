@@ -1,4 +1,4 @@
-"""keras_gpu.topology: device names, replica devices, logical and physical GPUs."""
+"""keras_gpu.core.topology: device names, replica devices, logical and physical GPUs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from keras_gpu import topology as T
-from keras_gpu.topology import DeviceName
+from keras_gpu.core import topology as T
+from keras_gpu.core.topology import DeviceName
 
 FULL_GPU0 = "/job:localhost/replica:0/task:0/device:GPU:0"
 
@@ -112,7 +112,8 @@ def test_replica_devices_of_real_strategies():
 _SUBPROCESS = r"""
 import json
 import keras_gpu
-from keras_gpu import _tf, topology as T
+from keras_gpu.core import tf_private as _tf
+from keras_gpu.core import topology as T
 
 out = {"layout": T.gpu_layout(), "count": T.visible_gpu_count(), "physical": T.physical_gpus([0, 1])}
 out["initialized_after_reads"] = _tf.runtime_initialized()

@@ -11,7 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.loggers.step_time import StepTimeLogger
+from keras_gpu.hooks.step_time_logger import StepTimeLogger
 
 BATCH = 16
 

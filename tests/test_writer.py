@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from keras_gpu.loggers import _writer
-from keras_gpu.loggers._base import check_log_dir, check_positive
-from keras_gpu.cluster import ClusterInfo
+from keras_gpu.output import writer as _writer
+from keras_gpu.hooks._base import check_log_dir, check_positive
+from keras_gpu.core.cluster import ClusterInfo
 
 TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
 WITH_CHIEF = {"chief": ("h:1",), "worker": ("h:2", "h:3"), "evaluator": ("h:4",)}
@@ -122,7 +122,7 @@ def test_custom_scalars_layout_is_written_once_per_writer(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-    from keras_gpu.loggers._layout import CHARTS, write_layout
+    from keras_gpu.output.layout import CHARTS, write_layout
 
     path = str(tmp_path / "train")
     writer = _writer.acquire(path)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_gpu.loggers import _writer
+from keras_gpu.output import writer as _writer
 from tests._tensorboard import tensorboard_server
 
 pytestmark = pytest.mark.slow

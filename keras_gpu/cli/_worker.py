@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     replicas, target = _parse(argv)
     if hasattr(os, "fork"):
         _supervise_child()
-    from keras_gpu.progress import ENV_PROGRESS_FILE
+    from keras_gpu.hooks.progress import ENV_PROGRESS_FILE
 
     if os.environ.get(ENV_PROGRESS_FILE, "").strip():
         install_heartbeat()
@@ -99,7 +99,7 @@ def _parse(argv: list[str]) -> tuple[int | None, list[str]]:
 
 def _split_cpu(replicas: int) -> None:
     """Give this process `replicas` logical CPU devices."""
-    from keras_gpu.devices import configure_devices
+    from keras_gpu.setup.devices import configure_devices
 
     configure_devices(cpu_devices=replicas)
 
@@ -169,7 +169,7 @@ def _patch_callback_list(cls: type) -> None:
 
 def _with_heartbeat(callbacks: Any) -> Any:
     """`callbacks` plus a `Heartbeat` unless it holds one already (a new list; the caller's stays as it was)."""
-    from keras_gpu.heartbeat import Heartbeat
+    from keras_gpu.hooks.heartbeat import Heartbeat
 
     if callbacks is None:
         items: list[Any] = []

@@ -2,12 +2,12 @@
 
 ```
 keras-gpu env          # readable tables
-keras-gpu env --json   # the same content as JSON (see `keras_gpu.envinfo.collect`)
+keras-gpu env --json   # the same content as JSON (see `keras_gpu.cli.envinfo.collect`)
 ```
 
 The command exits 0 whenever it could write the report, including when the
 report lists problems (such as a malformed `TF_CONFIG`): finding those is
-its job. The data comes from :func:`keras_gpu.envinfo.collect`.
+its job. The data comes from :func:`keras_gpu.cli.envinfo.collect`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Collect the report and print it; returns 0."""
-    from keras_gpu.envinfo import collect
+    from keras_gpu.cli.envinfo import collect
 
     report = collect()
     if args.json:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(report: dict[str, Any], width: int = 100) -> str:
-    """Render a report from `keras_gpu.envinfo.collect()` as plain-text tables."""
+    """Render a report from `keras_gpu.cli.envinfo.collect()` as plain-text tables."""
     from rich.console import Console
 
     buffer = io.StringIO()

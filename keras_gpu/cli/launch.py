@@ -61,7 +61,7 @@ With `--hang-timeout SECONDS` (off by default), a job whose workers stop
 making progress is ended too. Each worker gets `KERAS_GPU_PROGRESS_FILE`, a
 file of its own, and the bootstrap adds a `keras_gpu.Heartbeat` to every
 `fit`, `evaluate` and `predict` of the script, whatever callbacks it passes
-(see `keras_gpu.progress`): a daemon thread keeps the file up to date with
+(see `keras_gpu.hooks.progress`): a daemon thread keeps the file up to date with
 the number of finished batches and the call, epoch and batch the worker is
 in. When a worker inside `fit`, `evaluate` or `predict` finishes no batch for
 SECONDS, the launcher logs which workers stopped progressing and where each
@@ -100,11 +100,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
-from keras_gpu._log import logger
-from keras_gpu.backend import require_tensorflow
+from keras_gpu.core.log import logger
+from keras_gpu.core.backend import require_tensorflow
 from keras_gpu.cli import UsageError
 from keras_gpu.cli._worker import ENV_STOP_DELAY
-from keras_gpu.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE, Progress, read_progress
+from keras_gpu.hooks.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE, Progress, read_progress
 
 __all__ = [
     "EXIT_HANG",

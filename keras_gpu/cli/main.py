@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from keras_gpu._log import PrefixFormatter
+from keras_gpu.core.log import PrefixFormatter
 from keras_gpu._version import __version__
 from keras_gpu.cli import UsageError
 

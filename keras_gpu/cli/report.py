@@ -22,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_gpu.report import summarize
+    from keras_gpu.output.reader import summarize
 
     try:
         data = summarize(args.log_dir)
@@ -37,13 +37,13 @@ def run(args: argparse.Namespace) -> int:
 
 def print_report(log_dir: str) -> None:
     """Print the report of `log_dir` to standard output."""
-    from keras_gpu.report import summarize
+    from keras_gpu.output.reader import summarize
 
     render(summarize(log_dir))
 
 
 def _bytes(n: float | None) -> str:
-    from keras_gpu._units import format_bytes
+    from keras_gpu.core.units import format_bytes
 
     return "-" if n is None else format_bytes(n)
 
@@ -53,7 +53,7 @@ def _num(stats: dict[str, float] | None, key: str = "mean", fmt: str = "{:,.1f}"
 
 
 def render(data: dict[str, Any], console: Any = None) -> None:
-    """Render a :func:`keras_gpu.report.summarize` result as tables."""
+    """Render a :func:`keras_gpu.output.reader.summarize` result as tables."""
     from rich.console import Console
     from rich.table import Table
 

@@ -3,7 +3,7 @@
 PATH is an `.xplane.pb` file, or a directory (a run, its `plugins/profile/`,
 or a log dir) whose traces are each read, oldest first. Traces written by
 keras-gpu's `StepTimeLogger` and traces a user captured with TensorFlow's or
-JAX's profiler read alike (:func:`keras_gpu.steptime.analyze`): the step count
+JAX's profiler read alike (:func:`keras_gpu.meters.step_time.analyze`): the step count
 and mean step time, input, compute, communication and other per step, each
 GPU's compute, communication and transfer time, the slowest input stage, and
 the hints.
@@ -56,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _paths(path: str) -> list[str]:
-    from keras_gpu import xspace
+    from keras_gpu.meters import xspace
 
     if os.path.isfile(path):
         return [path]
@@ -82,7 +82,8 @@ def _gpus(value: str | None) -> dict[int, int] | None:
 
 def analyze_path(path: str, steps: int | None = None, gpus: str | None = None) -> list[dict[str, Any]]:
     """The breakdown of each trace at `path` as a JSON-ready dict (with `path` and `hints`)."""
-    from keras_gpu import steptime, xspace
+    from keras_gpu.meters import step_time as steptime
+    from keras_gpu.meters import xspace
 
     if steps is not None and steps < 1:
         raise UsageError(f"--steps must be a positive integer. Received: --steps={steps!r}")

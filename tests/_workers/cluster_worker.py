@@ -36,7 +36,7 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from keras_gpu.loggers import step_time
+    from keras_gpu.hooks import step_time_logger as step_time
 
     rank = keras_gpu.worker_index(strategy)
 

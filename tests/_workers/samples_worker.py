@@ -41,7 +41,7 @@ if BACKEND == "tensorflow":
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import keras_gpu  # after the logical devices
-from keras_gpu.report import read_scalars
+from keras_gpu.output.reader import read_scalars
 
 rng = np.random.default_rng(0)
 X = rng.random((N, 8), dtype=np.float32)

@@ -6,7 +6,7 @@ new `keras_gpu.callbacks()`: a subclassed MLP, a subclassed VAE with
 outputs, and a model whose input has a variable length. The training FLOPs
 per sample each `ThroughputLogger` found are compared with a hand count of the
 matmuls (multiply-add = 2 FLOPs, training = 3 x forward, as in
-`keras_gpu.flops`).
+`keras_gpu.meters.flops`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ pytestmark = [
 SCRIPT = """
 import json, logging
 import numpy as np, keras, keras_gpu
-from keras_gpu.report import read_scalars
+from keras_gpu.output.reader import read_scalars
 
 messages = []
 

@@ -225,7 +225,7 @@ def test_jax_data_parallel_replicas_are_the_mesh_devices(tmp_path, backend):
         f"""
         import json
         import numpy as np, keras, keras_gpu
-        from keras_gpu import backend
+        from keras_gpu.core import backend
         keras.distribution.set_distribution(keras.distribution.DataParallel())
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
         model.compile("sgd", "mse")
@@ -250,7 +250,7 @@ def test_jax_data_parallel_replicas_are_the_mesh_devices(tmp_path, backend):
 
 STEP_TIME = """
 import json, numpy as np, keras
-from keras_gpu.loggers import StepTimeLogger
+from keras_gpu.hooks.factory import StepTimeLogger
 
 rng = np.random.default_rng(0)
 x, y = rng.random((64 * 30, 32), dtype=np.float32), rng.random((64 * 30, 10), dtype=np.float32)

@@ -20,7 +20,7 @@ SCRIPT = str(REPO / "benchmarks" / "gpu_check.py")
 def _no_gpu() -> bool:
     if shutil.which("nvidia-smi") is None:
         return True
-    from keras_gpu import nvml
+    from keras_gpu.core import nvml
 
     return not nvml.available()
 

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_gpu import report
+from keras_gpu.output import reader as report
 from tests._util import REPO, run_python, subprocess_env
 
 pytestmark = [
@@ -111,7 +111,7 @@ def test_chief_logs_global_samples_per_second_and_each_worker_its_run(job):
 DEVICES = """
 import json, os
 import keras_gpu
-from keras_gpu.jax_devices import backends_started
+from keras_gpu.setup.jax_devices import backends_started
 
 def attempt(**kwargs):
     import jax

@@ -19,7 +19,7 @@ pytestmark = [
 FIT = """
 import json, logging, time
 import numpy as np, keras
-from keras_gpu.loggers.step_time import StepTimeLogger
+from keras_gpu.hooks.step_time_logger import StepTimeLogger
 
 records = []
 handler = logging.Handler()

@@ -1,0 +1,703 @@
+"""Which Keras backend trains, and every per-backend fact the callbacks need, in one place.
+
+The callbacks (`keras_gpu.callbacks()`, `ThroughputLogger`, `MemoryLogger`)
+run on the TensorFlow, JAX and PyTorch backends of Keras 3; TensorFlow is
+needed only on the TensorFlow backend and for the TensorFlow-only parts
+(`make_strategy`, `configure_devices`, `PlacementLogger`, `keras-gpu
+launch`), which call :func:`require_tensorflow`. Everything here reads the
+backend lazily: importing this module imports no backend.
+
+Per backend:
+
+=============================  ==========================  ==========================  ==========================
+fact                           TensorFlow                  JAX                         PyTorch
+=============================  ==========================  ==========================  ==========================
+replica devices                the strategy's devices      the `keras.distribution`    the model's device
+                                                           mesh, else the default
+                                                           device
+allocator memory               `get_memory_info`; peak     `Device.memory_stats()`     `torch.cuda` memory stats
+                               reset per window            (GPU); peak since process   (GPU); peak reset per
+                                                           start                       window; none on CPU
+model FLOPs per sample         traced graph count          the forward pass's jaxpr    `torch.utils.flop_counter`
+                               (:mod:`keras_gpu.meters.flops`)    (`dot_general`, convs)      on one forward pass
+=============================  ==========================  ==========================  ==========================
+
+Training FLOPs are 3 x the forward FLOPs of the matmul-like ops on every
+backend (the convention of :mod:`keras_gpu.meters.flops`), so MFU means the same thing
+on all three. Device
+names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
+(`GPU_0`) and tables read the same whichever backend trained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from keras_gpu.core.log import logger
+from keras_gpu.core.cluster import ClusterInfo
+
+__all__ = [
+    "INSTALL_HINT",
+    "Allocator",
+    "AllocatorReading",
+    "allocator_memory",
+    "allocators",
+    "compute_dtype",
+    "flops_failure",
+    "gpu_peak_flops",
+    "name",
+    "physical_gpus",
+    "replica_devices",
+    "num_replicas",
+    "require_tensorflow",
+    "require_tensorflow_backend",
+    "reset_allocator_peak",
+    "selected",
+    "strategy",
+    "task_info",
+    "tensorflow_installed",
+    "training_flops_per_sample",
+    "writing_alone",
+]
+
+INSTALL_HINT = 'pip install "keras-gpu[cpu]" (CPU) or pip install "keras-gpu[cuda]" (NVIDIA GPUs)'
+"""How to install keras-gpu together with a TensorFlow build."""
+
+
+# --------------------------------------------------------------------------- which backend
+
+
+def name() -> str:
+    """The Keras backend in use: `"tensorflow"`, `"jax"`, `"torch"`, ... (`keras.backend.backend()`)."""
+    import keras
+
+    return str(keras.backend.backend())
+
+
+def selected() -> str:
+    """The Keras backend this process uses, or will use once Keras is imported.
+
+    Read without importing Keras where the `KERAS_BACKEND` environment
+    variable decides (it overrides Keras' config file); otherwise Keras is
+    imported (which imports its backend, but starts no device) and asked;
+    when Keras cannot be imported, its default, `"tensorflow"`.
+    """
+    if "keras" not in sys.modules:
+        chosen = os.environ.get("KERAS_BACKEND", "").strip()
+        if chosen:
+            return chosen
+    try:
+        return name()
+    except ImportError:
+        return "tensorflow"
+
+
+def tensorflow_installed() -> bool:
+    """Whether TensorFlow can be imported here (checked without importing it)."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def require_tensorflow(feature: str) -> None:
+    """Raise one clear `ImportError` when `feature` is used without TensorFlow installed.
+
+    Args:
+        feature: What the user called, e.g. `"keras_gpu.make_strategy()"`.
+
+    Raises:
+        ImportError: TensorFlow is not installed, naming the install line.
+    """
+    if not tensorflow_installed():
+        raise ImportError(
+            f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
+            f"build: {INSTALL_HINT}. The callbacks (keras_gpu.callbacks(), ThroughputLogger, "
+            "MemoryLogger) work without it on the JAX and PyTorch backends."
+        )
+
+
+def require_tensorflow_backend(feature: str) -> None:
+    """Like :func:`require_tensorflow`, and also raise when Keras runs on another backend.
+
+    Raises:
+        ImportError: TensorFlow is not installed.
+        RuntimeError: Keras uses another backend (set `KERAS_BACKEND=tensorflow`).
+    """
+    require_tensorflow(feature)
+    current = name()
+    if current != "tensorflow":
+        raise RuntimeError(
+            f"{feature} works on Keras' TensorFlow backend only: set KERAS_BACKEND=tensorflow before "
+            f"importing keras, or leave it out (keras_gpu.callbacks() does so by itself). Received: backend={current!r}"
+        )
+
+
+# --------------------------------------------------------------------------- where the replicas run
+
+
+def strategy(model: Any) -> Any:
+    """The model's `tf.distribute.Strategy` on the TensorFlow backend (the one in scope if it has none); else None."""
+    if name() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    return getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+
+
+def task_info(model: Any) -> ClusterInfo:
+    """This process's place in the cluster.
+
+    TensorFlow: the strategy's cluster (see `keras_gpu.core.cluster.task_info`).
+    JAX: `jax.process_index()` of `jax.process_count()` processes. PyTorch:
+    the `torch.distributed` rank when a process group is initialised. A
+    single process otherwise.
+    """
+    backend = name()
+    if backend == "tensorflow":
+        from keras_gpu.core.cluster import task_info as tf_task_info
+
+        return tf_task_info(strategy(model))
+    count, index = 1, 0
+    if backend == "jax":
+        import jax
+
+        count, index = jax.process_count(), jax.process_index()
+    elif backend == "torch":
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            count, index = dist.get_world_size(), dist.get_rank()
+    if count <= 1:
+        return ClusterInfo(source="local")
+    workers = tuple(f"process_{i}" for i in range(count))
+    return ClusterInfo(source=backend, cluster={"worker": workers}, task_type="worker", task_index=index)
+
+
+@contextlib.contextmanager
+def writing_alone() -> Iterator[None]:
+    """A block where this process alone works with Keras objects, e.g. the chief writing a checkpoint.
+
+    On JAX with a `keras.distribution` over several processes, every new
+    Keras variable is placed on the global mesh by `jax.device_put`, which
+    all processes must call together; Keras' saving creates such variables
+    (`saving_lib` builds a reference optimizer), so a save on the chief alone
+    would stall or fail the job. Inside the block no distribution is in force,
+    so new variables stay on this process; existing ones are read as they
+    are. Elsewhere the block changes nothing.
+    """
+    if name() != "jax":
+        yield
+        return
+    import jax
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None or jax.process_count() <= 1:
+        yield
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
+
+
+def _jax_devices(model: Any) -> list[Any]:
+    import jax
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return [jax.devices()[0]]
+    by_name = {f"{d.platform}:{d.id}": d for d in jax.devices()}
+    found = [by_name.get(str(d).lower()) for d in distribution.device_mesh.devices.flatten()]
+    local = [d for d in found if d is not None and d.process_index == jax.process_index()]
+    return local or [jax.devices()[0]]
+
+
+def _torch_device(model: Any) -> Any:
+    import torch
+
+    for variable in getattr(model, "weights", ()):
+        value = getattr(variable, "value", None)
+        if isinstance(value, torch.Tensor):
+            return value.device
+    # No weights yet: where Keras' torch backend puts new tensors.
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def _tf_name(kind: str, index: int) -> str:
+    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU", "tpu": "TPU"}.get(kind.lower(), kind.upper())
+    return f"/device:{kind}:{index}"
+
+
+def replica_devices(model: Any) -> tuple[str, ...]:
+    """This process's replica devices, in replica order, as TensorFlow-style names (`/device:GPU:0`); never empty.
+
+    TensorFlow: the strategy's devices (full names). JAX: the local devices
+    of the `keras.distribution` mesh, or the default device. PyTorch: the
+    device holding the model's weights.
+    """
+    backend = name()
+    if backend == "tensorflow":
+        from keras_gpu.core import topology
+
+        return tuple(topology.replica_devices(strategy(model)))
+    if backend == "jax":
+        return tuple(_tf_name(d.platform, d.id) for d in _jax_devices(model))
+    if backend == "torch":
+        device = _torch_device(model)
+        return (_tf_name(device.type, device.index or 0),)
+    return ("/device:CPU:0",)
+
+
+def num_replicas(model: Any) -> int:
+    """Replicas training in sync over all processes (TensorFlow: `num_replicas_in_sync`).
+
+    JAX: the size of the `keras.distribution` mesh's batch dimension (1
+    without a distribution). PyTorch: 1: Keras trains one replica per
+    process there, and each process of a `torch.distributed` job logs its
+    own run (`log_dir/worker_<rank>/train`) with its own batches.
+    """
+    backend = name()
+    if backend == "tensorflow":
+        return int(getattr(strategy(model), "num_replicas_in_sync", 1) or 1)
+    if backend == "jax":
+        import keras
+
+        distribution = keras.distribution.distribution()
+        if distribution is None:
+            return 1
+        mesh = distribution.device_mesh
+        axis = getattr(distribution, "batch_dim_name", None)
+        if axis in tuple(mesh.axis_names):
+            return int(mesh.shape[tuple(mesh.axis_names).index(axis)])
+        return int(mesh.devices.size)
+    return 1
+
+
+def physical_gpus(model: Any) -> list[int]:
+    """CUDA ordinals (among this process's visible GPUs) of the distinct GPUs the replicas run on, for NVML."""
+    return [ordinal for ordinal, _ in _replica_gpus(model)]
+
+
+def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
+    """Summed peak FLOP/s (the table of :mod:`keras_gpu.meters.flops`) of the distinct GPUs under this process's replicas.
+
+    Replicas on logical GPUs that share one physical GPU count it once.
+
+    Args:
+        model: The model being trained.
+        dtype: A key of the peak table (see :func:`compute_dtype`).
+
+    Returns:
+        `(peak, names)`: the GPUs' product names, and their summed peak, or
+        `None` when one of them is not in the table; `(None, [])` when the
+        replicas run on no GPU.
+    """
+    from keras_gpu.meters import flops
+
+    names = [gpu_name for _, gpu_name in _replica_gpus(model)]
+    peaks = [flops.peak_flops(n, dtype) for n in names]
+    if not peaks or any(p is None for p in peaks):
+        return None, names
+    return float(sum(p for p in peaks if p is not None)), names
+
+
+def _replica_gpus(model: Any) -> list[tuple[int, str]]:
+    """`(CUDA ordinal, product name)` of each distinct GPU under this process's replicas, in replica order."""
+    backend = name()
+    out: list[tuple[int, str]] = []
+
+    def add(ordinal: int, product: str) -> None:
+        if all(o != ordinal for o, _ in out):
+            out.append((ordinal, product))
+
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        from keras_gpu.core import topology
+
+        layout = topology.gpu_layout()
+        visible = tf.config.get_visible_devices("GPU")
+        for device in replica_devices(model):
+            parsed = topology.parse_device(device)
+            if parsed is None or parsed.device_type != "GPU":
+                continue
+            for ordinal in topology.logical_to_physical(layout, [parsed.index or 0]):
+                entry = next((d for d in visible if d.name.endswith(f":{ordinal}")), None)
+                try:
+                    details = tf.config.experimental.get_device_details(entry) if entry is not None else {}
+                except Exception:  # noqa: BLE001 - no details: the name stays unknown
+                    details = {}
+                add(ordinal, str(details.get("device_name", "")))
+    elif backend == "jax":
+        for d in _jax_devices(model):
+            if d.platform == "gpu":
+                local = getattr(d, "local_hardware_id", None)
+                add(int(d.id if local is None else local), str(d.device_kind))
+    elif backend == "torch":
+        import torch
+
+        device = _torch_device(model)
+        if device.type == "cuda":
+            add(device.index or 0, torch.cuda.get_device_name(device))
+    return out
+
+
+def compute_dtype(model: Any) -> str:
+    """The dtype the model's matmuls run in, as a key of the peak table of :mod:`keras_gpu.meters.flops`.
+
+    `mixed_float16` gives `"float16"`, `mixed_bfloat16` `"bfloat16"`. float32
+    gives `"tf32"` where the backend runs float32 matmuls as TF32 on GPUs
+    that have it (TensorFlow: while TF32 execution is enabled, its default;
+    JAX: its default matmul precision; PyTorch: when
+    `torch.backends.cuda.matmul.allow_tf32` is set, off by default), else
+    `"float32"`.
+    """
+    policy = getattr(model, "dtype_policy", None)
+    dtype = str(getattr(policy, "compute_dtype", None) or "float32")
+    if dtype in ("float16", "bfloat16"):
+        return dtype
+    if dtype != "float32":
+        return "float32"
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
+    if backend == "jax":
+        import jax
+
+        precision = str(jax.config.jax_default_matmul_precision or "default").lower()
+        return "float32" if precision in ("highest", "float32") else "tf32"
+    if backend == "torch":
+        import torch
+
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "float32"
+    return "float32"
+
+
+# --------------------------------------------------------------------------- allocator memory
+
+
+class Allocator(NamedTuple):
+    """One device memory allocator of this process.
+
+    Attributes:
+        device: The backend's own name for the device (`"GPU:0"` for
+            TensorFlow, the `jax.Device`'s `"gpu:0"`, `"cuda:0"` for PyTorch).
+        tag: Its label in tags (`memory/allocator/<tag>/...`): `GPU_0`, `CPU_0`.
+        peak_resets: Whether the backend can reset the peak, so that
+            `peak_bytes` is the window's peak (TensorFlow, PyTorch) rather
+            than the peak since the process started (JAX).
+    """
+
+    device: str
+    tag: str
+    peak_resets: bool
+
+
+class AllocatorReading(NamedTuple):
+    """Bytes held by an allocator now, and the most it held at once (see `Allocator.peak_resets`)."""
+
+    current_bytes: int
+    peak_bytes: int
+
+
+def allocators(model: Any) -> list[Allocator]:
+    """The distinct allocators behind this process's replica devices.
+
+    Logical CPU devices share one allocator, logged once as `CPU_0`. Which
+    ones keep statistics is found by reading them (:func:`allocator_memory`).
+    """
+    backend = name()
+    devices = replica_devices(model)
+    if backend == "tensorflow":
+        from keras_gpu.core import topology
+
+        return [Allocator(device, tag, True) for device, tag in topology.allocator_devices(devices)]
+    result: list[Allocator] = []
+    for device in devices:
+        kind, _, index = device.rsplit("/device:", 1)[-1].partition(":")
+        number = 0 if kind == "CPU" else int(index or 0)
+        if backend == "jax":
+            entry = Allocator(f"{'gpu' if kind == 'GPU' else kind.lower()}:{number}", f"{kind}_{number}", False)
+        elif backend == "torch":
+            entry = Allocator(f"cuda:{number}" if kind == "GPU" else "cpu", f"{kind}_{number}", kind == "GPU")
+        else:
+            continue
+        if entry not in result:
+            result.append(entry)
+    return result
+
+
+def allocator_memory(allocator: Allocator) -> AllocatorReading | None:
+    """Read an allocator; `None` when the backend keeps no statistics for it (JAX and PyTorch on CPU).
+
+    Cheap and thread-safe on every backend (no device synchronisation).
+    """
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        info = tf.config.experimental.get_memory_info(allocator.device)
+        return AllocatorReading(int(info["current"]), int(info["peak"]))
+    if backend == "jax":
+        import jax
+
+        device = next((d for d in jax.local_devices() if f"{d.platform}:{d.id}" == allocator.device), None)
+        stats = device.memory_stats() if device is not None else None
+        if not stats or "bytes_in_use" not in stats:
+            return None
+        current = int(stats["bytes_in_use"])
+        return AllocatorReading(current, int(stats.get("peak_bytes_in_use", current)))
+    if backend == "torch" and allocator.device.startswith("cuda"):
+        import torch
+
+        return AllocatorReading(
+            int(torch.cuda.memory_allocated(allocator.device)), int(torch.cuda.max_memory_allocated(allocator.device))
+        )
+    return None
+
+
+def reset_allocator_peak(allocator: Allocator) -> None:
+    """Start a new peak (TensorFlow, PyTorch on GPU); nothing where the backend cannot (JAX)."""
+    if not allocator.peak_resets:
+        return
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats(allocator.device)
+    elif backend == "torch":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(allocator.device)
+
+
+# --------------------------------------------------------------------------- model FLOPs
+
+
+def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
+    """Training FLOPs per sample (3 x forward), or None; :func:`flops_failure` then says why.
+
+    The same convention on every backend (:mod:`keras_gpu.meters.flops`): matmul-like
+    ops only, a multiply-add is 2 FLOPs. TensorFlow: the traced graph count of
+    :mod:`keras_gpu.meters.flops` (`input_spec` is its `tf.TensorSpec` structure).
+    JAX: the `dot_general` and convolution equations of the forward pass's
+    jaxpr (traced, never run or compiled; `scan` bodies count once per
+    iteration). PyTorch: `torch.utils.flop_counter.FlopCounterMode` over one
+    forward pass of zeros (no gradients are touched). On JAX and PyTorch the
+    input shapes are the model's symbolic inputs (functional and `Sequential`
+    models, any nesting of inputs and outputs), else the shapes the model was
+    built with (a subclassed model, built by `fit` before the callbacks
+    start). Losses added with `add_loss` are left out, like the loss itself.
+    Counted once per model and input shape, then cached.
+    """
+    backend = name()
+    if backend == "tensorflow":
+        from keras_gpu.meters import flops
+
+        return flops.training_flops_per_sample(model, input_spec)
+    counters = {"jax": _jax_forward_flops, "torch": _torch_forward_flops}
+    counter = counters.get(backend)
+    reason = f"the {backend} backend has no FLOP counter keras-gpu can use"
+    if counter is not None:
+        try:
+            inputs = _input_structure(model, _PROBE_BATCH[backend])
+        except _Uncounted as exc:
+            inputs, reason = None, str(exc)
+        if inputs is not None:
+            key = (backend, repr(inputs))
+            with _cache_lock:
+                cached = _cache.get(model, {}).get(key)
+            if cached is not None:
+                return cached
+            try:
+                forward = counter(model, inputs)
+            except _Uncounted as exc:
+                forward, reason = None, str(exc)
+            except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
+                forward = None
+                reason = f"running its forward pass to count them failed ({type(exc).__name__}: {exc})"
+            if forward is not None and forward > 0:
+                with _cache_lock:
+                    try:
+                        _cache.setdefault(model, {})[key] = 3.0 * forward
+                    except TypeError:  # not weak-referenceable: just don't cache
+                        pass
+                return 3.0 * forward
+            if forward is not None:
+                reason = "its forward pass holds no matmul or convolution"
+    _remember_failure(model, reason)
+    logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", backend,
+                 getattr(model, "name", "this model"), reason)
+    return None
+
+
+def flops_failure(model: Any) -> str:
+    """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
+    if name() == "tensorflow":
+        from keras_gpu.meters import flops
+
+        return flops.failure(model)
+    with _cache_lock:
+        return _failures.get(model, "the count was not attempted")
+
+
+_PROBE_BATCH = {"jax": 4096, "torch": 2}
+"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX traces
+abstract shapes, so a large batch costs nothing and makes work done once per
+step rather than per sample vanish from the per-sample count; PyTorch runs a
+real forward pass, so its batch is small."""
+
+_cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
+_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+class _Uncounted(Exception):
+    """The model's FLOPs cannot be counted; the message says why."""
+
+
+def _remember_failure(model: Any, reason: str) -> None:
+    with _cache_lock:
+        try:
+            _failures[model] = reason
+        except TypeError:  # not weak-referenceable
+            pass
+
+
+class _Input(NamedTuple):
+    """One input of the probe batch: its shape (batch first) and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _input_structure(model: Any, batch: int) -> Any:
+    """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
+
+    Raises:
+        _Uncounted: The model has no known input shapes, or one of them has a
+            dimension besides the batch whose size only the data decides.
+    """
+    import keras
+
+    struct = getattr(model, "_inputs_struct", None)  # a functional model: its inputs as it was defined
+    if struct is not None:
+        leaves = [(tuple(t.shape), str(t.dtype), getattr(t, "name", "")) for t in keras.tree.flatten(struct)]
+        return keras.tree.pack_sequence_as(struct, [_probe_input(shape, dtype, n, batch) for shape, dtype, n in leaves])
+    config = model.get_build_config() if getattr(model, "built", False) else None
+    shapes = (config or {}).get("input_shape")
+    if shapes is None:
+        raise _Uncounted(
+            "it has no symbolic inputs and was not built with an input shape (build it, or call it once, before fit)"
+        )
+    floatx = keras.config.floatx()
+    return keras.tree.map_shape_structure(lambda shape: _probe_input(tuple(shape), floatx, "", batch), shapes)
+
+
+def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
+    if not shape:
+        raise _Uncounted(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
+    if any(dim is None for dim in shape[1:]):
+        what = f"input {label!r}" if label else "an input"
+        raise _Uncounted(
+            f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
+            "(a variable sequence length, say), so the FLOPs per sample vary"
+        )
+    return _Input((batch, *(int(d) for d in shape[1:])), dtype)
+
+
+def _first(inputs: Any) -> _Input:
+    if isinstance(inputs, _Input):
+        return inputs
+    if isinstance(inputs, dict):
+        return _first(next(iter(inputs.values())))
+    return _first(inputs[0])
+
+
+def _map_inputs(fn: Any, inputs: Any) -> Any:
+    """`inputs` with every :class:`_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
+    if isinstance(inputs, _Input):
+        return fn(inputs)
+    if isinstance(inputs, dict):
+        return {k: _map_inputs(fn, v) for k, v in inputs.items()}
+    return type(inputs)(_map_inputs(fn, v) for v in inputs)
+
+
+def _jax_forward_flops(model: Any, inputs: Any) -> float | None:
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    x = _map_inputs(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), inputs)
+
+    # stateless_call hands its keywords to `call` as they are (unlike `__call__`).
+    training = {"training": False} if getattr(model, "_call_has_training_arg", True) else {}
+
+    def forward(trainable, non_trainable, x):
+        outputs, _ = model.stateless_call(trainable, non_trainable, x, **training)
+        return outputs
+
+    closed = jax.make_jaxpr(forward)(trainable, non_trainable, x)
+    return _jaxpr_flops(closed.jaxpr, depth=0) / _first(inputs).shape[0]
+
+
+def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
+    """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
+    if depth > 30:
+        raise _Uncounted("its forward pass nests functions too deeply to count")
+    total = 0
+    for eqn in jaxpr.eqns:
+        prim = eqn.primitive.name
+        if prim == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
+        elif prim == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * (_prod(rhs) // max(1, rhs[out_feature]))
+        elif prim == "scan":
+            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
+        elif prim == "cond":
+            costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
+            if len(costs) > 1:
+                raise _Uncounted("a conditional in its forward pass has branches of different cost")
+            total += costs.pop()
+        elif prim == "while":
+            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
+                raise _Uncounted("a loop in its forward pass has no constant number of iterations")
+        else:  # calls (jit, custom gradients, remat): their bodies run once
+            for value in eqn.params.values():
+                sub = getattr(value, "jaxpr", value)
+                if hasattr(sub, "eqns"):
+                    total += _jaxpr_flops(sub, depth + 1)
+    return total
+
+
+def _prod(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _torch_forward_flops(model: Any, inputs: Any) -> float | None:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = _torch_device(model)
+    x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(x, training=False)
+    return float(counter.get_total_flops()) / _first(inputs).shape[0]

@@ -1,0 +1,146 @@
+"""Keras callbacks that log throughput, memory and device placement to TensorBoard.
+
+Add the recommended set to a `fit` call you already have::
+
+    model.fit(x, y, callbacks=keras_gpu.callbacks("runs/exp1"))
+
+or pick single callbacks: :class:`ThroughputLogger`, :class:`MemoryLogger`,
+:class:`PlacementLogger` (also importable from `keras_gpu.hooks.factory`). The
+package is named `loggers` so that it never shadows the `keras_gpu.callbacks`
+factory function. Each worker of a cluster writes its own run
+(`log_dir/train` for the chief, `log_dir/worker_k/train` for worker k), so one
+`tensorboard --logdir log_dir` shows them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import keras
+
+from keras_gpu.core import backend
+from keras_gpu.core.log import log_once, made_by_factory
+from keras_gpu.core.checks import check_bool
+from keras_gpu.hooks._base import check_log_dir, check_positive
+from keras_gpu.hooks.memory_logger import MemoryLogger
+from keras_gpu.hooks.placement_logger import PlacementLogger
+from keras_gpu.hooks.step_time_logger import StepTimeLogger, check_profile_every_s
+from keras_gpu.hooks.throughput_logger import ThroughputLogger
+
+__all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger", "StepTimeLogger"]
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def callbacks(
+    log_dir: str | os.PathLike,
+    *,
+    throughput: bool = True,
+    memory: bool = True,
+    placement: bool = True,
+    step_time: bool = True,
+    every_s: float | None = None,
+    profile_every_s: float | None = None,
+    per_worker_runs: bool | None = None,
+    batch_size: int | None = None,
+    samples_per_epoch: int | None = None,
+    flops_per_sample: float | None = None,
+    peak_flops: float | None = None,
+) -> list[keras.callbacks.Callback]:
+    """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
+
+    Only :class:`ThroughputLogger` has a per-batch hook (an integer add and a
+    clock read); memory is sampled on a background thread and placement is
+    analysed once per traced training step. It works beside
+    `keras.callbacks.TensorBoard` writing to the same `log_dir` where that
+    callback works: Keras' own needs TensorFlow installed, on every backend.
+
+    Args:
+        log_dir: TensorBoard log directory, shared by every worker of a job.
+        throughput: Include :class:`ThroughputLogger`.
+        memory: Include :class:`MemoryLogger`.
+        placement: Include :class:`PlacementLogger` (TensorFlow backend only;
+            on the others it is left out with one INFO line).
+        step_time: Include :class:`StepTimeLogger`: a step-time breakdown
+            (input, compute, communication, other) measured on a few traced
+            steps after warm-up and then every `profile_every_s`; in
+            multi-worker TensorFlow jobs, on every step by a probe in the
+            step, with the cluster view (the straggler) on the chief.
+        every_s: Logging window in seconds for throughput and memory
+            (`None`: each callback's default).
+        profile_every_s: Seconds between step-time traces (`None`: 300;
+            `0`: no tracing).
+        per_worker_runs: Whether every worker of a multi-worker job writes
+            its own run (`log_dir/worker_k/train`). `None`: yes up to 16
+            workers; above, only the chief writes (the cluster summary).
+        batch_size: Global batch size, for inputs where it cannot be read
+            from `fit` (for example a `tf.data` dataset without a static batch
+            dimension).
+        samples_per_epoch: Samples per epoch, when the last batch is short and
+            the input does not say so.
+        flops_per_sample: Training FLOPs per sample, to override the count
+            taken from the model's traced graph.
+        peak_flops: Peak FLOP/s of one device, for GPUs not in the built-in
+            table (needed for `throughput/mfu`).
+
+    Returns:
+        A list of callbacks to pass to `fit(callbacks=...)`; extend it with
+        your own.
+    """
+    log_dir = check_log_dir(log_dir)
+    check_bool("per_worker_runs", per_worker_runs, allow_none=True)
+    runs = {"per_worker_runs": per_worker_runs}
+    check_positive("every_s", every_s, allow_none=True)
+    out: list[keras.callbacks.Callback] = []
+    window = {} if every_s is None else {"every_s": every_s}
+    if _flag("throughput", throughput):
+        out.append(
+            ThroughputLogger(
+                log_dir,
+                batch_size=batch_size,
+                samples_per_epoch=samples_per_epoch,
+                flops_per_sample=flops_per_sample,
+                peak_flops=peak_flops,
+                **window,
+                **runs,
+            )
+        )
+    if _flag("memory", memory):
+        memory_window = dict(window)
+        if every_s is not None:  # keep at least one NVML sample per window
+            memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
+        out.append(MemoryLogger(log_dir, **memory_window, **runs))
+    if profile_every_s is not None:
+        profile_every_s = check_profile_every_s(profile_every_s)
+    if _flag("placement", placement):
+        backend_name = backend.name()
+        if backend_name == "tensorflow":
+            out.append(PlacementLogger(log_dir, **runs))
+        else:
+            log_once(
+                logging.INFO,
+                "callbacks:no-placement",
+                "keras-gpu: placement is logged on the TensorFlow backend only; on the %s backend "
+                "keras_gpu.callbacks() leaves PlacementLogger out.",
+                backend_name,
+            )
+    if _flag("step_time", step_time) and profile_every_s != 0:
+        profile = {} if profile_every_s is None else {"profile_every_s": profile_every_s}
+        out.append(StepTimeLogger(log_dir, **profile, **runs))
+    if not out and placement:
+        raise ValueError(
+            f"keras_gpu.callbacks() has nothing to log on the {backend.name()} backend: placement is "
+            "TensorFlow-only. Set throughput=True, memory=True or step_time=True. "
+            "Received: throughput=False, memory=False, placement=True"
+        )
+    if not out:
+        raise ValueError(
+            "keras_gpu.callbacks() needs at least one of throughput, memory, placement or step_time. "
+            f"Received: throughput=False, memory=False, placement=False, step_time={step_time!r}"
+        )
+    return made_by_factory(out)  # their messages name keras_gpu.callbacks(...)

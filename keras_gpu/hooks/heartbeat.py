@@ -1,0 +1,67 @@
+"""`keras_gpu.Heartbeat`: report training progress to `keras-gpu launch --hang-timeout`.
+
+See `keras_gpu.hooks.progress` for what progress means and how the launcher reads it.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_gpu.hooks.progress import ProgressWriter, writer_from_env
+
+__all__ = ["Heartbeat"]
+
+
+class Heartbeat(keras.callbacks.Callback):
+    """Count finished batches for `keras-gpu launch --hang-timeout`; does nothing elsewhere.
+
+    Under `keras-gpu launch --hang-timeout SECONDS`, the launcher ends the job
+    when a worker inside `fit`, `evaluate` or `predict` finishes no batch for
+    that long, naming the call, epoch and batch it was in. This callback is
+    what tells it that batches finish: each hook sets an int in memory, and a
+    daemon thread writes them to the worker's progress file a few times per
+    timeout. It logs nothing and does no I/O on the training thread. Without
+    the launcher's `--hang-timeout` it is a no-op.
+
+    Workers started by `keras-gpu launch` get one in every `fit`, `evaluate`
+    and `predict` without asking; adding it yourself there changes nothing
+    (it is not added twice). Add it where a script's workers are started
+    some other way with `KERAS_GPU_PROGRESS_FILE` set.
+
+    Attributes:
+        writer: The process's progress writer, or `None` when not launched
+            with `--hang-timeout`.
+    """
+
+    async_safe = True  # only sets ints; keeps Keras' asynchronous batch hooks on backends that have them
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer: ProgressWriter | None = writer_from_env()
+
+    def on_train_begin(self, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.begin("fit")
+
+    def on_test_begin(self, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.begin("evaluate")
+
+    def on_predict_begin(self, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.begin("predict")
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.epoch(epoch + 1)
+
+    def _end(self, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.end()
+
+    def _step(self, batch, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.step(batch + 1)
+
+    on_train_end = on_test_end = on_predict_end = _end
+    on_train_batch_end = on_test_batch_end = on_predict_batch_end = _step

@@ -1,0 +1,509 @@
+"""`MemoryLogger`: the backend's allocator, GPU (NVML) and host memory in TensorBoard."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+from keras_gpu.core import backend
+from keras_gpu.core import nvml as _nvml
+from keras_gpu.hooks.fit_introspection import FitWatch
+from keras_gpu.core.log import log_once, logger
+from keras_gpu.core.units import format_bytes
+from keras_gpu.output import writer as _writer
+from keras_gpu.hooks._base import LoggingCallback, check_positive, read_step
+from keras_gpu.output.reader import uncounted_allocator
+
+__all__ = ["MemoryLogger"]
+
+_WATCH_PERIOD_S = 0.5
+"""How often the background thread checks that the `fit` which started it is still running."""
+
+_JOIN_TIMEOUT_S = 10.0
+
+_MIN_EPOCH_WINDOW_S = 1.0
+"""An epoch-end window is skipped when the previous window ended less than this long ago (or `every_s`, if shorter)."""
+
+
+class MemoryLogger(LoggingCallback):
+    """Logs memory (the backend's allocator, GPU, host) and GPU activity to TensorBoard.
+
+    Everything is measured and written on background threads; the callback
+    defines no per-batch hook, and nothing runs on the training thread's
+    per-batch path. A *window* is written at the optimizer's current step
+    every `every_s` seconds, at the end of each epoch (the training thread
+    only raises a flag; an epoch that ends less than a second, or
+    `every_s` if shorter, after the previous window is left to the next
+    one, which bounds the cost of very short epochs) and at the end of
+    training (on the training thread, once
+    the background threads have stopped):
+
+    The Keras backend's allocator, for each device this worker trains on
+    (TensorFlow: the model's distribution strategy, with logical CPU devices
+    sharing one allocator, logged once as `CPU_0`; JAX: the devices of the
+    `keras.distribution`, else the default device; PyTorch: the model's
+    device; see :mod:`keras_gpu.core.backend`):
+
+    - `memory/allocator/<device>/current_bytes`: bytes allocated when the
+      window is written. It is read on the background thread while training
+      runs, so it is a mid-step reading that includes the step's temporaries
+      (except for the last window of `fit`, read after the last step).
+    - `memory/allocator/<device>/peak_bytes`: the most bytes allocated at
+      once within the window on TensorFlow and PyTorch (the peak is reset at
+      the start of `fit` and after each window, with
+      `tf.config.experimental.reset_memory_stats` /
+      `torch.cuda.reset_peak_memory_stats`, so other readers of that peak see
+      it reset too); on JAX, which cannot reset it, the peak since the process
+      started.
+    - `memory/allocator/<device>/run_peak_bytes`: the largest `peak_bytes` so
+      far in this `fit`; also in the summary line logged at the end.
+
+    Sources: TensorFlow's `get_memory_info`, JAX's `Device.memory_stats()`,
+    PyTorch's `torch.cuda.memory_allocated` / `max_memory_allocated`. JAX
+    and PyTorch keep no allocator statistics on CPU: there, the host metrics
+    below are the process's memory, and the allocator is left out after one
+    INFO line. On CPU, TensorFlow's allocator statistics leave small
+    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
+    tiny model may show 0 there. The allocator is read, and its peak reset,
+    on the background thread: both are cheap, thread-safe calls.
+
+    The host:
+
+    - `memory/host/rss_bytes`: this process's resident set size when the
+      window is written, in bytes.
+    - `memory/host/peak_rss_bytes`: the largest resident set size since the
+      process started, in bytes; never below `rss_bytes` of the same window
+      or the previous `peak_rss_bytes`. Both come from one read of
+      `/proc/self/status` (`VmRSS`, `VmHWM`); without it, from
+      `/proc/self/statm` and `resource.getrusage`.
+
+    Each GPU this process trains on, from NVML, sampled every
+    `sample_interval_s` seconds by a background thread. `<i>` is the CUDA
+    ordinal of the GPU among this process's visible GPUs (TensorFlow's
+    physical GPU index; see `keras_gpu.core.nvml` for how it maps to NVML). The plain tag is the mean of
+    the window's samples and the `_max` tag their maximum:
+
+    - `gpu/<i>/memory_used_bytes`, `gpu/<i>/memory_used_bytes_max`: device
+      memory used by every process, in bytes.
+    - `gpu/<i>/memory_total_bytes`: device memory, in bytes (no `_max`).
+    - `gpu/<i>/process_memory_bytes`, `gpu/<i>/process_memory_bytes_max`:
+      device memory used by this process, in bytes (absent when the driver
+      does not list this process, e.g. in a container's PID namespace).
+    - `gpu/<i>/utilization_percent`, `gpu/<i>/utilization_percent_max`: time
+      a kernel was running, in percent.
+    - `gpu/<i>/memory_utilization_percent`,
+      `gpu/<i>/memory_utilization_percent_max`: time device memory was read
+      or written, in percent.
+    - `gpu/<i>/power_watts`, `gpu/<i>/power_watts_max`: power draw, in
+      watts.
+    - `gpu/<i>/temperature_c`, `gpu/<i>/temperature_c_max`: GPU temperature,
+      in degrees Celsius.
+    - `gpu/<i>/sm_clock_mhz`, `gpu/<i>/sm_clock_mhz_max`: SM clock, in MHz.
+
+    Without NVML (no driver, no `nvidia-ml-py`) or without a GPU, only the
+    allocator and host metrics are logged, after one INFO line. A metric a
+    GPU does not support is turned off for that GPU with one WARNING; if
+    NVML fails during the run (a lost GPU), GPU sampling stops with one
+    WARNING and training continues.
+
+    The threads stop and are joined at the end of `fit`. If `fit` ends
+    without calling `on_train_end` (an exception, Ctrl-C), they notice
+    within about half a second that the `fit` that started them is no
+    longer running, write a last window and stop; the next `fit` with the
+    same callback also replaces anything left over.
+
+    Args:
+        log_dir: The TensorBoard log directory, shared with the other
+            callbacks; each worker writes to its own run under it.
+        every_s: Seconds between windows.
+        sample_interval_s: Seconds between NVML samples (at most `every_s`).
+        nvml: Log the NVML GPU metrics.
+        allocator: Log the backend's allocator metrics.
+        host: Log the host metrics.
+        gpus: GPU indices (CUDA ordinals of this process) to monitor with
+            NVML, or `None` for the GPUs the model trains on.
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
+
+    Raises:
+        TypeError, ValueError: An argument is malformed.
+    """
+
+    DEFAULT_SAMPLE_INTERVAL_S = 0.5
+    """Seconds between NVML samples unless `sample_interval_s` says otherwise."""
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        every_s: float = 10.0,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        nvml: bool = True,
+        allocator: bool = True,
+        host: bool = True,
+        gpus: Sequence[int] | None = None,
+        per_worker_runs: bool | None = None,
+    ) -> None:
+        super().__init__(log_dir, per_worker_runs)
+        self.every_s = float(check_positive("every_s", every_s))
+        self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
+        if self.sample_interval_s > self.every_s:
+            raise ValueError(
+                "`sample_interval_s` must not exceed `every_s`, or windows would hold no sample. "
+                f"Received: sample_interval_s={sample_interval_s!r}, every_s={every_s!r}"
+            )
+        for name, value in (("nvml", nvml), ("allocator", allocator), ("host", host)):
+            if not isinstance(value, bool):
+                raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+        if not (nvml or allocator or host):
+            raise ValueError(
+                "MemoryLogger has nothing to log: set at least one of `nvml`, `allocator`, `host` to True. "
+                "Received: nvml=False, allocator=False, host=False"
+            )
+        self.nvml = nvml
+        self.allocator = allocator
+        self.host = host
+        self.gpus = _check_gpus(gpus)
+        self._run: _Run | None = None
+
+    # -- Keras hooks (no per-batch hook on purpose)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._end_run(abandoned=True)
+        writer = self._open()
+        if writer is None:  # this worker writes no run
+            return
+        watch = _FitWatch.capture()
+        allocators = backend.allocators(self.model) if self.allocator else []
+        gpus = self._gpu_indices() if self.nvml else []
+        run = _Run(self, writer, allocators, gpus, watch)
+        run.start()
+        self._run = run
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        run = self._run
+        if run is not None:
+            run.request_window()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        try:
+            self._end_run(abandoned=False)
+        finally:
+            self._close()
+
+    # -- helpers
+
+    def _end_run(self, *, abandoned: bool) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.finish(abandoned=abandoned)
+
+    def _gpu_indices(self) -> list[int]:
+        """The GPUs to sample: `gpus`, or those the model's replicas run on."""
+        if self.gpus is not None:
+            return list(self.gpus)
+        physical = backend.physical_gpus(self.model)
+        if not physical:
+            log_once(
+                logging.INFO,
+                "memory:no-gpu",
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs allocator "
+                "and host memory only.",
+            )
+        return physical
+
+
+class _Run:
+    """The state of one `fit`: devices, peaks, the sampler and the window thread."""
+
+    def __init__(
+        self,
+        owner: MemoryLogger,
+        writer: _writer.SummaryWriter,
+        allocators: list[backend.Allocator],
+        gpus: list[int],
+        watch: _FitWatch,
+    ) -> None:
+        self.model = owner.model
+        self.writer = writer
+        self.every_s = owner.every_s
+        self.host = owner.host
+        self.allocators = allocators
+        self.watch = watch
+        self.sampler = (
+            _nvml.GpuSampler(gpus, owner.sample_interval_s, alive=watch.alive, max_idle_s=None) if gpus else None
+        )
+        self.run_peaks: dict[str, int] = {}  # allocator tag -> bytes
+        self._unread: dict[str, str] = {}  # allocator device -> why it has given no reading yet
+        self.gpu_peaks: dict[tuple[int, str], float] = {}
+        self.host_peak: int | None = None
+        self.windows = 0
+        self._step = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._requested = False
+        self._finished = False
+        self._thread = threading.Thread(target=self._loop, name="keras-gpu-memory-logger", daemon=True)
+
+    def start(self) -> None:
+        usable = []
+        for allocator in self.allocators:
+            try:
+                reading = backend.allocator_memory(allocator)
+                if reading is not None:
+                    backend.reset_allocator_peak(allocator)
+            except Exception as exc:  # noqa: BLE001 - not yet available (TensorFlow before its first allocation)
+                self._unread[allocator.device] = f"{type(exc).__name__}: {exc}"
+            else:
+                if reading is None:  # definitive: the backend keeps no statistics for this device
+                    self._say_no_allocator(allocator.device, "the backend keeps none on this device; the host "
+                                           "metrics are this process's memory")
+                    continue
+            usable.append(allocator)
+        self.allocators = usable
+        self._step = read_step(self.model, 0)
+        self._written_step: int | None = None
+        if self.sampler is not None:
+            self.sampler.start()
+        self._thread.start()
+
+    def request_window(self) -> None:
+        """Ask the window thread to write a window (called on the training thread).
+
+        Only a flag: the thread polls it every `_WATCH_PERIOD_S`, and waking it
+        with an event costs the training thread far more on a busy machine.
+        """
+        self._requested = True
+
+    def finish(self, *, abandoned: bool) -> None:
+        """Stop the threads, write the last window and log the summary (once)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_TIMEOUT_S)
+        self._final(abandoned)
+
+    # -- the window thread
+
+    def _loop(self) -> None:
+        try:
+            min_gap = min(self.every_s, _MIN_EPOCH_WINDOW_S)
+            last_window = time.monotonic()
+            next_window = last_window + self.every_s
+            while True:
+                self._wake.wait(min(max(next_window - time.monotonic(), 0.0), _WATCH_PERIOD_S))
+                self._wake.clear()
+                if self._stopping:
+                    return
+                if not self.watch.alive():
+                    self._final(abandoned=True)
+                    return
+                now = time.monotonic()
+                requested, self._requested = self._requested, False
+                if now >= next_window or (requested and now - last_window >= min_gap):
+                    self.write_window()
+                    last_window = time.monotonic()
+                    next_window = last_window + self.every_s
+        except Exception as exc:  # noqa: BLE001 - monitoring must never take training down
+            logger.warning("keras-gpu: MemoryLogger stopped after an unexpected error: %s: %s", type(exc).__name__, exc)
+            if self.sampler is not None:
+                self.sampler.stop(timeout=0)
+
+    def _final(self, abandoned: bool) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        if self.sampler is not None:
+            self.sampler.stop(timeout=_JOIN_TIMEOUT_S, final_sample=not abandoned)
+        # A window already written at this step (the last epoch's) is not repeated.
+        self.write_window()
+        self.writer.flush()
+        for device, why in sorted(self._unread.items()):
+            self._say_no_allocator(device, why)
+        if abandoned:
+            # Nobody will call on_train_end: close the run's event file now. The
+            # other callbacks' writes become no-ops, and the next `fit` opens a
+            # fresh writer.
+            self.writer.close()
+            logger.info(
+                "keras-gpu: MemoryLogger: `fit` ended without `on_train_end` (interrupted); monitoring stopped. %s",
+                self.summary(),
+            )
+        else:
+            logger.info("keras-gpu: MemoryLogger: %s", self.summary())
+
+    # -- one window
+
+    def write_window(self) -> None:
+        """Measure and write one window at the optimizer's current step.
+
+        One point per step: while no step has finished since the last window
+        (a long first step, compilation), nothing is measured or reset, and
+        the window goes on until the next one.
+        """
+        with self._lock:
+            if self._written_step is not None and read_step(self.model, self._step) <= self._written_step:
+                return
+            values: dict[str, float] = {}
+            self._allocator_window(values)
+            if self.host:
+                self._host_window(values)
+            if self.sampler is not None:
+                self._gpu_window(values)
+            self._step = max(self._step, read_step(self.model, self._step))
+            if values:
+                self.writer.scalars(values, self._step)
+                self._written_step = self._step
+            self.windows += 1
+
+    def _allocator_window(self, values: dict[str, float]) -> None:
+        for allocator in self.allocators:
+            try:
+                reading = backend.allocator_memory(allocator)
+                backend.reset_allocator_peak(allocator)
+            except Exception:  # noqa: BLE001 - a device that went away: skip it this window
+                continue
+            if reading is None:
+                continue
+            self._unread.pop(allocator.device, None)
+            tag = allocator.tag
+            self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), reading.peak_bytes)
+            values[f"memory/allocator/{tag}/current_bytes"] = reading.current_bytes
+            values[f"memory/allocator/{tag}/peak_bytes"] = reading.peak_bytes
+            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[tag]
+
+    @staticmethod
+    def _say_no_allocator(device: str, why: str) -> None:
+        log_once(
+            logging.INFO,
+            f"memory:no-allocator:{backend.name()}:{device}",
+            "keras-gpu: no allocator statistics for %s on the %s backend (%s); they are not logged.",
+            device,
+            backend.name(),
+            why,
+        )
+
+    def _host_window(self, values: dict[str, float]) -> None:
+        rss, peak = _host_memory()
+        if rss is None and peak is None:
+            log_once(logging.INFO, "memory:no-host", "keras-gpu: host memory is not measurable on this platform.")
+        if peak is not None or rss is not None:
+            # The peak since the process started can never be below what was resident at any reading.
+            peak = max(p for p in (peak, rss, self.host_peak) if p is not None)
+            self.host_peak = peak
+        if rss is not None:
+            values["memory/host/rss_bytes"] = rss
+        if peak is not None:
+            values["memory/host/peak_rss_bytes"] = peak
+
+    def _gpu_window(self, values: dict[str, float]) -> None:
+        for gpu, metrics in sorted(self.sampler.drain().items()):
+            for name, stat in metrics.items():
+                values[f"gpu/{gpu}/{name}"] = stat.mean
+                if name != "memory_total_bytes":
+                    values[f"gpu/{gpu}/{name}_max"] = stat.max
+                key = (gpu, name)
+                self.gpu_peaks[key] = max(self.gpu_peaks.get(key, 0.0), stat.max)
+
+    def summary(self) -> str:
+        """One line: the run's peaks.
+
+        An allocator that counted no byte in the whole `fit` (TensorFlow's CPU
+        allocator leaves small tensors out) is named as such, never as "0 B".
+        """
+        parts = [
+            f"peak allocator memory on {tag}: {format_bytes(peak)}" if peak > 0 else
+            f"the {tag} allocator counted no allocation ({uncounted_allocator(tag)})"
+            for tag, peak in self.run_peaks.items()
+        ]
+        gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
+        for gpu in gpus:
+            used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
+            mine = self.gpu_peaks.get((gpu, "process_memory_bytes"))
+            bits = []
+            if mine is not None:
+                bits.append(f"this process {format_bytes(mine)}")
+            if used is not None:
+                bits.append(f"all processes {format_bytes(used)}")
+            if bits:
+                parts.append(f"peak memory on GPU {gpu}: " + ", ".join(bits))
+        if self.host_peak is not None:
+            parts.append(f"host peak RSS: {format_bytes(self.host_peak)}")
+        return "; ".join(parts) + "." if parts else "no memory figures were available."
+
+
+_FitWatch = FitWatch  # the one stack walker: keras_gpu.hooks.fit_introspection
+
+
+# --------------------------------------------------------------------------- host memory
+
+
+def _host_memory() -> tuple[int | None, int | None]:
+    """`(resident set size, peak resident set size)` of this process, in bytes; `None` where unknown.
+
+    Both come from one read of `/proc/self/status` (`VmRSS`, `VmHWM`): the
+    kernel computes them together, so the peak is never below the RSS. Where
+    that file is missing, `/proc/self/statm` and `resource.getrusage`, read
+    one after the other (the caller keeps the peak at or above the RSS).
+    """
+    try:
+        with open("/proc/self/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        rss, peak = (_kib(fields.get(key)) for key in (b"VmRSS", b"VmHWM"))
+        if rss is not None and peak is not None:
+            return rss, peak
+    except OSError:
+        pass
+    return _statm_rss_bytes(), _rusage_peak_rss_bytes()
+
+
+def _kib(field: bytes | None) -> int | None:
+    """`b"   1234 kB"` -> 1234 * 1024."""
+    if field is None:
+        return None
+    parts = field.split()
+    if len(parts) != 2 or parts[1] != b"kB" or not parts[0].isdigit():
+        return None
+    return int(parts[0]) * 1024
+
+
+def _statm_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _rusage_peak_rss_bytes() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB elsewhere
+
+
+def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
+    if gpus is None:
+        return None
+    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence):
+        raise TypeError(
+            "`gpus` must be a list of GPU indices (e.g. [0, 1]) or None for the GPUs the model uses. "
+            f"Received: gpus={gpus!r}"
+        )
+    if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
+        raise ValueError(f"`gpus` must hold non-negative ints (GPU indices). Received: gpus={gpus!r}")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"`gpus` must not repeat a GPU. Received: gpus={gpus!r}")
+    return tuple(gpus)

@@ -1,0 +1,432 @@
+"""A profiler-free probe inside every training step: when each worker computes, waits and idles.
+
+TensorFlow's profiler cannot be trusted in multi-worker processes (a trace
+stop corrupts the heap of a non-chief worker in about 5% of stops), and host
+clocks alone cannot find a straggler: in synchronous training every worker's
+step takes the same wall time, because the fast ones wait for the slow one
+inside the gradient all-reduce. What differs is *where* each worker's time
+goes, and that is what the probe measures, with `tf.timestamp()` inside the
+compiled step:
+
+* `t0`: the worker's own forward and backward pass starts (its batch has
+  arrived);
+* `t1`: the gradients are ready, just before the optimizer's all-reduce;
+* `t2`: the step is done (gradients reduced, variables updated, metrics).
+
+So per step: *compute* `t1 - t0`; *waiting in the reductions* `t2 - t1` (a
+fast worker waits here for the slowest); the *gap* `t0 - t2` of the previous
+step: host work between steps (Keras' loop, callbacks) and the wait for the
+input. A Python timestamp at the batch's start (:meth:`StepProbe.batch_begin`,
+just before Keras calls the train function) splits the gap into host time
+(before the call) and input time (inside the function, before `t0`) where
+each call runs one step.
+
+The sums stay in small host variables, added to inside the step (no
+collective, no device sync, no host transfer per step); :meth:`StepProbe.read`
+copies them out once per window. The probe wraps `model.train_step` (a
+custom override included) and `model.optimizer.apply`, so a user's `fit`
+does not change; install it before `fit` builds its train function (a
+callback's `set_model`), and the train function Keras builds runs the probed
+step, whatever else wraps that function later. XLA cannot compile `tf.timestamp()`, so a model compiled
+with `jit_compile=True` is not probed (:func:`install` returns `None`).
+
+A probe made with `timing=False` only counts: one add of the step and of
+its batch size per replica, no timestamp (what `ThroughputLogger` needs to
+count samples where the input does not say its batch size, at a fraction of
+the timing's cost). It works under XLA too: its counters then live on the
+model's device, and a read copies them once per window. Installing with
+`timing=True` later turns the same probe into a timing one (one probe per
+model, never two in the step).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
+
+#: The running sums per local replica, in this order.
+FIELDS = ("steps", "compute", "wait", "gap", "gap_steps", "t0", "samples")
+_F = {name: i for i, name in enumerate(FIELDS)}
+_ATTR = "_keras_gpu_step_probe"
+_OUTSIDE = object()  # the gradients-ready mark outside a probed step's tracing
+
+
+@dataclass(frozen=True)
+class ProbeWindow:
+    """What one worker's steps did between two reads, in seconds per step.
+
+    Attributes:
+        steps: Training steps in the window (per replica).
+        compute_sec: The worker's own forward and backward pass (the slowest
+            local replica's).
+        communication_sec: From the gradients being ready to the end of the
+            step: the all-reduce (waiting for slower workers included), the
+            variable update and the metrics.
+        input_sec: From Keras calling the train function to the step's
+            start: the wait for the batch, and in multi-worker jobs the
+            distributed iterator's check with every worker that each has one
+            (where a fast worker waits for a slow one); `nan` where it cannot
+            be told apart from host time (`steps_per_execution > 1`).
+        host_sec: Host work between steps: Keras' loop and the callbacks
+            (with the input wait, where that is `nan`).
+        samples: Samples the window's steps processed on this worker (every
+            local replica's batch).
+        replica_compute_sec: Each local replica's compute, in replica order.
+    """
+
+    steps: int
+    compute_sec: float
+    communication_sec: float
+    input_sec: float
+    host_sec: float
+    samples: float
+    replica_compute_sec: tuple[float, ...]
+
+    @property
+    def busy_sec(self) -> float:
+        """Seconds per step the worker surely worked: its compute and its host time between steps.
+
+        The input time is left out: in a multi-worker job it holds waiting
+        for the other workers too.
+        """
+        return self.compute_sec + self.host_sec
+
+    @property
+    def step_sec(self) -> float:
+        """Wall time per step: busy, input, and waiting in the reductions."""
+        measured_input = 0.0 if self.input_sec != self.input_sec else self.input_sec
+        return self.busy_sec + measured_input + self.communication_sec
+
+
+def unavailable_reason(model: Any, timing: bool = True) -> str | None:
+    """Why `model`'s steps cannot be probed (with timestamps, or only counted), or `None` when they can."""
+    from keras_gpu.core import backend
+
+    if backend.name() != "tensorflow":
+        return f"the probe is written for the TensorFlow backend, not {backend.name()}"
+    if timing and getattr(model, "jit_compile", False) is True:
+        return "XLA (jit_compile=True) cannot compile tf.timestamp(); compile with jit_compile=False to measure"
+    return None
+
+
+def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe | None:
+    """Probe `model`'s training steps from the next train function Keras builds; `None` where it cannot.
+
+    The first install drops the model's train function (`fit` builds it anew
+    from the probed step, before its first step); installing again on the
+    same model reuses the probe and the traced function, so a later `fit`
+    pays no retrace. A counting probe (`timing=False`) asked for timing
+    becomes a timing probe (the train function is built anew once); a timing
+    probe asked only to count stays as it is. :func:`unavailable_reason` says
+    why a model cannot be probed.
+    """
+    if unavailable_reason(model, timing) is not None:
+        return None
+    probe = installed(model)
+    on_device = getattr(model, "jit_compile", False) is True  # only a counting probe gets here under XLA
+    if probe is None or probe.local_replicas != local_replicas or probe.on_device != on_device:
+        if probe is not None:
+            timing = timing or (probe.timing and not on_device)
+            probe._unwrap_step(model)
+        probe = StepProbe(local_replicas, timing=timing, on_device=on_device)
+        probe._wrap_step(model)
+        object.__setattr__(model, _ATTR, probe)
+        model.train_function = None
+    elif timing and not probe.timing:
+        probe.timing = True
+        model.train_function = None  # the next trace adds the timestamps
+    probe._wrap_optimizer(getattr(model, "optimizer", None))
+    return probe
+
+
+def installed(model: Any) -> StepProbe | None:
+    """The probe installed on `model`, or `None`."""
+    probe = getattr(model, _ATTR, None)
+    return probe if isinstance(probe, StepProbe) else None
+
+
+class StepProbe:
+    """Timestamps inside the step, summed per local replica; read once per window.
+
+    Args:
+        local_replicas: Replicas of this worker (the rows of the sums).
+        timing: Take timestamps (`False`: only count steps and samples).
+        on_device: Keep the sums on the default device rather than the host
+            (a counting probe in an XLA-compiled step).
+    """
+
+    def __init__(self, local_replicas: int, timing: bool = True, on_device: bool = False) -> None:
+        import tensorflow as tf
+
+        self.local_replicas = max(1, int(local_replicas))
+        self.timing = bool(timing)
+        self.on_device = bool(on_device)
+        self._base = time.time()
+        self._sums, self._prev = _host_variables(
+            tf.zeros((self.local_replicas, len(FIELDS)), tf.float64),
+            tf.zeros((self.local_replicas,), tf.float64),
+            device=None if on_device else "/cpu:0",
+        )
+        self._trace = threading.local()  # the step being traced: where its t1 goes
+        self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
+        self._call_time = 0.0  # and the sum of their start times, relative to _base
+        self._first_call = True
+        self._last = [[0.0] * len(FIELDS) for _ in range(self.local_replicas)]
+        self._last_calls = (0.0, 0.0)
+
+    # -- on the training thread, once per epoch or window ---------------------------------
+
+    def batch_begin(self) -> None:
+        """Keras is about to call the train function (Python, no device work): where the host time ends."""
+        if self._first_call:
+            self._first_call = False
+        else:
+            self._calls += 1.0
+            self._call_time += time.time() - self._base
+
+    def epoch_begin(self) -> None:
+        """Forget the previous step: the time between epochs (validation, epoch-end callbacks) is no gap."""
+        import tensorflow as tf
+
+        self._prev.assign(tf.zeros_like(self._prev))
+        self._first_call = True
+
+    def read(self) -> ProbeWindow | None:
+        """The window since the previous read (one small copy from host memory); `None` without a step."""
+        sums = self._sums.numpy().tolist()
+        calls, call_time = self._calls, self._call_time
+        delta = [[a - b for a, b in zip(row, last)] for row, last in zip(sums, self._last)]
+        d_calls, d_call_time = calls - self._last_calls[0], call_time - self._last_calls[1]
+        self._last, self._last_calls = sums, (calls, call_time)
+        return window(delta, d_calls, d_call_time)
+
+    def reset(self) -> None:
+        """Start a new window now, dropping what was summed so far (warm-up)."""
+        self.read()
+
+    def counts(self) -> tuple[int, int]:
+        """Steps and samples since the probe was made (one small copy): this worker's, every local replica's batch.
+
+        A running total that :meth:`read` does not disturb, so several readers
+        can share the probe, each keeping its own last value.
+        """
+        sums = self._sums.numpy()
+        steps, samples = _F["steps"], _F["samples"]
+        return round(float(sums[0, steps])), round(float(sums[:, samples].sum()))
+
+    # -- wrapping ---------------------------------------------------------------------------
+
+    def _wrap_step(self, model: Any) -> None:
+        original = model.train_step
+
+        @functools.wraps(original)
+        def train_step(data: Any) -> Any:
+            return self._probed_step(original, data)
+
+        object.__setattr__(train_step, _ATTR, self)
+        model.train_step = train_step
+
+    def _unwrap_step(self, model: Any) -> None:
+        """Put back the step this probe wrapped (before another probe wraps it)."""
+        step = model.__dict__.get("train_step")
+        if step is not None and getattr(step, _ATTR, None) is self:
+            original = step.__wrapped__
+            own = getattr(type(model), "train_step", None)
+            if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is own:
+                del model.__dict__["train_step"]  # the class's own method again
+            else:
+                model.train_step = original
+
+    def _wrap_optimizer(self, optimizer: Any) -> None:
+        if optimizer is None or getattr(optimizer.apply, _ATTR, None) is self:
+            return
+        original = optimizer.apply
+
+        @functools.wraps(original)
+        def apply(grads: Any, trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self._trace, "t1", _OUTSIDE) is not None:  # not inside a probed step, or not its first update
+                return original(grads, trainable_variables, *args, **kwargs)
+            if trainable_variables is not None:
+                trainable_variables = list(trainable_variables)
+            grads = self._mark_gradients_ready(grads)
+            result = original(grads, trainable_variables, *args, **kwargs)
+            self._trace.updated = _reads(trainable_variables or getattr(optimizer, "_trainable_variables", None))
+            return result
+
+        object.__setattr__(apply, _ATTR, self)
+        optimizer.apply = apply
+
+    # -- inside the traced step -----------------------------------------------------------------
+
+    def _probed_step(self, original: Any, data: Any) -> Any:
+        import tensorflow as tf
+
+        if not self.timing:
+            return self._counted_step(original, data)
+        t0 = _stamp_after(data)
+        with tf.control_dependencies([t0]):
+            data = tf.nest.map_structure(_identity, data, expand_composites=True)
+        self._trace.t1, self._trace.updated = None, []
+        outputs = original(data)
+        t1, updated = self._trace.t1, self._trace.updated
+        self._trace.t1, self._trace.updated = _OUTSIDE, []
+        t2 = _stamp_after([outputs, updated])
+        if t1 is None:  # no optimizer step: all of it is the worker's own work
+            t1 = t2
+        updates = self._accumulate(t0, t1, t2, data)
+        with tf.control_dependencies(updates):
+            return tf.nest.map_structure(_identity, outputs, expand_composites=True)
+
+    def _counted_step(self, original: Any, data: Any) -> Any:
+        """The step and one add of (1 step, its batch size) to this replica's row: no timestamp, no dependency."""
+        import tensorflow as tf
+
+        r = _local_replica(self.local_replicas)
+        values = tf.stack([tf.constant(1.0, tf.float64), tf.cast(_batch_size(data), tf.float64)])
+        indices = tf.stack([tf.fill([2], r), tf.constant([_F["steps"], _F["samples"]], tf.int32)], axis=1)
+        self._sums.scatter_nd_add(indices, values)  # a stateful op: the function runs it before it returns
+        return original(data)
+
+    def _mark_gradients_ready(self, grads: Any) -> Any:
+        import tensorflow as tf
+
+        grads = list(grads)
+        t1 = _stamp_after(grads)
+        self._trace.t1 = t1
+        with tf.control_dependencies([t1]):
+            return [None if g is None else tf.nest.map_structure(_identity, g, expand_composites=True) for g in grads]
+
+    def _accumulate(self, t0: Any, t1: Any, t2: Any, data: Any) -> list[Any]:
+        import tensorflow as tf
+
+        r = _local_replica(self.local_replicas)
+        base = tf.constant(self._base, tf.float64)
+        prev = self._prev[r]
+        valid = tf.cast(prev > 0, tf.float64)
+        t0_rel = t0 - base
+        values = tf.stack(
+            [
+                tf.constant(1.0, tf.float64), t1 - t0, t2 - t1, valid * (t0_rel - prev), valid, valid * t0_rel,
+                tf.cast(_batch_size(data), tf.float64),
+            ]
+        )
+        indices = tf.stack([tf.fill([len(FIELDS)], r), tf.range(len(FIELDS))], axis=1)
+        add = self._sums.scatter_nd_add(indices, values)
+        with tf.control_dependencies([prev]):
+            keep = self._prev.scatter_nd_update(tf.reshape(r, (1, 1)), tf.reshape(t2 - base, (1,)))
+        return [add, keep]
+
+
+def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWindow | None:
+    """Per-step means of summed rows (one per local replica, :data:`FIELDS`) and Python call times."""
+    rows = [dict(zip(FIELDS, row)) for row in delta]
+    steps = rows[0]["steps"]
+    if steps <= 0:
+        return None
+    compute = [r["compute"] / r["steps"] if r["steps"] > 0 else 0.0 for r in rows]
+    wait = sum(r["wait"] for r in rows) / sum(r["steps"] for r in rows)
+    gap_steps = rows[0]["gap_steps"]
+    gap = rows[0]["gap"] / gap_steps if gap_steps > 0 else 0.0
+    # With one step per call, a step's gap starts before Keras calls the train
+    # function (host time) and ends inside it (input).
+    if gap_steps > 0 and calls == gap_steps:
+        input_sec = max(0.0, min(gap, (rows[0]["t0"] - call_time) / gap_steps))
+        host = gap - input_sec
+    else:
+        input_sec, host = (float("nan"), gap) if gap_steps > 0 else (0.0, 0.0)
+    return ProbeWindow(
+        steps=int(round(steps)),
+        compute_sec=max(compute),
+        communication_sec=wait,
+        input_sec=input_sec,
+        host_sec=host,
+        samples=sum(r["samples"] for r in rows),
+        replica_compute_sec=tuple(compute),
+    )
+
+
+# ---------------------------------------------------------------------------------- graph helpers
+
+
+def _identity(value: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.identity(value) if isinstance(value, tf.Tensor) else value
+
+
+def _stamp_after(structure: Any) -> Any:
+    """`tf.timestamp()` once every tensor in `structure` exists."""
+    import tensorflow as tf
+
+    tensors = [t for t in tf.nest.flatten(structure, expand_composites=True) if isinstance(t, tf.Tensor)]
+    with tf.control_dependencies(tensors):
+        return tf.timestamp()
+
+
+def _reads(variables: Any) -> list[Any]:
+    """Reads of the first and last updated variable: they exist once the reduced gradients were applied.
+
+    A read is ordered after the update of the same variable (automatic
+    control dependencies), and a variable's update waits for its reduced
+    gradient; two reads stay cheap for models of any size.
+    """
+    import tensorflow as tf
+
+    variables = list(variables or [])
+    picked = variables[:1] + variables[-1:] if len(variables) > 1 else variables
+    return [tf.convert_to_tensor(getattr(v, "value", v)) for v in picked]
+
+
+def _local_replica(local_replicas: int) -> Any:
+    """This replica's row: its index among the worker's replicas (replicas are laid out worker by worker)."""
+    import tensorflow as tf
+
+    ctx = tf.distribute.get_replica_context()
+    rid = 0 if ctx is None else ctx.replica_id_in_sync_group
+    return tf.cast(tf.math.floormod(tf.cast(rid, tf.int32), local_replicas), tf.int32)
+
+
+def _batch_size(data: Any) -> Any:
+    """Samples in this replica's batch: the first dimension of the first input."""
+    import tensorflow as tf
+
+    for leaf in tf.nest.flatten(data):
+        if isinstance(leaf, tf.RaggedTensor):
+            return leaf.nrows()
+        if isinstance(leaf, tf.SparseTensor):
+            return leaf.dense_shape[0]
+        if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
+            return tf.shape(leaf, out_type=tf.int64)[0]
+    return tf.constant(0, tf.int64)
+
+
+def _host_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:
+    """Plain variables on `device` (`None`: the default device), outside any distribution strategy's scope.
+
+    A strategy's scope is per thread, so the variables are made on a thread of
+    their own: inside a `with strategy.scope():` block (where users often call
+    `fit`), they would otherwise become mirrored variables.
+    """
+    import tensorflow as tf
+
+    made: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            with tf.device(device):
+                made.extend(tf.Variable(v, trainable=False) for v in initial)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=create, name="keras-gpu-probe-variables")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return made

@@ -1,0 +1,548 @@
+"""`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from keras_gpu.core import backend
+from keras_gpu.hooks import step_probe
+from keras_gpu.hooks.fit_introspection import FitData, count_batches, inspect_fit
+from keras_gpu.core.log import call_with, logger, process_once
+from keras_gpu.hooks._base import LoggingCallback, check_positive
+from keras_gpu.output import tags as _tags
+from keras_gpu.core import topology
+from keras_gpu.meters.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
+
+__all__ = ["ThroughputLogger"]
+
+_INF = float("inf")
+
+
+class ThroughputLogger(LoggingCallback):
+    """Logs training throughput, achieved FLOP/s, MFU and where each epoch's time goes.
+
+    Rates are wall-clock rates, the ones a stopwatch gives: each epoch's
+    training phase runs from the epoch's start to the end of its last training
+    step, first execution (tracing, warm-up, iterator start) included, and
+    logging windows tile it with no gap. Validation and epoch-end work are
+    left out of the rates and logged apart under `time/`. One point per
+    window, on the global-step axis (the optimizer's iteration count when
+    `fit` starts, plus the steps counted since). Tags (units in
+    :mod:`keras_gpu.output.tags`):
+
+    * `throughput/samples_per_sec`: samples per second, all replicas on all
+      workers (the global batch size times steps per second).
+    * `throughput/steps_per_sec`: training steps per second.
+    * `throughput/samples_per_sec_per_replica`: samples per second divided by
+      the number of replicas: each replica's share of the global rate. How
+      long each replica really computes is measured by `StepTimeLogger`
+      (`step_time/replica_*`).
+    * `throughput/tflops_per_sec`: achieved model FLOP/s of all replicas, in
+      TFLOP/s (1e12 FLOP/s): training FLOPs per sample times samples/s.
+    * `throughput/mfu`: model FLOPs utilisation, 0..1: achieved FLOP/s over
+      the summed dense peak FLOP/s of all replica devices for the model's
+      compute dtype. Logged only where the peak is known (a GPU in the
+      table of :mod:`keras_gpu.meters.flops`, or `peak_flops`).
+
+    Once per epoch, at the global step of the epoch's last training step
+    (written when the next epoch starts, or when training ends):
+
+    * `throughput/steady_samples_per_sec`, `throughput/steady_steps_per_sec`:
+      the epoch's rates with its first execution left out.
+    * `time/epoch_sec`: from the epoch's start to the next epoch's start (or
+      the end of `fit`), in seconds; it equals `time/train_sec +
+      time/validation_sec + time/other_sec`.
+    * `time/train_sec`: the training phase; `time/first_step_sec`: its first
+      execution; `time/validation_sec`: validation (Keras' `on_test_begin`
+      to `on_test_end`); `time/other_sec`: epoch-end callbacks and the rest.
+
+    Samples are counted exactly, including a short last batch, batches split
+    unevenly over replicas, and `steps_per_execution > 1`, for every input
+    `fit` takes, without `batch_size=`:
+
+    * arrays, and `tf.data` datasets with a static batch dimension: from the
+      running `fit`'s data (batch size, batches, the short last batch);
+    * anything else on TensorFlow (`tf.data` with a dynamic batch,
+      generators, `PyDataset`): a counting probe in the training step
+      (:mod:`keras_gpu.hooks.step_probe` with `timing=False`: one add of the step's
+      batch size per replica to a host variable, read once per window; the
+      same probe that measures multi-worker jobs, never a second one);
+    * anything else on JAX and PyTorch (generators, `PyDataset`, a PyTorch
+      `DataLoader`): the batches the train function takes from `fit`'s
+      epoch iterator, counted on the host by their first dimension.
+
+    In a multi-worker TensorFlow job each worker's probe counts its own
+    replicas' samples; the global count is that times the number of workers,
+    exact where the workers' batches are the same size (every full batch),
+    and off by the difference where a short last batch splits unevenly over
+    workers: an exact sum would need a collective per window. Where no count
+    is possible, one warning names the argument to pass and only steps/s and
+    `first_step_sec` are logged, never guessed numbers. `batch_size=` and
+    `samples_per_epoch=` override what is read or counted. With a static
+    batch size, for finite data of unknown length with `steps_per_execution >
+    1`, the epoch's last execution may stop early without saying so: windows
+    then close one execution late, and the last execution's step count is
+    taken from the optimizer's iteration count at the end of the epoch.
+
+    Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
+    from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
+    only; see :mod:`keras_gpu.meters.flops`). Each worker logs its own view to its own
+    run directory. The training thread pays one timestamp and two comparisons
+    per batch; everything else happens once per window, and a point is handed
+    to the writer's background thread.
+
+    At the end of every epoch the current, partial window is closed, so short
+    epochs still get a point. At the end of training one INFO line gives the
+    wall-clock rates over the whole run and the time of the `fit`, and
+    :attr:`summary` holds the numbers.
+
+    Args:
+        log_dir: Directory shared with Keras' `TensorBoard` callback; this
+            worker writes to its `train` run (see `keras_gpu.callbacks`).
+        every_n_steps: Close a window every this many training steps.
+        every_s: Close a window every this many seconds (default: 5.0 when
+            `every_n_steps` is not given). Pass only one of the two.
+        batch_size: Samples per step, all replicas on all workers (the batch
+            size given to `fit`). Overrides what is read from the data or
+            counted; every batch is then taken as full unless
+            `samples_per_epoch` says otherwise.
+        samples_per_epoch: Samples in one pass over the training data. With
+            the batch size it tells how big the last, short batch is.
+        flops_per_sample: Training FLOPs per sample (forward and backward),
+            overriding the count from the graph.
+        peak_flops: Peak FLOP/s of one replica's device, for devices not in the
+            table (CPUs, MIG slices, other GPUs) or to override it.
+        per_worker_runs: Whether a worker other than the chief writes its own
+            run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
+            workers; above that only the chief writes.
+
+    Attributes:
+        summary: After `fit`: totals and mean rates (see
+            :meth:`keras_gpu.meters.throughput.ThroughputMeter.summary`).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        every_n_steps: int | None = None,
+        every_s: float | None = None,
+        batch_size: int | None = None,
+        samples_per_epoch: int | None = None,
+        flops_per_sample: float | None = None,
+        peak_flops: float | None = None,
+        per_worker_runs: bool | None = None,
+    ) -> None:
+        super().__init__(log_dir, per_worker_runs)
+        self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
+        self.every_s = check_positive("every_s", every_s, allow_none=True)
+        if every_n_steps is not None and every_s is not None:
+            raise ValueError(
+                "Pass only one of `every_n_steps` (windows by steps) and `every_s` (windows by time). "
+                f"Received: every_n_steps={every_n_steps!r}, every_s={every_s!r}"
+            )
+        self.batch_size = check_positive("batch_size", batch_size, integer=True, allow_none=True)
+        self.samples_per_epoch = check_positive("samples_per_epoch", samples_per_epoch, integer=True, allow_none=True)
+        self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
+        self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
+        self.summary: dict[str, Any] | None = None
+        self._fit: _Fit | None = None
+        self._once = process_once()  # its hints appear once per process, however many fits
+
+    # -- Keras hooks ------------------------------------------------------------
+
+    def set_model(self, model):
+        super().set_model(model)
+        # Before `fit` builds its train function: a counting probe must be in the step that function runs.
+        if self.batch_size is not None or backend.name() != "tensorflow":
+            return
+        try:
+            data = inspect_fit(model)
+            if data is not None and (data.batch_size is None or data.last_batch_size is None):
+                step_probe.install(model, len(backend.replica_devices(model)), timing=False)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
+
+    def on_train_begin(self, logs=None):
+        t0 = time.perf_counter()
+        self._fit = None
+        self.summary = None
+        self._open()
+        try:
+            self._fit = _Fit(self._build_meter(), t0)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.warning(
+                "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
+            )
+
+    def on_epoch_begin(self, epoch, logs=None):
+        fit = self._fit
+        if fit is None:
+            return
+        t = time.perf_counter()
+        # The previous epoch ends, and this one starts, at the same instant: the
+        # work below (a write, a step-count read) is wall time of this epoch.
+        self._write_epoch(fit.meter.epoch_close(t))
+        if not fit.meter.exact_steps:
+            fit.epoch_iterations = self._iterations()
+        fit.meter.epoch_begin(t)
+        fit.last_batch, fit.last_t = -1, t
+        fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+
+    def on_train_batch_end(self, batch, logs=None):
+        t = time.perf_counter()
+        fit = self._fit
+        if fit is None:
+            return
+        if batch >= fit.next_batch or t >= fit.next_time:
+            self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
+            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+            if fit.meter.counter_failed:
+                self._counter_failed(fit)
+        fit.last_batch = batch
+        fit.last_t = t
+
+    def on_test_begin(self, logs=None):
+        if self._fit is not None:
+            self._end_training_phase(self._fit)
+            self._fit.meter.validation_begin(time.perf_counter())
+
+    def on_test_end(self, logs=None):
+        if self._fit is not None:
+            self._fit.meter.validation_end(time.perf_counter())
+
+    def on_epoch_end(self, epoch, logs=None):
+        fit = self._fit
+        if fit is not None:
+            self._end_training_phase(fit)
+        if self._writer is not None:
+            # Once per epoch, so that a worker killed later loses no finished epoch.
+            self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        fit = self._fit
+        if fit is not None:
+            self._end_training_phase(fit)
+            t = time.perf_counter()
+            self._write_epoch(fit.meter.epoch_close(t))
+            self.summary = fit.meter.summary()
+            self.summary["fit_seconds"] = t - fit.t0
+            self._log_summary(self.summary)
+        self._fit = None
+        self._close()
+
+    # -- writing ------------------------------------------------------------------
+
+    def _end_training_phase(self, fit: _Fit) -> None:
+        """Close the epoch's training phase at its last batch end (once per epoch)."""
+        meter = fit.meter
+        epoch_steps = None
+        if not meter.exact_steps and fit.epoch_iterations is not None:
+            now = self._iterations()
+            epoch_steps = None if now is None else now - fit.epoch_iterations
+        windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
+        fit.next_batch = fit.next_time = _INF
+        if meter.counter_failed:
+            self._counter_failed(fit)
+        if windows:
+            self._write(windows)
+
+    def _counter_failed(self, fit: _Fit) -> None:
+        if fit.warned_counter:
+            return
+        fit.warned_counter = True
+        self._once.log(
+            logging.WARNING,
+            "throughput:counter-failed",
+            "keras-gpu: ThroughputLogger's sample count saw fewer steps than Keras ran (was the train function built "
+            "before the callbacks were set?), so samples/s is not logged from here on; pass %s to log it.",
+            call_with(self, "batch_size"),
+        )
+
+    def _write(self, events: list[Window | FirstExecution]) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        for event in events:
+            if isinstance(event, FirstExecution):
+                continue  # logged with the epoch's other times (time/first_step_sec)
+            values = {_tags.STEPS_PER_SEC.name(): event.steps_per_sec}
+            if event.samples_per_sec is not None:
+                values[_tags.SAMPLES_PER_SEC.name()] = event.samples_per_sec
+                values[_tags.SAMPLES_PER_SEC_PER_REPLICA.name()] = event.samples_per_sec_per_replica
+            if event.tflops_per_sec is not None:
+                values[_tags.TFLOPS_PER_SEC.name()] = event.tflops_per_sec
+            if event.mfu is not None:
+                values[_tags.MFU.name()] = event.mfu
+            writer.scalars(values, event.step)
+
+    def _write_epoch(self, times: EpochTimes | None) -> None:
+        writer = self._writer
+        if times is None or writer is None:
+            return
+        values = {
+            _tags.EPOCH_SEC.name(): times.epoch_sec,
+            _tags.TRAIN_SEC.name(): times.train_sec,
+            _tags.FIRST_STEP_SEC.name(): times.first_step_sec,
+            _tags.VALIDATION_SEC.name(): times.validation_sec,
+            _tags.OTHER_EPOCH_SEC.name(): times.other_sec,
+        }
+        if times.steady_steps_per_sec is not None:
+            values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
+        if times.steady_samples_per_sec is not None:
+            values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+        writer.scalars(values, times.step)  # flushed by the writer's thread, and when fit ends
+
+    # -- set-up ---------------------------------------------------------------------
+
+    def _build_meter(self) -> ThroughputMeter:
+        model = self.model
+        strategy = self._strategy()  # None off the TensorFlow backend
+        if strategy is not None:
+            self._warn_steps_per_execution(strategy)
+        fit = inspect_fit(model)
+        counter = None
+        if self.batch_size is None and (fit is None or fit.batch_size is None or fit.last_batch_size is None):
+            counter = self._counter()
+        schedule = self._schedule(fit, counted=counter is not None)
+        num_replicas = backend.num_replicas(model)
+        devices = list(backend.replica_devices(model))
+        flops_per_sample = None
+        if schedule.counts_samples or counter is not None:
+            flops_per_sample = self._flops_per_sample(model, fit)
+        peak = None
+        if flops_per_sample is not None:
+            peak = self._peak_total(model, devices, num_replicas)
+        return ThroughputMeter(
+            schedule,
+            every_n_steps=self.every_n_steps,
+            every_s=self.every_s,
+            num_replicas=num_replicas,
+            flops_per_sample=flops_per_sample,
+            peak_flops=peak,
+            initial_step=self._initial_step(),
+            counter=counter,
+        )
+
+    def _counter(self) -> Any:
+        """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
+        model = self.model
+        if backend.name() != "tensorflow":
+            return count_batches(model)  # the batches' own shapes: global arrays under a JAX distribution
+        probe = step_probe.installed(model)
+        if probe is None:
+            return None
+        task = self._task
+        workers = max(1, task.num_workers) if task is not None else 1
+
+        def counts() -> tuple[int, int]:
+            steps, samples = probe.counts()
+            return steps, samples * workers  # see the class docstring: exact for equal batches on every worker
+
+        return counts
+
+    def _schedule(self, fit: FitData | None, counted: bool = False) -> DataSchedule:
+        data = fit or FitData(steps_per_execution=_int_attr(self.model, "steps_per_execution") or 1)
+        batch = self.batch_size or data.batch_size
+        last, batches = data.last_batch_size, data.batches_per_pass
+        if self.batch_size is not None and data.batch_size is not None and self.batch_size != data.batch_size:
+            self._once.log(
+                logging.WARNING,
+                "throughput:batch-mismatch",
+                "keras-gpu: %s differs from the batch size of the training data (%d); "
+                "using %d. `batch_size` is the global batch: all replicas on all workers.",
+                call_with(self, batch_size=self.batch_size),
+                data.batch_size,
+                self.batch_size,
+            )
+            last = self.batch_size
+        elif self.batch_size is not None and last is None:
+            last = self.batch_size
+            if not data.infinite and self.samples_per_epoch is None:
+                self._once.log(
+                    logging.INFO,
+                    "throughput:assume-full",
+                    "keras-gpu: ThroughputLogger assumes every batch holds batch_size=%d samples; pass "
+                    "%s if the last batch of each epoch is shorter.",
+                    self.batch_size,
+                    call_with(self, "batch_size", "samples_per_epoch"),
+                )
+        if self.samples_per_epoch is not None and batch is not None:
+            if data.infinite:
+                self._once.log(
+                    logging.WARNING,
+                    "throughput:samples-infinite",
+                    "keras-gpu: ThroughputLogger ignores samples_per_epoch=%d: the training data repeats forever, "
+                    "so every batch is full.",
+                    self.samples_per_epoch,
+                )
+            else:
+                explicit = DataSchedule.from_samples(self.samples_per_epoch, batch)
+                if batches is not None and batches != explicit.batches_per_pass:
+                    self._once.log(
+                        logging.WARNING,
+                        "throughput:samples-mismatch",
+                        "keras-gpu: %s with batch size %d gives %d batches per "
+                        "pass, but the training data has %d; using samples_per_epoch.",
+                        call_with(self, samples_per_epoch=self.samples_per_epoch),
+                        batch,
+                        explicit.batches_per_pass,
+                        batches,
+                    )
+                last, batches = explicit.last_batch_size, explicit.batches_per_pass
+        if (batch is None or last is None) and counted:
+            batch = last = None  # the counter counts
+        elif batch is None or last is None:
+            batch = last = None
+            self._once.log(
+                logging.WARNING,
+                f"throughput:no-batch:{data.adapter}",
+                "keras-gpu: ThroughputLogger cannot tell how many samples each step processes (training data: %s%s), "
+                "so it logs only steps/s. Pass %s (the global batch size, all replicas; `samples_per_epoch=` too "
+                "if the last batch of each epoch is short) to log samples/s, TFLOP/s and MFU.",
+                data.adapter,
+                " without a static batch dimension" if data.adapter == "TFDatasetAdapter" else "",
+                call_with(self, "batch_size"),
+            )
+        return DataSchedule(
+            batch_size=batch,
+            last_batch_size=last,
+            batches_per_pass=batches,
+            infinite=data.infinite and batches is None,
+            steps_per_epoch=data.steps_per_epoch,
+            steps_per_execution=data.steps_per_execution,
+        )
+
+    def _flops_per_sample(self, model: Any, fit: FitData | None) -> float | None:
+        if self.flops_per_sample is not None:
+            return float(self.flops_per_sample)
+        value = backend.training_flops_per_sample(model)
+        if value is None and fit is not None and fit.x_spec is not None:
+            value = backend.training_flops_per_sample(model, fit.x_spec)
+        if value is None:
+            self._once.log(
+                logging.INFO,
+                "throughput:no-flops",
+                "keras-gpu: ThroughputLogger could not count the FLOPs of model %r (%s), so "
+                "throughput/tflops_per_sec and throughput/mfu are not logged; pass %s "
+                "(training FLOPs per sample, about 3x the forward FLOPs) to log them.",
+                getattr(model, "name", "?"),
+                backend.flops_failure(model),
+                call_with(self, "flops_per_sample"),
+            )
+        return value
+
+    def _peak_total(self, model: Any, devices: list[str], num_replicas: int) -> float | None:
+        if self.peak_flops is not None:
+            return float(self.peak_flops) * num_replicas
+        kinds = {topology.device_type(d) or "device" for d in devices}
+        dtype = backend.compute_dtype(model)
+        if kinds != {"GPU"}:
+            self._once.log(
+                logging.INFO,
+                "throughput:no-peak",
+                "keras-gpu: ThroughputLogger logs no throughput/mfu: no peak FLOP/s is known for %s devices. "
+                "Pass %s (peak FLOP/s of one replica's device) to log it.",
+                "/".join(sorted(kinds)),
+                call_with(self, "peak_flops"),
+            )
+            return None
+        local, names = backend.gpu_peak_flops(model, dtype)
+        if local is None:
+            self._once.log(
+                logging.INFO,
+                "throughput:no-peak",
+                "keras-gpu: ThroughputLogger logs no throughput/mfu: no %s peak FLOP/s is known for %s. "
+                "Pass %s (peak FLOP/s of one replica's device) to log it.",
+                dtype,
+                ", ".join(sorted(set(names))) or "this GPU",
+                call_with(self, "peak_flops"),
+            )
+            return None
+        return local * max(1, num_replicas // max(1, len(devices)))
+
+    def _warn_steps_per_execution(self, strategy: Any) -> None:
+        from keras_gpu.setup.keras_compat import warn_steps_per_execution
+
+        spe = getattr(self.model, "steps_per_execution", 1)
+        try:
+            warn_steps_per_execution(strategy, spe, jit_compile=getattr(self.model, "jit_compile", False) is True)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not stop training
+            logger.debug("keras-gpu: steps_per_execution check failed: %s", exc)
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _iterations(self) -> int | None:
+        """The optimizer's step count (a device read: only at epoch boundaries)."""
+        optimizer = getattr(self.model, "optimizer", None)
+        iterations = getattr(optimizer, "iterations", None)
+        if iterations is None:
+            return None
+        try:
+            import keras
+
+            return int(keras.ops.convert_to_numpy(iterations))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _log_summary(self, s: dict[str, Any]) -> None:
+        fit_time = f"{s['fit_seconds']:.2f} s of fit"
+        if not s["measured_seconds"]:
+            logger.info(
+                "keras-gpu: ThroughputLogger: %d steps in %d epoch(s) and %s; no training step finished, so no rate.",
+                s["steps"],
+                s["epochs"],
+                fit_time,
+            )
+            return
+        rate = f"{s['steps_per_sec']:.2f} steps/s"
+        if s["samples_per_sec"] is not None:
+            rate = (
+                f"{s['samples_per_sec']:.1f} samples/s ({s['samples_per_sec_per_replica']:.1f} per replica), " + rate
+            )
+        parts = [f"wall-clock training rate {rate}"]
+        steady = s["steady_samples_per_sec"] if s["samples_per_sec"] is not None else s["steady_steps_per_sec"]
+        if steady is not None:
+            unit = "samples/s" if s["samples_per_sec"] is not None else "steps/s"
+            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch left out)")
+        if s["tflops_per_sec"] is not None:
+            parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
+        if s["mfu"] is not None:
+            parts.append(f"MFU {100 * s['mfu']:.2f}%")
+        samples = "" if s["samples"] is None else f", {s['samples']} samples"
+        logger.info(
+            "keras-gpu: ThroughputLogger: %s; %d epoch(s), %d steps%s in %s (training %.2f s, validation %.2f s, "
+            "other %.2f s).",
+            "; ".join(parts),
+            s["epochs"],
+            s["steps"],
+            samples,
+            fit_time,
+            s["train_seconds"],
+            s["validation_seconds"],
+            s["other_seconds"],
+        )
+
+
+def _int_attr(obj: Any, name: str) -> int | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+class _Fit:
+    """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
+
+    __slots__ = ("epoch_iterations", "last_batch", "last_t", "meter", "next_batch", "next_time", "t0", "warned_counter")
+
+    def __init__(self, meter: ThroughputMeter, t0: float) -> None:
+        self.meter = meter
+        self.t0 = t0  # when fit's callbacks started (on_train_begin)
+        self.next_batch: float = _INF
+        self.next_time: float = _INF
+        self.last_batch = -1
+        self.last_t = t0
+        self.epoch_iterations: int | None = None
+        self.warned_counter = False

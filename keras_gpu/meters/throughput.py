@@ -1,0 +1,686 @@
+"""Throughput arithmetic: logging windows, exact sample counts, rates, FLOP/s and MFU.
+
+Plain Python, no TensorFlow. A :class:`ThroughputMeter` is fed batch indices
+and timestamps by the `ThroughputLogger` callback (or by a test with a fake
+clock) and answers with :class:`Window` records holding exact counts and rates.
+
+How Keras feeds batches, mirrored here by :class:`DataSchedule`:
+
+* every step processes one batch of `batch_size` samples (the global batch, all
+  replicas on all workers), except the last batch of a pass over finite data,
+  which holds `last_batch_size` samples;
+* with `steps_per_execution=k`, batch hooks fire once per execution and their
+  `batch` argument is the index of the execution's last step, so one call
+  covers `batch - previous_batch` steps; an execution stops early only when
+  the data runs out, which happens only at the end of a pass;
+* without `steps_per_epoch`, every epoch starts a fresh pass; with it, one
+  pass continues across epochs until Keras has asked for all its batches.
+
+Where the batch size is not known before `fit` runs (a `tf.data` pipeline
+with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
+*counter* counts instead: a callable giving the steps and samples done so
+far, read when a window closes (never per batch). The meter then takes each
+window's steps and samples from the counter, so short and uneven batches,
+and an execution that stopped early, count as they ran.
+
+Conventions:
+
+* Rates measure wall-clock time. An epoch's training phase runs from the
+  epoch's start to the end of its last training step; windows tile it with no
+  gap, so the first window holds the first execution (tracing, warm-up,
+  iterator creation) and the sum of the window times is the training phase's
+  wall time. Validation and epoch-end work fall outside the training phase
+  and are reported apart by :class:`EpochTimes`.
+* The first execution of each epoch is also reported on its own
+  (:class:`FirstExecution`), and the steady-state rates of
+  :class:`EpochTimes` leave it out. Over several epochs the steady rate is
+  :func:`steady_rate`: what the epochs' steady phases counted over the time
+  they took, the one figure of the end-of-fit line and `keras-gpu report`.
+* FLOPs: multiply-add counts as 2 FLOPs. `flops_per_sample` is the *training*
+  FLOPs per sample (forward and backward). `tflops_per_sec` is the achieved
+  model FLOP/s of all replicas together, in units of 1e12 FLOP/s, and `mfu`
+  divides it by `peak_flops`, the summed peak FLOP/s of all replica devices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from keras_gpu.core.checks import check_positive
+
+__all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
+
+_INF = math.inf
+
+
+def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:
+    return check_positive(name, value, integer=True, allow_none=allow_none)
+
+
+def _positive_number(name: str, value: Any) -> float | None:
+    value = check_positive(name, value, allow_none=True)
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class DataSchedule:
+    """How the running `fit` feeds batches.
+
+    Attributes:
+        batch_size: Samples per step, all replicas on all workers together.
+            `None` when unknown: then only steps are counted.
+        last_batch_size: Samples in the last batch of a pass over the data
+            (equal to `batch_size` when every batch is full). `None` when
+            unknown: then only steps are counted.
+        batches_per_pass: Batches in one pass over the data, or `None` when
+            unknown or infinite.
+        infinite: Whether the data never runs out (a repeated dataset).
+        steps_per_epoch: The `steps_per_epoch` passed to `fit`, or `None`.
+        steps_per_execution: The model's `steps_per_execution`.
+    """
+
+    batch_size: int | None = None
+    last_batch_size: int | None = None
+    batches_per_pass: int | None = None
+    infinite: bool = False
+    steps_per_epoch: int | None = None
+    steps_per_execution: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("last_batch_size", self.last_batch_size)
+        _positive_int("batches_per_pass", self.batches_per_pass)
+        _positive_int("steps_per_epoch", self.steps_per_epoch)
+        _positive_int("steps_per_execution", self.steps_per_execution, allow_none=False)
+        if self.batch_size is not None and self.last_batch_size is not None and self.last_batch_size > self.batch_size:
+            raise ValueError(
+                "`last_batch_size` cannot exceed `batch_size`. "
+                f"Received: batch_size={self.batch_size}, last_batch_size={self.last_batch_size}"
+            )
+        if self.infinite and self.batches_per_pass is not None:
+            raise ValueError(
+                f"Infinite data has no `batches_per_pass`. Received: batches_per_pass={self.batches_per_pass}"
+            )
+
+    @property
+    def counts_samples(self) -> bool:
+        """Whether samples can be counted exactly (batch size and last batch known)."""
+        return self.batch_size is not None and self.last_batch_size is not None
+
+    @property
+    def exact_steps(self) -> bool:
+        """Whether every execution's step count is known when it ends.
+
+        False only for finite data of unknown length with
+        `steps_per_execution > 1`: the last execution of a pass may stop early
+        and nothing says by how much until the epoch ends.
+        """
+        return self.batches_per_pass is not None or self.infinite or self.steps_per_execution == 1
+
+    @classmethod
+    def from_samples(cls, samples_per_epoch: int, batch_size: int, **kwargs: Any) -> DataSchedule:
+        """A schedule for `samples_per_epoch` samples in batches of `batch_size` (last one short)."""
+        _positive_int("samples_per_epoch", samples_per_epoch, allow_none=False)
+        _positive_int("batch_size", batch_size, allow_none=False)
+        batches = -(-samples_per_epoch // batch_size)
+        last = samples_per_epoch - (batches - 1) * batch_size
+        return cls(batch_size=batch_size, last_batch_size=last, batches_per_pass=batches, **kwargs)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One logging window: exact counts and the rates over it.
+
+    Attributes:
+        step: Global training step at the end of the window.
+        steps: Training steps in the window.
+        samples: Samples in the window (all replicas), or `None` if unknown.
+        seconds: Wall time of the window, in seconds.
+        steps_per_sec: Steps per second.
+        samples_per_sec: Samples per second, all replicas on all workers.
+        samples_per_sec_per_replica: `samples_per_sec` divided by the number
+            of replicas (in synchronous data parallelism every replica
+            processes the same share of each global batch).
+        tflops_per_sec: Achieved model FLOP/s of all replicas, in TFLOP/s
+            (1e12 FLOP/s), or `None` without `flops_per_sample`.
+        mfu: Model FLOPs utilisation, 0..1: achieved FLOP/s over the summed
+            peak FLOP/s of all replica devices, or `None` without a peak.
+    """
+
+    step: int
+    steps: int
+    samples: int | None
+    seconds: float
+    steps_per_sec: float
+    samples_per_sec: float | None
+    samples_per_sec_per_replica: float | None
+    tflops_per_sec: float | None
+    mfu: float | None
+
+
+@dataclass(frozen=True)
+class FirstExecution:
+    """The first execution of an epoch (its time is part of the epoch's first window).
+
+    Attributes:
+        step: Global training step at its end.
+        epoch: Index of the epoch within this meter (0-based).
+        steps: Steps it ran.
+        seconds: Time from the epoch's start to its end, in seconds.
+    """
+
+    step: int
+    epoch: int
+    steps: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EpochTimes:
+    """Where an epoch's wall time went, and its steady-state rates.
+
+    `epoch_sec = train_sec + validation_sec + other_sec`, and `first_step_sec`
+    is part of `train_sec`.
+
+    Attributes:
+        step: Global training step at the end of the epoch's training phase.
+        epoch: Index of the epoch within this meter (0-based).
+        epoch_sec: From the epoch's start to the start of the next epoch (or
+            the end of training), in seconds.
+        train_sec: From the epoch's start to the end of its last training step.
+        first_step_sec: The epoch's first execution.
+        validation_sec: Validation inside the epoch.
+        other_sec: The rest: epoch-end callbacks and the training loop's own work.
+        steady_steps_per_sec: Steps/s of the training phase without the first
+            execution, or `None` when only one execution ran.
+        steady_samples_per_sec: Samples/s likewise, or `None` (also when samples
+            are not counted).
+    """
+
+    step: int
+    epoch: int
+    epoch_sec: float
+    train_sec: float
+    first_step_sec: float
+    validation_sec: float
+    other_sec: float
+    steady_steps_per_sec: float | None
+    steady_samples_per_sec: float | None
+
+    @property
+    def steady_sec(self) -> float:
+        """Seconds of the steady phase: the training phase without its first execution."""
+        return self.train_sec - self.first_step_sec
+
+
+def steady_rate(epochs: Iterable[tuple[float | None, float]]) -> float | None:
+    """The steady-state rate over several epochs, from each epoch's `(steady rate, steady seconds)`.
+
+    What the steady phases counted (steps or samples) over the seconds they
+    took: each epoch's rate weighted by its :attr:`EpochTimes.steady_sec`, so
+    a long epoch counts for more than a short one. Epochs without a steady
+    rate are left out; `None` when none has one.
+    """
+    count = seconds = 0.0
+    for rate, sec in epochs:
+        if rate is not None and sec > 0:
+            count += rate * sec
+            seconds += sec
+    return count / seconds if seconds > 0 else None
+
+
+@dataclass
+class _Epoch:
+    """Per-epoch bookkeeping between `epoch_begin` and `epoch_close`."""
+
+    t0: float
+    index: int
+    first_seconds: float = 0.0
+    first_steps: int = 0
+    first_samples: int = 0
+    train_end: float | None = None
+    end_step: int = 0
+    steps: int = 0
+    samples: int = 0
+    validation_sec: float = 0.0
+    validation_t0: float | None = None
+
+
+@dataclass
+class _Totals:
+    steps: int = 0
+    samples: int = 0
+    measured_steps: int = 0
+    measured_samples: int = 0
+    measured_seconds: float = 0.0
+    epochs: list[EpochTimes] = field(default_factory=list)
+    validation_seconds: float = 0.0
+    other_seconds: float = 0.0
+    first_seconds: list[float] = field(default_factory=list)
+
+
+class ThroughputMeter:
+    """Turns batch-end indices and timestamps into exact windows and rates.
+
+    The caller (the callback) compares each batch end against
+    :attr:`next_batch` and :attr:`next_time` itself and calls
+    :meth:`execution_end` only when one is reached, so the per-batch cost
+    stays a timestamp and two comparisons.
+
+    Args:
+        schedule: How `fit` feeds batches.
+        every_n_steps: Close a window once this many steps have run since it
+            opened. Mutually exclusive with `every_s`.
+        every_s: Close a window once this many seconds have passed since it
+            opened (default 5.0 when `every_n_steps` is not given).
+        num_replicas: Replicas in sync, all workers together.
+        flops_per_sample: Training FLOPs per sample (forward + backward), or
+            `None`.
+        peak_flops: Summed peak FLOP/s of all replica devices, or `None`.
+        initial_step: The global step when training starts.
+        counter: Running totals `(steps, samples)` of this fit, exact at any
+            batch end (see the module's docstring); read once per window.
+            With it, the counts come from the counter, not from `schedule`.
+    """
+
+    def __init__(
+        self,
+        schedule: DataSchedule,
+        *,
+        every_n_steps: int | None = None,
+        every_s: float | None = None,
+        num_replicas: int = 1,
+        flops_per_sample: float | None = None,
+        peak_flops: float | None = None,
+        initial_step: int = 0,
+        counter: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        if not isinstance(schedule, DataSchedule):
+            raise TypeError(f"`schedule` must be a DataSchedule. Received: schedule={schedule!r}")
+        _positive_int("every_n_steps", every_n_steps)
+        every_s = _positive_number("every_s", every_s)
+        if every_n_steps is not None and every_s is not None:
+            raise ValueError(
+                "Pass only one of `every_n_steps` and `every_s`. "
+                f"Received: every_n_steps={every_n_steps!r}, every_s={every_s!r}"
+            )
+        if every_n_steps is None and every_s is None:
+            every_s = 5.0
+        _positive_int("num_replicas", num_replicas, allow_none=False)
+        if isinstance(initial_step, bool) or not isinstance(initial_step, int) or initial_step < 0:
+            raise ValueError(f"`initial_step` must be a non-negative integer. Received: initial_step={initial_step!r}")
+        self.schedule = schedule
+        self.every_n_steps = every_n_steps
+        self.every_s = every_s
+        self.num_replicas = num_replicas
+        self.flops_per_sample = _positive_number("flops_per_sample", flops_per_sample)
+        self.peak_flops = _positive_number("peak_flops", peak_flops)
+        if counter is not None and not callable(counter):
+            raise TypeError(f"`counter` must be a callable returning (steps, samples). Received: counter={counter!r}")
+        self.step = initial_step
+        self.epochs = 0
+        self._counter = counter
+        self._counted = counter() if counter is not None else (0, 0)
+        self.counter_failed = False  # the counter saw no step where Keras ran some: samples unknown from then on
+        self._totals = _Totals()
+        # Position in the current pass over the data, true and as Keras counts it.
+        self._pos = 0
+        self._seen = 0
+        self._in_epoch = False
+        self._first_pending = False
+        self._epoch: _Epoch | None = None
+        self._epoch_steps = 0
+        self._acc_batch = -1  # last batch index accounted for in this epoch
+        self._win_batch = -1
+        self._win_t = 0.0
+        self._win_steps = 0
+        self._win_samples: int | None = 0
+        self.next_batch: float = _INF
+        self.next_time: float = _INF
+
+    @property
+    def counts_samples(self) -> bool:
+        """Whether samples are counted: by the schedule (batch size known) or by the counter."""
+        if self._counter is not None:
+            return not self.counter_failed
+        return self.schedule.counts_samples
+
+    @property
+    def exact_steps(self) -> bool:
+        """Whether every execution's step count is known when it ends (always, with a counter)."""
+        return self._counter is not None or self.schedule.exact_steps
+
+    # -- feeding ----------------------------------------------------------------
+
+    def epoch_begin(self, t: float) -> None:
+        """Start an epoch at time `t` (seconds, any monotonic clock); its first window opens at `t`."""
+        if self.schedule.steps_per_epoch is None:
+            self._pos = self._seen = 0
+        self._in_epoch = True
+        self._first_pending = True
+        self._epoch = _Epoch(t0=t, index=self.epochs)
+        self._epoch_steps = 0
+        self._acc_batch = -1
+        self._open_window(-1, t)
+        self.next_batch = 0  # the first execution always reaches the handler
+        self.next_time = _INF
+
+    def execution_end(
+        self, batch: int, t: float, prev_batch: int = -1, prev_t: float = 0.0
+    ) -> list[Window | FirstExecution]:
+        """Handle a batch end that reached :attr:`next_batch` or :attr:`next_time`.
+
+        Args:
+            batch: Keras' `batch` argument: index of the execution's last step.
+            t: Time the batch hook ran.
+            prev_batch: `batch` of the previous execution in this epoch (-1 for
+                none).
+            prev_t: Time of the previous execution's batch hook.
+
+        Returns:
+            What to log: a :class:`FirstExecution` for the first execution of
+            an epoch, and any :class:`Window` that closed.
+        """
+        if not self._in_epoch:
+            return []
+        out: list[Window | FirstExecution] = []
+        if self._first_pending:
+            self._first_pending = False
+            steps, samples = self._advance(batch)
+            self._add_to_window(steps, samples)
+            epoch = self._epoch
+            epoch.first_seconds = max(0.0, t - epoch.t0)
+            epoch.first_steps, epoch.first_samples = steps, samples or 0
+            self._totals.first_seconds.append(epoch.first_seconds)
+            out.append(FirstExecution(self.step, self.epochs, steps, epoch.first_seconds))
+            self._schedule_window()
+            if batch < self.next_batch and t < self.next_time:
+                return out
+        if self.exact_steps:
+            end_batch, end_t = batch, t
+        else:
+            # This execution may be the last of the pass and may have stopped
+            # early; the previous one is proven full by this one's existence.
+            end_batch, end_t = prev_batch, prev_t
+            if end_batch <= self._win_batch or end_batch < 0:
+                self._schedule_window()
+                return out
+        window = self._close_window(end_batch, end_t)
+        self._open_window(end_batch, end_t)
+        if window is not None:
+            out.append(window)
+        return out
+
+    def epoch_end(self, last_batch: int, last_t: float, epoch_steps: int | None = None) -> list[Window]:
+        """End the epoch's training phase and close its last (partial) window.
+
+        Args:
+            last_batch: `batch` of the epoch's last execution (-1 if none ran).
+            last_t: Time of that execution's batch hook (the end of the
+                training phase, before validation).
+            epoch_steps: The exact number of steps the epoch ran, when the
+                caller knows it (only consulted when :attr:`DataSchedule.exact_steps`
+                is False); the last execution's count is corrected to match,
+                within what is possible (it ran between 1 and
+                `steps_per_execution` steps).
+        """
+        if not self._in_epoch:
+            return []
+        self._in_epoch = False
+        self.next_batch = self.next_time = _INF
+        out: list[Window] = []
+        epoch = self._epoch
+        if last_batch > self._acc_batch:
+            steps, samples = self._advance(last_batch)
+            self._add_to_window(steps, samples)
+        if not self._first_pending and not self.exact_steps and epoch_steps is not None:
+            self._correct_last_execution(epoch_steps)
+        if last_batch >= 0 and last_batch > self._win_batch:
+            window = self._make_window(last_t - self._win_t)
+            if window is not None:
+                out.append(window)
+        if last_batch >= 0:
+            epoch.train_end = last_t
+        epoch.end_step = self.step
+        self.epochs += 1
+        if self.schedule.batches_per_pass is not None and self._seen >= self.schedule.batches_per_pass:
+            self._pos = self._seen = 0
+        return out
+
+    def validation_begin(self, t: float) -> None:
+        """Validation inside the current epoch starts at `t`."""
+        if self._epoch is not None and self._epoch.validation_t0 is None:
+            self._epoch.validation_t0 = t
+
+    def validation_end(self, t: float) -> None:
+        """Validation that :meth:`validation_begin` started ends at `t`."""
+        epoch = self._epoch
+        if epoch is not None and epoch.validation_t0 is not None:
+            epoch.validation_sec += max(0.0, t - epoch.validation_t0)
+            epoch.validation_t0 = None
+
+    def epoch_close(self, t: float) -> EpochTimes | None:
+        """Close the accounting of the last epoch at `t`: the next epoch's start, or the end of training.
+
+        Returns `None` when no epoch is open or its training phase ran no step.
+        """
+        epoch = self._epoch
+        if epoch is None or self._in_epoch:
+            return None
+        self.validation_end(t)
+        self._epoch = None
+        if epoch.train_end is None:
+            return None
+        epoch_sec = max(0.0, t - epoch.t0)
+        train_sec = max(0.0, epoch.train_end - epoch.t0)
+        other_sec = max(0.0, epoch_sec - train_sec - epoch.validation_sec)
+        steady_steps = epoch.steps - epoch.first_steps
+        steady_seconds = train_sec - epoch.first_seconds
+        steady_sps = steady_samps = None
+        if steady_steps > 0 and steady_seconds > 0:
+            steady_sps = steady_steps / steady_seconds
+            if self.counts_samples:
+                steady_samps = (epoch.samples - epoch.first_samples) / steady_seconds
+        self._totals.validation_seconds += epoch.validation_sec
+        self._totals.other_seconds += other_sec
+        times = EpochTimes(
+            step=epoch.end_step,
+            epoch=epoch.index,
+            epoch_sec=epoch_sec,
+            train_sec=train_sec,
+            first_step_sec=epoch.first_seconds,
+            validation_sec=epoch.validation_sec,
+            other_sec=other_sec,
+            steady_steps_per_sec=steady_sps,
+            steady_samples_per_sec=steady_samps,
+        )
+        self._totals.epochs.append(times)
+        return times
+
+    # -- results ----------------------------------------------------------------
+
+    @property
+    def total_steps(self) -> int:
+        """Steps counted since the meter was created, first executions included."""
+        return self._totals.steps
+
+    @property
+    def total_samples(self) -> int | None:
+        """Samples counted since the meter was created, or `None` if unknown."""
+        return self._totals.samples if self.counts_samples else None
+
+    def summary(self) -> dict[str, Any]:
+        """Totals and mean rates over the whole run.
+
+        Keys:
+
+        * `steps`, `samples`, `epochs`: totals (`samples` is `None` when not
+          counted);
+        * `measured_steps`, `measured_samples`, `measured_seconds`: what the
+          wall-clock rates cover (every closed window: the training phases);
+        * `steps_per_sec`, `samples_per_sec`, `samples_per_sec_per_replica`,
+          `tflops_per_sec`, `mfu`: wall-clock rates over the training phases,
+          first executions included;
+        * `steady_steps_per_sec`, `steady_samples_per_sec`: the same with the
+          first execution of each epoch left out, over the closed epochs
+          (:func:`steady_rate`);
+        * `train_seconds`, `validation_seconds`, `other_seconds`: training
+          phases, and validation and the rest summed over closed epochs (see
+          :meth:`epoch_close`); `first_step_sec`: one per epoch;
+        * `num_replicas`, `flops_per_sample`, `peak_flops`.
+
+        Unknown values are `None`.
+        """
+        tot = self._totals
+        measured = tot.measured_seconds > 0
+        rates = self._rates(tot.measured_steps, tot.measured_samples, tot.measured_seconds)
+        return {
+            "steps": tot.steps,
+            "samples": self.total_samples,
+            "epochs": self.epochs,
+            "measured_steps": tot.measured_steps,
+            "measured_samples": tot.measured_samples if self.counts_samples else None,
+            "measured_seconds": tot.measured_seconds,
+            "steps_per_sec": rates[0] if measured else None,
+            "samples_per_sec": rates[1] if measured else None,
+            "samples_per_sec_per_replica": rates[2] if measured else None,
+            "tflops_per_sec": rates[3] if measured else None,
+            "mfu": rates[4] if measured else None,
+            "steady_steps_per_sec": steady_rate((e.steady_steps_per_sec, e.steady_sec) for e in tot.epochs),
+            "steady_samples_per_sec": steady_rate((e.steady_samples_per_sec, e.steady_sec) for e in tot.epochs),
+            "train_seconds": tot.measured_seconds,
+            "validation_seconds": tot.validation_seconds,
+            "other_seconds": tot.other_seconds,
+            "first_step_sec": tuple(tot.first_seconds),
+            "num_replicas": self.num_replicas,
+            "flops_per_sample": self.flops_per_sample,
+            "peak_flops": self.peak_flops,
+        }
+
+    # -- internals --------------------------------------------------------------
+
+    def _advance(self, batch: int) -> tuple[int, int | None]:
+        """Account for the steps up to `batch`; returns (steps, samples or None)."""
+        nominal = batch - self._acc_batch
+        if nominal <= 0:
+            return 0, (0 if self.counts_samples else None)
+        self._acc_batch = batch
+        if self._counter is not None:
+            return self._count(nominal)
+        sched = self.schedule
+        self._seen += nominal
+        n = sched.batches_per_pass
+        steps = nominal if n is None else max(0, min(nominal, n - self._pos))
+        samples: int | None = None
+        if sched.counts_samples:
+            samples = steps * sched.batch_size
+            if n is not None and steps > 0 and self._pos + steps == n:
+                samples -= sched.batch_size - sched.last_batch_size
+        self._pos += steps
+        self._epoch_steps += steps
+        self.step += steps
+        self._totals.steps += steps
+        if self._epoch is not None:
+            self._epoch.steps += steps
+            self._epoch.samples += samples or 0
+        if samples is not None:
+            self._totals.samples += samples
+        return steps, samples
+
+    def _count(self, nominal: int) -> tuple[int, int | None]:
+        """Steps and samples since the last read of the counter (`nominal`: the steps Keras' batch index implies)."""
+        samples: int | None
+        try:
+            steps_now, samples_now = self._counter()
+        except Exception:  # noqa: BLE001 - a failed read costs the samples, never training
+            steps_now, samples_now = self._counted
+        steps = steps_now - self._counted[0]
+        samples = samples_now - self._counted[1]
+        self._counted = (steps_now, samples_now)
+        if steps <= 0 or steps > nominal or samples < 0:
+            # The counter does not see the steps Keras ran: count them by index, samples unknown.
+            self.counter_failed = True
+            steps = nominal
+        if self.counter_failed:
+            samples = None
+            self._win_samples = None
+        self._epoch_steps += steps
+        self.step += steps
+        self._totals.steps += steps
+        if self._epoch is not None:
+            self._epoch.steps += steps
+            self._epoch.samples += samples or 0
+        if samples is not None:
+            self._totals.samples += samples
+        return steps, samples
+
+    def _correct_last_execution(self, epoch_steps: int) -> None:
+        counted = self._epoch_steps
+        k = self.schedule.steps_per_execution
+        actual = min(counted, max(counted - k + 1, int(epoch_steps), 1))
+        delta = actual - counted  # <= 0
+        if delta == 0:
+            return
+        self._epoch_steps += delta
+        self.step += delta
+        self._totals.steps += delta
+        self._win_steps += delta
+        if self._epoch is not None:
+            self._epoch.steps += delta
+        if self.schedule.counts_samples:  # never with a counter: its steps are exact
+            self._totals.samples += delta * self.schedule.batch_size
+            if self._epoch is not None:
+                self._epoch.samples += delta * self.schedule.batch_size
+            if self._win_samples is not None:
+                self._win_samples += delta * self.schedule.batch_size
+
+    def _open_window(self, batch: int, t: float) -> None:
+        self._win_batch = batch
+        self._win_t = t
+        self._win_steps = 0
+        self._win_samples = 0
+        self._schedule_window()
+
+    def _schedule_window(self) -> None:
+        """Set :attr:`next_batch` / :attr:`next_time` for the open window."""
+        self.next_batch = self._win_batch + self.every_n_steps if self.every_n_steps is not None else _INF
+        self.next_time = self._win_t + self.every_s if self.every_s is not None else _INF
+
+    def _add_to_window(self, steps: int, samples: int | None) -> None:
+        self._win_steps += steps
+        self._win_samples = None if samples is None or self._win_samples is None else self._win_samples + samples
+
+    def _close_window(self, end_batch: int, end_t: float) -> Window | None:
+        self._add_to_window(*self._advance(end_batch))
+        return self._make_window(end_t - self._win_t)
+
+    def _make_window(self, seconds: float) -> Window | None:
+        steps = self._win_steps
+        samples = self._win_samples if self.counts_samples else None
+        if steps <= 0 or seconds <= 0:
+            return None
+        tot = self._totals
+        tot.measured_steps += steps
+        tot.measured_samples += samples or 0
+        tot.measured_seconds += seconds
+        sps, samps, per_replica, tflops, mfu = self._rates(steps, samples, seconds)
+        return Window(self.step, steps, samples, seconds, sps, samps, per_replica, tflops, mfu)
+
+    def _rates(
+        self, steps: int, samples: int | None, seconds: float
+    ) -> tuple[float, float | None, float | None, float | None, float | None]:
+        if seconds <= 0:
+            return 0.0, None, None, None, None
+        steps_per_sec = steps / seconds
+        if samples is None or not self.counts_samples:
+            return steps_per_sec, None, None, None, None
+        samples_per_sec = samples / seconds
+        per_replica = samples_per_sec / self.num_replicas
+        if self.flops_per_sample is None:
+            return steps_per_sec, samples_per_sec, per_replica, None, None
+        flops = self.flops_per_sample * samples_per_sec
+        mfu = flops / self.peak_flops if self.peak_flops is not None else None
+        return steps_per_sec, samples_per_sec, per_replica, flops / 1e12, mfu

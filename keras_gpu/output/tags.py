@@ -1,0 +1,362 @@
+"""Every TensorBoard tag keras-gpu writes: its name, unit, meaning and chart, in one table.
+
+The callbacks build tag names with :meth:`Tag.name`, the custom-scalars
+layout groups them into charts with :func:`charts`, and `keras-gpu report`
+recognises them with :func:`match`. A tag with fields (`{device}`,
+`{replica}`, `{gpu}`) stands for one series per device, replica or GPU.
+
+Field values:
+
+* `device`: a device label such as `GPU_0` or `CPU_0` (see
+  :func:`keras_gpu.core.topology.device_label`);
+* `replica`: `<global replica index>_<device label>`, e.g. `1_GPU_1`;
+* `gpu`: a TensorFlow-style GPU index (`0`, `1`, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["Tag", "TAGS", "charts", "match", "by_name"]
+
+_FIELD = re.compile(r"\{(\w+)\}")
+_FIELD_REGEX = {"device": r"[A-Za-z]+_\d+", "replica": r"\d+_[A-Za-z]+_\d+", "gpu": r"\d+"}
+
+# Chart categories, in the order TensorBoard's Custom Scalars tab shows them.
+_THROUGHPUT = "keras-gpu: throughput"
+_TIME = "keras-gpu: where the time goes"
+_MEMORY = "keras-gpu: memory"
+_GPU = "keras-gpu: GPU"
+_PLACEMENT = "keras-gpu: placement"
+
+
+@dataclass(frozen=True)
+class Tag:
+    """One logged series (or a family of them, one per device, replica or GPU).
+
+    Attributes:
+        pattern: The tag name, with `{field}` placeholders for families.
+        unit: The unit of the values.
+        meaning: What one point says, for the README and `--help` texts.
+        callback: The callback that writes it.
+        chart: `(category, title)` of its custom-scalars chart, or `None`.
+        text: Whether it is a Markdown text summary rather than a scalar.
+    """
+
+    pattern: str
+    unit: str
+    meaning: str
+    callback: str
+    chart: tuple[str, str] | None = None
+    text: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The placeholders in :attr:`pattern`, in order."""
+        return tuple(_FIELD.findall(self.pattern))
+
+    def name(self, **fields: object) -> str:
+        """The concrete tag name, e.g. `ALLOC_CURRENT.name(device="GPU_0")`."""
+        missing = set(self.fields) - set(fields)
+        extra = set(fields) - set(self.fields)
+        if missing or extra:
+            raise ValueError(
+                f"Tag {self.pattern!r} takes the fields {list(self.fields)}. Received: {sorted(fields)}"
+            )
+        return self.pattern.format(**fields)
+
+    @property
+    def regex(self) -> str:
+        """A regex matching every concrete name of this tag (anchored, no groups)."""
+        return self._regex(named=False)
+
+    def _regex(self, named: bool) -> str:
+        out, last = [], 0
+        for m in _FIELD.finditer(self.pattern):
+            out.append(re.escape(self.pattern[last : m.start()]))
+            group = f"?P<{m.group(1)}>" if named else "?:"
+            out.append(f"({group}{_FIELD_REGEX.get(m.group(1), '[^/]+')})")
+            last = m.end()
+        out.append(re.escape(self.pattern[last:]))
+        return "^" + "".join(out) + "$"
+
+    def match(self, tag: str) -> dict[str, str] | None:
+        """The field values when `tag` is a name of this tag, else `None`."""
+        m = _compiled(self._regex(named=True)).fullmatch(tag)
+        return None if m is None else m.groupdict()
+
+
+_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(regex: str) -> re.Pattern[str]:
+    pattern = _REGEX_CACHE.get(regex)
+    if pattern is None:
+        pattern = _REGEX_CACHE[regex] = re.compile(regex)
+    return pattern
+
+
+def _gpu_pair(metric: str, unit: str, meaning: str, chart: tuple[str, str]) -> tuple[Tag, Tag]:
+    """An NVML metric's window mean and window maximum."""
+    return (
+        Tag(f"gpu/{{gpu}}/{metric}", unit, f"{meaning} (mean of the window's samples)", "MemoryLogger (NVML)", chart),
+        Tag(f"gpu/{{gpu}}/{metric}_max", unit, f"{meaning} (maximum of the window's samples)", "MemoryLogger (NVML)", chart),
+    )
+
+
+# -- throughput ------------------------------------------------------------------
+SAMPLES_PER_SEC = Tag(
+    "throughput/samples_per_sec", "samples/s",
+    "training samples per second of wall-clock time, all replicas on all workers; the window's time runs from the "
+    "epoch's start (first execution included) to the end of its last training step, and excludes validation",
+    "ThroughputLogger", (_THROUGHPUT, "samples/s, all replicas: wall clock, and steady state per epoch"),
+)
+STEPS_PER_SEC = Tag(
+    "throughput/steps_per_sec", "steps/s", "training steps per second of wall-clock time, same windows as samples/s",
+    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"),
+)
+SAMPLES_PER_SEC_PER_REPLICA = Tag(
+    "throughput/samples_per_sec_per_replica", "samples/s",
+    "samples/s divided by the number of replicas: each replica's share of the global rate (not measured per replica; "
+    "see step_time/replica_*)",
+    "ThroughputLogger", (_THROUGHPUT, "samples/s per replica (share of the global rate)"),
+)
+STEADY_SAMPLES_PER_SEC = Tag(
+    "throughput/steady_samples_per_sec", "samples/s",
+    "once per epoch: samples/s of the epoch's training phase with its first execution (tracing, iterator start) "
+    "left out",
+    "ThroughputLogger", (_THROUGHPUT, "samples/s, all replicas: wall clock, and steady state per epoch"),
+)
+STEADY_STEPS_PER_SEC = Tag(
+    "throughput/steady_steps_per_sec", "steps/s",
+    "once per epoch: steps/s of the epoch's training phase with its first execution left out",
+    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"),
+)
+TFLOPS_PER_SEC = Tag(
+    "throughput/tflops_per_sec", "TFLOP/s (1e12 FLOP/s)",
+    "achieved model FLOP/s of all replicas: training FLOPs per sample times samples/s",
+    "ThroughputLogger", (_THROUGHPUT, "TFLOP/s"),
+)
+MFU = Tag(
+    "throughput/mfu", "fraction 0..1",
+    "model FLOPs utilisation: achieved FLOP/s over the summed dense peak of all replica devices",
+    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"),
+)
+
+# -- time per epoch --------------------------------------------------------------
+EPOCH_SEC = Tag(
+    "time/epoch_sec", "s",
+    "wall time of the epoch, from its start to the start of the next (or the end of fit): "
+    "train_sec + validation_sec + other_sec",
+    "ThroughputLogger", (_TIME, "epoch time and its parts (s)"),
+)
+TRAIN_SEC = Tag(
+    "time/train_sec", "s", "training phase of the epoch: from its start to the end of its last training step",
+    "ThroughputLogger", (_TIME, "epoch time and its parts (s)"),
+)
+FIRST_STEP_SEC = Tag(
+    "time/first_step_sec", "s",
+    "the epoch's first execution (tracing, warm-up, iterator start), part of train_sec",
+    "ThroughputLogger", (_TIME, "first execution of each epoch (s)"),
+)
+VALIDATION_SEC = Tag(
+    "time/validation_sec", "s", "validation inside fit, from Keras' on_test_begin to on_test_end",
+    "ThroughputLogger", (_TIME, "epoch time and its parts (s)"),
+)
+OTHER_EPOCH_SEC = Tag(
+    "time/other_sec", "s", "the rest of the epoch: epoch-end callbacks (checkpoints, logging) and Keras' own work",
+    "ThroughputLogger", (_TIME, "epoch time and its parts (s)"),
+)
+
+# -- step-time breakdown (sampled from profiler traces) ----------------------------
+_STEP_CHART = (_TIME, "seconds per step: input, compute, communication, other")
+STEP_SEC = Tag(
+    "step_time/step_sec", "s/step", "measured wall time per training step over the traced steps",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_TRACED_STEPS = Tag(
+    "step_time/traced_steps", "steps", "training steps in the trace the breakdown was measured on",
+    "StepTimeLogger", None,
+)
+STEP_INPUT_SEC = Tag(
+    "step_time/input_sec", "s/step",
+    "time per step the step waited for the input pipeline while no device computed or communicated",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_COMPUTE_SEC = Tag(
+    "step_time/compute_sec", "s/step", "time per step at least one replica device ran a model op",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_COMMUNICATION_SEC = Tag(
+    "step_time/communication_sec", "s/step",
+    "time per step spent in cross-replica or cross-worker reductions and transfers while no device computed",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_OTHER_SEC = Tag(
+    "step_time/other_sec", "s/step",
+    "the rest of the step: host-side overhead (Python, callbacks, launching) and idle time",
+    "StepTimeLogger", _STEP_CHART,
+)
+REPLICA_COMPUTE_SEC = Tag(
+    "step_time/replica_{replica}/compute_sec", "s/step",
+    "time per step this replica's device ran its model ops, attributed by where the ops really ran",
+    "StepTimeLogger", (_TIME, "compute seconds per step, per replica"),
+)
+REPLICA_COMMUNICATION_SEC = Tag(
+    "step_time/replica_{replica}/communication_sec", "s/step",
+    "time per step this replica's reductions and transfers ran",
+    "StepTimeLogger", (_TIME, "communication seconds per step, per replica"),
+)
+STEP_INPUT_STAGE = Tag(
+    "step_time/input_stage", "Markdown",
+    "the input stage with the most self time per batch in the traced steps (a tf.data stage, or the Python input "
+    "that reads a PyDataset or generator), its milliseconds per batch, and the input-bound hint with what to try",
+    "StepTimeLogger", text=True,
+)
+
+# -- the cluster view (the chief's run of a multi-worker job) -------------------------
+_CLUSTER = "keras-gpu: cluster"
+CLUSTER_SLOWEST_WORKER = Tag(
+    "cluster/slowest_worker", "worker index",
+    "the worker the others wait for: the one with the most busy (non-waiting) time per step since the last gather",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowest worker (index)"),
+)
+CLUSTER_IMBALANCE = Tag(
+    "cluster/imbalance", "fraction",
+    "the share of each step the other workers wait for the slowest: its busy time per step minus the median of the "
+    "other workers', over the step time (0: balanced)",
+    "StepTimeLogger (chief)", (_CLUSTER, "imbalance (slowest busy - median busy) / step"),
+)
+CLUSTER_WORKERS_REPORTING = Tag(
+    "cluster/workers_reporting", "workers",
+    "workers that measured steps since the last gather (the others sent 'not available')",
+    "StepTimeLogger (chief)", (_CLUSTER, "workers reporting"),
+)
+
+
+def _cluster_stats(part: str, meaning: str) -> tuple[Tag, Tag, Tag]:
+    chart = (_CLUSTER, f"{part} seconds per step across workers: min, median, max")
+    return tuple(  # type: ignore[return-value]
+        Tag(
+            f"cluster/{part}_sec/{stat}", "s/step", f"{stat} across workers of {meaning}", "StepTimeLogger (chief)",
+            chart,
+        )
+        for stat in ("min", "median", "max")
+    )
+
+
+CLUSTER_BUSY_MIN, CLUSTER_BUSY_MEDIAN, CLUSTER_BUSY_MAX = _cluster_stats(
+    "busy", "the busy time per step: input, compute and host time outside the step function (not waiting for peers)"
+)
+CLUSTER_INPUT_MIN, CLUSTER_INPUT_MEDIAN, CLUSTER_INPUT_MAX = _cluster_stats("input", "step_time/input_sec")
+CLUSTER_COMMUNICATION_MIN, CLUSTER_COMMUNICATION_MEDIAN, CLUSTER_COMMUNICATION_MAX = _cluster_stats(
+    "communication", "step_time/communication_sec"
+)
+
+# -- memory ------------------------------------------------------------------------
+ALLOC_CURRENT = Tag(
+    "memory/allocator/{device}/current_bytes", "bytes",
+    "bytes the framework's allocator holds on the device, read at the end of the window (between steps when the "
+    "window closes at a batch end, otherwise at any point of a step)",
+    "MemoryLogger", (_MEMORY, "allocator in use (bytes), per device"),
+)
+ALLOC_PEAK = Tag(
+    "memory/allocator/{device}/peak_bytes", "bytes", "the allocator's peak within the window",
+    "MemoryLogger", (_MEMORY, "allocator peak (bytes), window and run, per device"),
+)
+ALLOC_RUN_PEAK = Tag(
+    "memory/allocator/{device}/run_peak_bytes", "bytes", "the allocator's peak so far in this fit",
+    "MemoryLogger", (_MEMORY, "allocator peak (bytes), window and run, per device"),
+)
+HOST_RSS = Tag(
+    "memory/host/rss_bytes", "bytes", "resident set size of this process at the end of the window",
+    "MemoryLogger", (_MEMORY, "host RSS (bytes)"),
+)
+HOST_PEAK_RSS = Tag(
+    "memory/host/peak_rss_bytes", "bytes", "peak resident set size of this process so far (never below rss_bytes)",
+    "MemoryLogger", (_MEMORY, "host RSS (bytes)"),
+)
+_GPU_MEM_USED = (_MEMORY, "GPU memory used, all processes (bytes), per GPU")
+GPU_MEMORY_USED, GPU_MEMORY_USED_MAX = _gpu_pair(
+    "memory_used_bytes", "bytes", "memory used on the GPU by all processes", _GPU_MEM_USED
+)
+GPU_MEMORY_TOTAL = Tag(
+    "gpu/{gpu}/memory_total_bytes", "bytes", "the GPU's total memory", "MemoryLogger (NVML)", _GPU_MEM_USED
+)
+GPU_PROCESS_MEMORY, GPU_PROCESS_MEMORY_MAX = _gpu_pair(
+    "process_memory_bytes", "bytes", "memory used on the GPU by this process",
+    (_MEMORY, "GPU memory of this process (bytes), per GPU"),
+)
+GPU_UTILIZATION, GPU_UTILIZATION_MAX = _gpu_pair(
+    "utilization_percent", "%", "share of time a kernel ran", (_GPU, "utilization (%), per GPU")
+)
+GPU_MEMORY_UTILIZATION, GPU_MEMORY_UTILIZATION_MAX = _gpu_pair(
+    "memory_utilization_percent", "%", "share of time memory was read or written",
+    (_GPU, "memory bandwidth utilization (%), per GPU"),
+)
+GPU_POWER, GPU_POWER_MAX = _gpu_pair("power_watts", "W", "power draw", (_GPU, "power (W), per GPU"))
+GPU_TEMPERATURE, GPU_TEMPERATURE_MAX = _gpu_pair(
+    "temperature_c", "°C", "GPU temperature", (_GPU, "temperature (C), per GPU")
+)
+GPU_SM_CLOCK, GPU_SM_CLOCK_MAX = _gpu_pair("sm_clock_mhz", "MHz", "SM clock", (_GPU, "SM clock (MHz), per GPU"))
+
+# -- placement -------------------------------------------------------------------------
+PLACEMENT_CPU_FALLBACK_OPS = Tag(
+    "placement/cpu_fallback_ops", "ops", "ops of the training step on the CPU while the replicas sit on GPUs",
+    "PlacementLogger", (_PLACEMENT, "CPU fallbacks and copies (ops)"),
+)
+PLACEMENT_COPY_OPS = Tag(
+    "placement/copy_ops", "ops", "cross-device transfers (_Send/_Recv pairs) in the training step",
+    "PlacementLogger", (_PLACEMENT, "CPU fallbacks and copies (ops)"),
+)
+PLACEMENT_HOST_DEVICE_COPY_OPS = Tag(
+    "placement/host_device_copy_ops", "ops", "the transfers among them between host and accelerator memory",
+    "PlacementLogger", (_PLACEMENT, "CPU fallbacks and copies (ops)"),
+)
+PLACEMENT_STRATEGY = Tag("placement/strategy", "Markdown", "the strategy and its replicas", "PlacementLogger", text=True)
+PLACEMENT_VARIABLES = Tag("placement/variables", "Markdown", "where each variable lives", "PlacementLogger", text=True)
+PLACEMENT_OPS_PER_DEVICE = Tag(
+    "placement/ops_per_device", "Markdown", "ops of the training step per device", "PlacementLogger", text=True
+)
+PLACEMENT_COPIES = Tag("placement/copies", "Markdown", "cross-device transfers", "PlacementLogger", text=True)
+PLACEMENT_CPU_FALLBACKS = Tag(
+    "placement/cpu_fallbacks", "Markdown", "the ops that fell back to the CPU", "PlacementLogger", text=True
+)
+
+TAGS: tuple[Tag, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Tag))
+"""Every tag, in declaration order."""
+
+_BY_PATTERN = {t.pattern: t for t in TAGS}
+__all__ += [name for name, value in list(globals().items()) if isinstance(value, Tag)]
+
+
+def by_name(pattern: str) -> Tag:
+    """The tag declared with `pattern` (e.g. `"throughput/mfu"`)."""
+    try:
+        return _BY_PATTERN[pattern]
+    except KeyError:
+        raise KeyError(f"keras-gpu writes no tag {pattern!r}.") from None
+
+
+def match(tag: str, candidates: Iterable[Tag] = TAGS) -> tuple[Tag, dict[str, str]] | None:
+    """The declared tag that `tag` is a name of, with its field values; `None` if none is."""
+    for t in candidates:
+        if not t.fields:
+            if t.pattern == tag:
+                return t, {}
+            continue
+        fields = t.match(tag)
+        if fields is not None:
+            return t, fields
+    return None
+
+
+def charts() -> list[tuple[str, str, str]]:
+    """`(category, title, regex)` per custom-scalars chart: one regex for all the chart's tags."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for t in TAGS:
+        if t.chart is not None and not t.text:
+            grouped.setdefault(t.chart, []).append(t.regex[1:-1])
+    return [(cat, title, "^(?:" + "|".join(regexes) + ")$") for (cat, title), regexes in grouped.items()]
