@@ -16,28 +16,31 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from keras_gpu import _moved
 from keras_gpu._version import __version__
+
+_moved.install()  # the module paths of earlier releases, for one release
 
 # Public name -> defining module. Loaded lazily (PEP 562) so that `import keras_gpu`
 # neither imports TensorFlow nor touches a device.
 _EXPORTS: dict[str, str] = {
-    "configure_devices": "keras_gpu.devices",
-    "DeviceConfig": "keras_gpu.devices",
-    "make_strategy": "keras_gpu.strategy",
-    "plan_strategy": "keras_gpu.strategy",
-    "StrategyPlan": "keras_gpu.strategy",
-    "ClusterInfo": "keras_gpu.cluster",
-    "resolve_cluster": "keras_gpu.cluster",
-    "is_chief": "keras_gpu.cluster",
-    "worker_index": "keras_gpu.cluster",
-    "BackupAndRestore": "keras_gpu.backup",
-    "ModelCheckpoint": "keras_gpu.checkpoint",
-    "Heartbeat": "keras_gpu.heartbeat",
-    "callbacks": "keras_gpu.loggers",
-    "ThroughputLogger": "keras_gpu.loggers",
-    "MemoryLogger": "keras_gpu.loggers",
-    "PlacementLogger": "keras_gpu.loggers",
-    "StepTimeLogger": "keras_gpu.loggers",
+    "configure_devices": "keras_gpu.setup.devices",
+    "DeviceConfig": "keras_gpu.setup.devices",
+    "make_strategy": "keras_gpu.setup.strategy",
+    "plan_strategy": "keras_gpu.setup.strategy",
+    "StrategyPlan": "keras_gpu.setup.strategy",
+    "ClusterInfo": "keras_gpu.core.cluster",
+    "resolve_cluster": "keras_gpu.core.cluster",
+    "is_chief": "keras_gpu.core.cluster",
+    "worker_index": "keras_gpu.core.cluster",
+    "BackupAndRestore": "keras_gpu.hooks.backup",
+    "ModelCheckpoint": "keras_gpu.hooks.checkpoint",
+    "Heartbeat": "keras_gpu.hooks.heartbeat",
+    "callbacks": "keras_gpu.hooks.factory",
+    "ThroughputLogger": "keras_gpu.hooks.factory",
+    "MemoryLogger": "keras_gpu.hooks.factory",
+    "PlacementLogger": "keras_gpu.hooks.factory",
+    "StepTimeLogger": "keras_gpu.hooks.factory",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -57,10 +60,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
-    from keras_gpu.backup import BackupAndRestore  # noqa: F401
-    from keras_gpu.checkpoint import ModelCheckpoint  # noqa: F401
-    from keras_gpu.heartbeat import Heartbeat  # noqa: F401
-    from keras_gpu.loggers import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger, callbacks  # noqa: F401
-    from keras_gpu.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
-    from keras_gpu.devices import DeviceConfig, configure_devices  # noqa: F401
-    from keras_gpu.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401
+    from keras_gpu.hooks.backup import BackupAndRestore  # noqa: F401
+    from keras_gpu.hooks.checkpoint import ModelCheckpoint  # noqa: F401
+    from keras_gpu.hooks.heartbeat import Heartbeat  # noqa: F401
+    from keras_gpu.hooks.factory import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger, callbacks  # noqa: F401
+    from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
+    from keras_gpu.setup.devices import DeviceConfig, configure_devices  # noqa: F401
+    from keras_gpu.setup.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401
