@@ -133,7 +133,7 @@ echo "keras-gpu env: ok ($(wc -l <"${WORK}/env.txt") lines)"
 grep -q "tensorboard --logdir" "${WORK}/demo.txt" || { cat "${WORK}/demo.txt" >&2; fail "demo did not print the tensorboard command"; }
 "${WORK}/venv/bin/python" - "${WORK}/logs" 2>"${WORK}/read.err" <<'PY' || { cat "${WORK}/read.err" >&2; fail "the demo's event files are not as expected"; }
 import sys
-from keras_gpu.report import find_runs, read_scalars
+from keras_gpu.output.reader import find_runs, read_scalars
 import os
 
 log_dir = sys.argv[1]
@@ -164,7 +164,7 @@ import keras
 import numpy as np
 
 import keras_gpu
-from keras_gpu.report import read_scalars
+from keras_gpu.output.reader import read_scalars
 
 if importlib.util.find_spec("tensorflow") is not None:
     sys.exit("TensorFlow is installed in the JAX-only environment")

@@ -243,7 +243,9 @@ def nvml_checks(size: dict[str, Any]) -> list[dict[str, Any]]:
             expected += f", nvidia-smi {smi_value:g} ±{max(rel * smi_value, abs_tol):.3g}"
         rows.append(check(f"NVML {name}", value, expected, ok))
     # The sampler over a busy second: windows hold samples, the mean is at most the max.
-    sampler = nvml.GpuSampler([0], 0.05, max_idle_s=None).start()
+    from keras_gpu.core.nvml_sampler import GpuSampler
+
+    sampler = GpuSampler([0], 0.05, max_idle_s=None).start()
     try:
         _busy(size["busy"], 1.5)
     finally:

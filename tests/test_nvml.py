@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from keras_gpu.core import nvml
+from keras_gpu.core import nvml, nvml_sampler
 from tests._util import run_python
 from tests.fake_pynvml import ERROR_CODES, GIB, FakeGpu, FakeProcess, FakePynvml
 
@@ -376,7 +376,7 @@ def test_sampler_window_mean_and_max(install):
     gpus[0].power_mw = [100_000, 300_000]
     gpus[1].unsupported = {"nvmlDeviceGetPowerUsage"}
     install(FakePynvml(gpus))
-    sampler = nvml.GpuSampler([0, 1], interval_s=60.0).start()
+    sampler = nvml_sampler.GpuSampler([0, 1], interval_s=60.0).start()
     assert sampler.wait_ready(10)
     assert sampler.gpus == {0: 0, 1: 1}
     assert sampler.stop(final_sample=True)  # the second sample, taken on the sampler thread
@@ -395,7 +395,7 @@ def test_sampler_window_mean_and_max(install):
 def test_sampler_windows_split_samples(install):
     gpu = FakeGpu(temperature_c=[50, 60, 70, 90])  # 90 from the fourth sample on
     install(FakePynvml([gpu]))
-    sampler = nvml.GpuSampler(None, interval_s=0.01).start()
+    sampler = nvml_sampler.GpuSampler(None, interval_s=0.01).start()
     deadline = time.monotonic() + 10
     while sampler.samples_taken < 3 and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -410,9 +410,9 @@ def test_sampler_windows_split_samples(install):
 
 def test_sampler_stop_is_idempotent_and_leaves_no_thread(install):
     install(FakePynvml(_three_gpus()))
-    sampler = nvml.GpuSampler([0], interval_s=0.01)
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.01)
     assert sampler.stop() is True  # never started
-    sampler = nvml.GpuSampler([0], interval_s=0.01)
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.01)
     assert sampler.start() is sampler
     assert sampler.start() is sampler  # no second thread
     assert sampler.wait_ready(10)
@@ -427,7 +427,7 @@ def test_sampler_stop_is_idempotent_and_leaves_no_thread(install):
 
 def test_sampler_stops_itself_when_gpu_is_lost(install, records):
     fake = install(FakePynvml(_three_gpus()[:1], lose_after=40))
-    sampler = nvml.GpuSampler([0], interval_s=0.005).start()
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.005).start()
     sampler._thread.join(10)
     assert not sampler.running
     assert "GpuIsLost" in sampler.stop_reason
@@ -441,7 +441,7 @@ def test_sampler_stops_when_owner_is_gone(install):
     install(FakePynvml(_three_gpus()[:1]))
     owner_alive = threading.Event()
     owner_alive.set()
-    sampler = nvml.GpuSampler([0], interval_s=0.01, alive=owner_alive.is_set).start()
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.01, alive=owner_alive.is_set).start()
     assert sampler.wait_ready(10)
     assert sampler.running
     owner_alive.clear()
@@ -452,7 +452,7 @@ def test_sampler_stops_when_owner_is_gone(install):
 
 def test_sampler_stops_when_nobody_drains(install, records):
     install(FakePynvml(_three_gpus()[:1]))
-    sampler = nvml.GpuSampler([0], interval_s=0.01, max_idle_s=0.3).start()
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.01, max_idle_s=0.3).start()
     t0 = time.monotonic()
     sampler._thread.join(10)
     assert not sampler.running
@@ -463,7 +463,7 @@ def test_sampler_stops_when_nobody_drains(install, records):
 
 def test_sampler_without_nvml_exits_at_once(install):
     install(None)
-    sampler = nvml.GpuSampler(None, interval_s=0.01).start()
+    sampler = nvml_sampler.GpuSampler(None, interval_s=0.01).start()
     sampler._thread.join(10)
     assert not sampler.running
     assert "nvidia-ml-py" in sampler.stop_reason
@@ -473,7 +473,7 @@ def test_sampler_without_nvml_exits_at_once(install):
 def test_sampler_skips_gpus_that_are_not_visible(install, monkeypatch, records):
     install(FakePynvml(_three_gpus()))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
-    sampler = nvml.GpuSampler([0, 3], interval_s=60.0).start()
+    sampler = nvml_sampler.GpuSampler([0, 3], interval_s=60.0).start()
     assert sampler.wait_ready(10)
     assert sampler.gpus == {0: 2}
     sampler.stop()
@@ -483,7 +483,7 @@ def test_sampler_skips_gpus_that_are_not_visible(install, monkeypatch, records):
 
 def test_reset_stops_running_samplers(install):
     install(FakePynvml(_three_gpus()))
-    sampler = nvml.GpuSampler(None, interval_s=0.01).start()
+    sampler = nvml_sampler.GpuSampler(None, interval_s=0.01).start()
     assert sampler.wait_ready(10)
     nvml._reset_for_tests()  # the same path as the atexit shutdown
     assert not sampler.running
@@ -508,7 +508,7 @@ def test_reset_stops_running_samplers(install):
 )
 def test_sampler_argument_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
-        nvml.GpuSampler(**kwargs)
+        nvml_sampler.GpuSampler(**kwargs)
 
 
 # --------------------------------------------------------------------------- real hardware
@@ -528,7 +528,7 @@ def test_real_nvml():
     assert 0 < s.memory_total_bytes and (s.memory_used_bytes is None or s.memory_used_bytes <= s.memory_total_bytes)
     assert s.temperature_c is None or 0 < s.temperature_c < 120
     assert s.power_watts is None or 0 < s.power_watts < 2000
-    sampler = nvml.GpuSampler([0], interval_s=0.05).start()
+    sampler = nvml_sampler.GpuSampler([0], interval_s=0.05).start()
     time.sleep(0.3)
     assert sampler.stop(final_sample=True)
     window = sampler.drain()

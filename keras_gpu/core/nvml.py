@@ -41,8 +41,7 @@ The variable is read when a mapping is asked for; CUDA reads it once, when
 the process first uses the GPU, so changing it afterwards makes the mapping
 wrong.
 
-**Sampling.** :class:`GpuSampler` (in `keras_gpu.core.nvml_sampler`, importable
-from here) samples on a daemon thread and keeps, per window, the count, sum
+**Sampling.** `keras_gpu.core.nvml_sampler.GpuSampler` samples on a daemon thread and keeps, per window, the count, sum
 and maximum of each metric per GPU; :meth:`GpuSampler.drain` returns the
 window's mean and maximum and starts a new window. It reaches NVML only
 through this module's functions.
@@ -65,7 +64,6 @@ __all__ = [
     "GpuInfo",
     "GpuSample",
     "WindowStat",
-    "GpuSampler",
     "METRICS",
     "available",
     "unavailable_reason",
@@ -734,12 +732,3 @@ def unregister_sampler(sampler: Any) -> None:
     """Forget a sampler whose thread has ended."""
     with _lock:
         _samplers.discard(sampler)
-
-
-def __getattr__(name: str) -> Any:
-    # `GpuSampler` lives in keras_gpu.core.nvml_sampler and stays importable from here.
-    if name == "GpuSampler":
-        from keras_gpu.core.nvml_sampler import GpuSampler
-
-        return GpuSampler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

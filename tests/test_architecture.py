@@ -1,0 +1,160 @@
+"""The package's structure: layers, no import circles, and size bounds.
+
+The import graph is read from the source (every `import` statement,
+function-level ones included), so a lazy import counts like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "keras_gpu"
+
+#: Each layer and the layers it may import (itself included). Lower layers first.
+LAYERS: dict[str, set[str]] = {
+    "core": {"core"},
+    "setup": {"core", "setup"},
+    "meters": {"core", "meters"},
+    "output": {"core", "meters", "output"},
+    "hooks": {"core", "setup", "meters", "output", "hooks"},
+    "cli": {"core", "setup", "meters", "output", "hooks", "cli", "public"},
+}
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports, anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `import a.b.c` of a name inside a module
+                target = target.rpartition(".")[0]
+            if target.startswith("keras_gpu") and target != name:
+                found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("_version", "_moved"):
+        return "public"
+    return parts[1]
+
+
+def test_every_module_is_in_a_layer():
+    stray = sorted(m for m in _graph() if _layer(m) not in LAYERS and _layer(m) != "public")
+    assert not stray, f"modules outside the layers {sorted(LAYERS)}: {stray}"
+
+
+def test_no_import_circle():
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    wrong = []
+    for module, targets in _graph().items():
+        layer = _layer(module)
+        if layer == "public":
+            continue
+        for target in targets:
+            target_layer = _layer(target)
+            if target_layer == "public" and target.split(".")[-1] in ("_version",):
+                continue
+            if target_layer not in LAYERS[layer]:
+                wrong.append(f"{module} ({layer}) imports {target} ({target_layer})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def _function_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function without its docstring."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_module_and_function_size_bounds():
+    too_long = []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        if (n := len(text.splitlines())) > MAX_MODULE_LINES:
+            too_long.append(f"module {name}: {n} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _function_lines(node) > MAX_FUNCTION_LINES:
+                too_long.append(f"function {name}.{node.name}: {_function_lines(node)} lines without its docstring")
+    assert not too_long, "\n".join(too_long)
+
+
+@pytest.mark.parametrize("old", ["keras_gpu.strategy", "keras_gpu.loggers", "keras_gpu.report", "keras_gpu.steptime"])
+def test_an_old_module_path_still_imports_with_a_deprecation_warning(old):
+    import importlib
+    import sys
+
+    from keras_gpu._moved import MOVED
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"`{old}` moved to `{MOVED[old]}`"):
+        module = importlib.import_module(old)
+    new = importlib.import_module(MOVED[old])
+    if old == "keras_gpu.loggers":  # a package path that re-exports its module's public names
+        assert all(getattr(module, n) is getattr(new, n) for n in new.__all__)
+    else:
+        assert module is new
+
+
+def test_the_old_paths_name_modules_that_exist():
+    import importlib.util
+
+    from keras_gpu._moved import MOVED
+
+    missing = [new for new in MOVED.values() if importlib.util.find_spec(new) is None]
+    assert not missing
