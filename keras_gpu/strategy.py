@@ -20,7 +20,7 @@ from keras_gpu._log import log_once, logger
 from keras_gpu._tf import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
 from keras_gpu.backend import require_tensorflow, selected
 from keras_gpu.cluster import SOURCES, ClusterInfo, check_cluster_agreement, resolve_cluster
-from keras_gpu.cluster_peers import explain_taken_port, report_refused, startup_guard
+from keras_gpu.cluster_peers import explain_taken_port, report_refused, report_unlisted, startup_guard
 from keras_gpu.topology import visible_gpu_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -373,7 +373,8 @@ def make_strategy(
 
         return jax_strategy.make_strategy(**arguments)
     require_tensorflow("keras_gpu.make_strategy()")
-    plan = plan_strategy(
+    # A task missing from its own cluster description tells the leader before it fails (keras_gpu.cluster_peers).
+    plan = report_unlisted(plan_strategy)(
         kind,
         devices=devices,
         cross_device_ops=cross_device_ops,
