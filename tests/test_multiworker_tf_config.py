@@ -89,7 +89,7 @@ def test_different_cluster_sizes_are_named_on_both_workers():
 
 
 @pytest.mark.slow
-def test_a_chief_in_one_config_only_is_named_by_the_refused_task():
+def test_a_chief_in_one_config_only_ends_both_tasks_naming_it():
     a, b = (f"127.0.0.1:{p}" for p in free_ports(2))
     chief, worker = _run(
         [
@@ -97,12 +97,16 @@ def test_a_chief_in_one_config_only_is_named_by_the_refused_task():
             {"cluster": {"worker": [a, b]}, "task": {"type": "worker", "index": 1}},
         ]
     )
+    # The worker learns it first, from the refusal or from the chief's own server (whichever comes first).
     assert worker["error"].startswith("RuntimeError: make_strategy: the tasks disagree on the cluster")
-    assert f"the coordination leader at {a} does not know this task (worker:1)" in worker["error"]
-    assert "'chief' in one and not the other" in worker["error"]
-    assert worker["seconds"] < 15  # at once, not after startup_timeout
-    # The chief waits for its worker, which left: it ends at startup_timeout with keras-gpu's startup error.
-    assert chief["error"].startswith("RuntimeError: make_strategy: the cluster from tf_config did not come up")
+    assert (
+        f"the coordination leader at {a} does not know this task (worker:1)" in worker["error"]
+        or f"the task at {a} is chief:0 in its own cluster description, but worker:1 at {b}" in worker["error"]
+    ), worker["error"]
+    # (A worker whose registration is still retrying when the chief has already ended waits out startup_timeout.)
+    # It tells the chief, which stops waiting for a worker that will not register (else: "did not come up").
+    assert chief["error"].startswith("RuntimeError: make_strategy: the tasks disagree on the cluster"), chief["error"]
+    assert "chief:0" in chief["error"] and a in chief["error"] and b in chief["error"], chief["error"]
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from keras_gpu.core.topology import visible_gpu_count
 __all__ = [
     "ClusterInfo",
     "SOURCES",
+    "TaskNotInClusterError",
     "check_cluster_agreement",
     "cluster_difference",
     "resolve_cluster",
@@ -151,6 +152,18 @@ class ClusterInfo:
             f"{self.num_workers} workers from {self.source}; this process is "
             f"{self.task_type}:{self.task_index} (rank {self.worker_index}, {role})"
         )
+
+
+class TaskNotInClusterError(ValueError):
+    """This process's task is not in its own cluster description (unknown task type, or index out of range).
+
+    Attributes:
+        cluster_info: The description as given, with the task it names.
+    """
+
+    def __init__(self, message: str, cluster_info: ClusterInfo) -> None:
+        super().__init__(message)
+        self.cluster_info = cluster_info
 
 
 def resolve_cluster(
@@ -519,15 +532,17 @@ def _validate_task(info: ClusterInfo, name: str, received: str) -> ClusterInfo:
             raise ValueError(f"{name} index must be 0 for the single evaluator. Received: {received}")
         return info
     if info.task_type not in info.cluster:
-        raise ValueError(
+        raise TaskNotInClusterError(
             f"{name} says this process is a {info.task_type!r} task, but the cluster has no such task type "
-            f"(it has {sorted(info.cluster)}). Received: {received}"
+            f"(it has {sorted(info.cluster)}). Received: {received}",
+            info,
         )
     count = len(info.cluster[info.task_type])
     if not 0 <= info.task_index < count:
-        raise ValueError(
+        raise TaskNotInClusterError(
             f"{name} index {info.task_index} is out of range: the cluster has {count} {info.task_type!r} "
-            f"task(s), so the index must be in 0..{count - 1}. Received: {received}"
+            f"task(s), so the index must be in 0..{count - 1}. Received: {received}",
+            info,
         )
     return info
 

@@ -408,17 +408,20 @@ def service_try_get(address: str, key: str, timeout_s: float = 2.0) -> str | Non
         return None
 
 
-def cancel_registration(address: str, job: str, index: int, timeout_s: float = 2.0) -> bool:
+def cancel_registration(address: str, job: str, index: int, timeout_s: float = 2.0) -> bool | None:
     """Cancel the registration barrier of the coordination service at `address`, in the name of task `job:index`.
 
-    Every task waiting there gets an error at once. Returns whether the
-    service accepted it (False: no service, or the cluster already formed).
+    Every task waiting there gets an error at once; a task that registers
+    later gets one too. Returns True when the service cancelled it, False
+    when a server answered but refused (the cluster already formed, or no
+    coordination service there), None when nothing answered.
     """
     import grpc
 
     request = _field(1, REGISTRATION_BARRIER) + _field(2, _task(job, index))  # CancelBarrierRequest
     try:
         _call(address, "/tensorflow.CoordinationService/CancelBarrier", request, timeout_s)
-    except grpc.RpcError:
-        return False
+    except grpc.RpcError as exc:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        return None if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) else False
     return True

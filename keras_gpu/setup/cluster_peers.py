@@ -36,14 +36,17 @@ troubleshooting section.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
+from keras_gpu.core.cluster import ClusterInfo, TaskNotInClusterError
 from keras_gpu.core.log import logger
 from keras_gpu.core.tf_private import (
     cancel_registration,
@@ -51,13 +54,14 @@ from keras_gpu.core.tf_private import (
     service_insert,
     service_try_get,
 )
-from keras_gpu.core.cluster import ClusterInfo
 
 __all__ = [
     "DISAGREEMENT_KEY",
+    "UNLISTED_WAIT_S",
     "PeerWatch",
     "explain_taken_port",
     "report_refused",
+    "report_unlisted",
     "startup_guard",
     "view_difference",
 ]
@@ -69,6 +73,10 @@ _TRAINING = ("chief", "worker")
 _POLL_S = 0.5  # between rounds of questions to the peers that have not answered yet
 _RPC_S = 2.0  # one question's deadline
 _MARK = "DISAGREEMENT "  # the watcher's stdout line
+T = TypeVar("T")
+
+UNLISTED_WAIT_S = 20.0
+"""Seconds a task that is not in its own cluster description keeps trying to tell its leader before it fails."""
 
 
 def _name(task: tuple[str, int]) -> str:
@@ -125,9 +133,13 @@ def view_difference(info: ClusterInfo, address: str, found: tuple[str, int]) -> 
     )
 
 
-def _report(info: ClusterInfo, message: str) -> bool:
+_reported_here: list[str] = []  # what this process reported: its own error already says it
+
+
+def _report(info: ClusterInfo, message: str) -> bool | None:
     """Tell this task's leader: store `message` (the first report wins) and cancel its registration barrier."""
     _, address = _leader(info)
+    _reported_here.append(message)
     service_insert(address, DISAGREEMENT_KEY, message, _RPC_S)
     return cancel_registration(address, *_me(info), timeout_s=_RPC_S)
 
@@ -168,14 +180,59 @@ def report_refused(info: ClusterInfo) -> None:
     if not _applies(info):
         return
     _, address = _leader(info)
-    sizes = ", ".join(f"{len(info.cluster[j])} {j}" for j in _TRAINING if info.cluster.get(j))
+    sizes = " and ".join(f"{len(info.cluster[j])} '{j}'" for j in _TRAINING if info.cluster.get(j))
     _report(
         info,
         f"make_strategy: the tasks disagree on the cluster: {_name(_me(info))} at {info.address} tried to join, but "
-        f"the coordination leader at {address} has no such task in its cluster description (that task's "
-        f"description from {info.source} has {sizes}), e.g. a 'chief' in one description and not the other, or "
+        f"the coordination leader at {address} has no such task in its cluster description (the joining task's "
+        f"description, from {info.source}, has {sizes} task(s)), e.g. a 'chief' in one description and not the other, or "
         f"lists of different lengths. {_fix(info)}",
     )
+
+
+def report_unlisted(plan: Callable[..., T]) -> Callable[..., T]:
+    """Wrap `plan_strategy`: when this task is not in its own cluster description, tell the leader, then raise.
+
+    Such a task fails before TensorFlow starts, and only it knows; the
+    leader would wait for the task it expected until `startup_timeout`. So
+    before the `TaskNotInClusterError` propagates, the disagreement is stored
+    with the leader of this task's description and its registration is
+    cancelled, retrying every 0.5 s while the leader's server does not
+    answer yet, for at most `UNLISTED_WAIT_S` seconds. Only for a
+    multi-worker plan (`kind` "auto" or "multiworker") of a TF_CONFIG or
+    explicit cluster.
+    """
+
+    @functools.wraps(plan)
+    def wrapper(kind: str = "auto", *args: Any, **kwargs: Any) -> T:
+        try:
+            return plan(kind, *args, **kwargs)
+        except TaskNotInClusterError as exc:
+            info = exc.cluster_info
+            if kind in ("auto", "multiworker") and info.task_type in _TRAINING and len(_expected(info)) > 1:
+                _tell_leader_unlisted(info, str(exc))
+            raise
+
+    return wrapper
+
+
+def _tell_leader_unlisted(info: ClusterInfo, detail: str) -> None:
+    (job, index), address = _leader(info)
+    message = (
+        f"make_strategy: the tasks disagree on the cluster: a task started as {_name(_me(info))} ({info.source}), "
+        f"which its own cluster description does not have: {detail} {_fix(info)}"
+    )
+    logger.warning(
+        "make_strategy: this task is not in its cluster description; telling the coordination leader at %s (up to %gs).",
+        address,
+        UNLISTED_WAIT_S,
+    )
+    deadline = time.monotonic() + UNLISTED_WAIT_S
+    while True:
+        service_insert(address, DISAGREEMENT_KEY, message, _RPC_S)
+        if cancel_registration(address, job, index, _RPC_S) is not None or time.monotonic() >= deadline:
+            return
+        time.sleep(_POLL_S)
 
 
 class PeerWatch:
@@ -249,15 +306,17 @@ def startup_guard(info: ClusterInfo, timeout_s: float) -> Iterator[None]:
 
     The `RuntimeError` raised carries the disagreement this task's watcher
     found, else the one some task stored with this task's leader; it is
-    chained to the block's own error. Without a reported disagreement the
+    chained to the block's own error. Without a reported disagreement, or
+    when this process reported it itself (its error already says so), the
     block's error passes unchanged.
     """
+    _reported_here.clear()
     watch = PeerWatch.start(info, timeout_s)
     try:
         yield
     except Exception as exc:
         message = watch.stop()
-        if message is None and _applies(info):
+        if message is None and _applies(info) and not _reported_here:
             message = service_try_get(_leader(info)[1], DISAGREEMENT_KEY, _RPC_S)
             if message:
                 message = f"{message} (This task: {_name(_me(info))} at {info.address}.)"

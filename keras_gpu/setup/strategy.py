@@ -15,13 +15,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from keras_gpu.core.checks import check_choice
-from keras_gpu.core.log import log_once, logger
-from keras_gpu.core.tf_private import configure_coordination_service, coordination_service_config, has_kernel, runtime_initialized
 from keras_gpu.core.backend import require_tensorflow, selected
-from keras_gpu.core.cluster import SOURCES, ClusterInfo, check_cluster_agreement, resolve_cluster
-from keras_gpu.setup.cluster_peers import explain_taken_port, report_refused, startup_guard
+from keras_gpu.core.checks import check_choice
+from keras_gpu.core.cluster import (
+    SOURCES,
+    ClusterInfo,
+    check_cluster_agreement,
+    resolve_cluster,
+)
+from keras_gpu.core.log import log_once, logger
+from keras_gpu.core.tf_private import (
+    configure_coordination_service,
+    coordination_service_config,
+    has_kernel,
+    runtime_initialized,
+)
 from keras_gpu.core.topology import visible_gpu_count
+from keras_gpu.setup.cluster_peers import (
+    explain_taken_port,
+    report_refused,
+    report_unlisted,
+    startup_guard,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -373,7 +388,8 @@ def make_strategy(
 
         return jax_strategy.make_strategy(**arguments)
     require_tensorflow("keras_gpu.make_strategy()")
-    plan = plan_strategy(
+    # A task missing from its own cluster description tells the leader before it fails (keras_gpu.setup.cluster_peers).
+    plan = report_unlisted(plan_strategy)(
         kind,
         devices=devices,
         cross_device_ops=cross_device_ops,
