@@ -1,0 +1,150 @@
+"""What a step-time breakdown suggests: the bottleneck hints, the slow replica, and the slowest input stage as Markdown."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+
+from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
+
+__all__ = [
+    "BOUND_SHARE",
+    "SLOW_REPLICA_RATIO",
+    "SLOW_REPLICA_SHARE",
+    "input_stage_markdown",
+    "read_input_stage_markdown",
+    "slow_replica",
+    "verdict",
+]
+
+#: A part of the step counts as the bottleneck from this share on.
+BOUND_SHARE = 0.3
+#: A replica is slow when its compute time is this much above the others' median...
+SLOW_REPLICA_RATIO = 1.25
+#: ...and the difference is at least this share of the step.
+SLOW_REPLICA_SHARE = 0.1
+
+
+def slow_replica(replicas: Sequence[ReplicaTime], step_sec: float) -> tuple[int, float] | None:
+    """`(index, ratio)` of a replica whose compute time is clearly above the others' median, else `None`.
+
+    Clearly: at least :data:`SLOW_REPLICA_RATIO` times the median of the
+    others, and longer by at least :data:`SLOW_REPLICA_SHARE` of the step. The
+    second condition keeps small, real differences quiet, such as the
+    cross-replica work (summing gradients, aggregating metrics) that a
+    mirrored strategy runs on its first device.
+    """
+    if len(replicas) < 2 or not step_sec > 0:
+        return None
+    compute = [r.compute_sec for r in replicas]
+    slowest = max(range(len(compute)), key=compute.__getitem__)
+    others = statistics.median(c for i, c in enumerate(compute) if i != slowest)
+    if others <= 0 or (compute[slowest] - others) / step_sec < SLOW_REPLICA_SHARE:
+        return None
+    ratio = compute[slowest] / others
+    return (slowest, ratio) if ratio >= SLOW_REPLICA_RATIO else None
+
+
+#: What to try for the slowest input stage, by its name (first match; the last matches all).
+_STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"Map"), "raise num_parallel_calls or cache its output"),
+    (re.compile(r"Batch"), "batch in parallel (num_parallel_calls) or map after batching, over whole batches"),
+    (
+        re.compile(r"Generator|^Python input$"),
+        ("Python reads one element at a time: use more PyDataset workers, tf.data ops instead of a generator, "
+         "or cache its output"),
+    ),
+    (
+        re.compile(r"Interleave|Record|TextLine|FixedLength|FlatMap"),
+        "read files in parallel (interleave with num_parallel_calls) or cache what it reads",
+    ),
+    (re.compile(r""), "cache its output or move its work out of the step's path (prefetch)"),
+)
+
+
+def _input_hint(step: StepTime) -> str:
+    share = f"input-bound: {step.share('input'):.0%} of each step waits for input"
+    stage = step.input_stage
+    if stage is None:
+        return (
+            f"{share}; make the input pipeline faster (more parallel map calls, caching, prefetching to the "
+            "device) or do less work per sample on the host"
+        )
+    advice = next(text for pattern, text in _STAGE_ADVICE if pattern.search(stage.name))
+    return f"{share}; the slowest stage is {stage.name} ({1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+
+
+_STAGE_HEADER = "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |"
+
+
+def input_stage_markdown(step: StepTime) -> str | None:
+    """The slowest input stage of a breakdown as Markdown; `None` where the trace shows none.
+
+    A one-row table (the stage, its tf.data iterator, its self time per batch
+    in ms, the input share of the step), then the input-bound hint where the
+    step is input-bound. `StepTimeLogger` writes it as the
+    `step_time/input_stage` text summary; :func:`read_input_stage_markdown`
+    reads it back.
+    """
+    stage = step.input_stage
+    if stage is None:
+        return None
+    lines = [
+        _STAGE_HEADER,
+        "|---|---|---|---|",
+        f"| {stage.name} | {stage.path} | {1e3 * stage.sec_per_step:.6g} | {step.share('input'):.0%} |",
+    ]
+    if step.share("input") >= BOUND_SHARE:
+        lines += ["", f"{_input_hint(step)}."]
+    return "\n".join(lines)
+
+
+def read_input_stage_markdown(text: str) -> InputStage | None:
+    """The :class:`InputStage` that :func:`input_stage_markdown` wrote; `None` for any other text."""
+    rows = text.splitlines()
+    if len(rows) < 3 or rows[0].strip() != _STAGE_HEADER:
+        return None
+    cells = [c.strip() for c in rows[2].strip().strip("|").split("|")]
+    if len(cells) != 4:
+        return None
+    try:
+        sec = float(cells[2]) / 1e3
+    except ValueError:
+        return None
+    return InputStage(cells[0], cells[1], sec) if cells[0] else None
+
+
+def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list[str]:
+    """Hints that follow from the measurement, each naming its number; empty when none does.
+
+    An input-bound hint names the input stage with the most self time
+    (:attr:`StepTime.input_stage`) and what to try for it; a
+    communication-bound one says when host-device copies are most of it.
+    """
+    hints = []
+    if step.share("input") >= BOUND_SHARE:
+        hints.append(_input_hint(step))
+    if step.share("communication") >= BOUND_SHARE:
+        copies = sum(d.transfer_sec for d in step.devices)
+        if copies > step.communication_sec / 2:
+            hints.append(
+                f"communication-bound: {step.share('communication'):.0%} of each step is spent in reductions and "
+                "transfers, mostly copies between host and device; keep tensors on the device and prefetch input "
+                "to it"
+            )
+        else:
+            hints.append(
+                f"communication-bound: {step.share('communication'):.0%} of each step is spent in reductions and "
+                "transfers (waiting for a slower worker included); if no worker is a straggler, a larger batch per "
+                "replica, fewer replicas per host link, or a faster interconnect helps"
+            )
+    slow = slow_replica(step.replicas, step.step_sec)
+    if slow is not None:
+        index, ratio = slow
+        label = replica_labels[index] if replica_labels and index < len(replica_labels) else f"replica {index}"
+        hints.append(
+            f"slow replica: {label} computes {ratio:.1f}x as long per step as the median of the others; "
+            "every replica waits for it"
+        )
+    return hints
