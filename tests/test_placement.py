@@ -10,6 +10,9 @@ from tensorflow.core.framework import function_pb2, node_def_pb2
 from tensorflow.core.protobuf import config_pb2
 
 from keras_gpu.meters import placement as P
+from keras_gpu.meters import placement_capture as C
+from keras_gpu.meters import placement_report as R
+from keras_gpu.output.placement_markdown import render
 
 HOST = "/job:localhost/replica:0/task:0/device:"
 CPU0, CPU1, GPU0, GPU1 = HOST + "CPU:0", HOST + "CPU:1", HOST + "GPU:0", HOST + "GPU:1"
@@ -225,8 +228,8 @@ def test_step_function_graphs_keeps_only_graphs_that_pull_a_batch():
     helper = _function_graph([_node("v", "VarHandleOp", CPU0), _node("r", "_Retval", CPU0)])
     step = _gpu_step()
     mirrored = _function_graph([_node("g", "MultiDeviceIteratorGetNextFromShard", CPU0)])
-    assert P.step_function_graphs([helper, step, helper, mirrored]) == [step, mirrored]
-    assert P.step_function_graphs([helper]) == []
+    assert C.step_function_graphs([helper, step, helper, mirrored]) == [step, mirrored]
+    assert C.step_function_graphs([helper]) == []
 
 
 def test_placed_graph_def_merges_partitions_links_copies_and_keeps_devices():
@@ -292,16 +295,16 @@ def test_device_names(device, short, kind):
 # ---------------------------------------------------------------- report, tables, JSON
 
 
-def _report(ops: P.OpPlacement | None = None, n_vars: int = 3, reason: str | None = None) -> P.PlacementReport:
-    strategy = P.StrategyInfo("MirroredStrategy", "mirrored", 2, (GPU0, GPU1), 0, 1, True)
+def _report(ops: R.OpPlacement | None = None, n_vars: int = 3, reason: str | None = None) -> R.PlacementReport:
+    strategy = R.StrategyInfo("MirroredStrategy", "mirrored", 2, (GPU0, GPU1), 0, 1, True)
     variables = tuple(
-        P.VariableInfo(f"model/dense_{i}/kernel", "trainable", (4, 3), "float32", "MirroredVariable", (GPU0, GPU1)) for i in range(n_vars)
-    ) + (P.VariableInfo("adam/iteration", "optimizer", (), "int64", "MirroredVariable", (GPU0, GPU1)),)
-    return P.PlacementReport(step=7, strategy=strategy, variables=variables, ops=ops, ops_unavailable_reason=reason)
+        R.VariableInfo(f"model/dense_{i}/kernel", "trainable", (4, 3), "float32", "MirroredVariable", (GPU0, GPU1)) for i in range(n_vars)
+    ) + (R.VariableInfo("adam/iteration", "optimizer", (), "int64", "MirroredVariable", (GPU0, GPU1)),)
+    return R.PlacementReport(step=7, strategy=strategy, variables=variables, ops=ops, ops_unavailable_reason=reason)
 
 
 def test_markdown_tables_cover_every_section():
-    tables = _report(P.analyze_ops([_gpu_step()], [GPU0, GPU1])).markdown()
+    tables = render(_report(P.analyze_ops([_gpu_step()], [GPU0, GPU1])))
     assert set(tables) == {
         "placement/strategy",
         "placement/variables",
@@ -321,17 +324,17 @@ def test_markdown_tables_cover_every_section():
 
 
 def test_markdown_explains_missing_ops_and_cpu_replicas():
-    tables = _report(None, reason="`run_eagerly=True`").markdown()
+    tables = render(_report(None, reason="`run_eagerly=True`"))
     assert tables["placement/ops_per_device"] == "Op placement not captured: `run_eagerly=True`."
-    cpu = P.PlacementReport(7, P.StrategyInfo("X", None, 1, (CPU0,), 0, 1, True), (), P.analyze_ops([_gpu_step()], [CPU0]))
-    assert "no op counts as a CPU fallback" in cpu.markdown()["placement/cpu_fallbacks"]
-    assert "keras-gpu kind" not in cpu.markdown()["placement/strategy"]
+    cpu = R.PlacementReport(7, R.StrategyInfo("X", None, 1, (CPU0,), 0, 1, True), (), P.analyze_ops([_gpu_step()], [CPU0]))
+    assert "no op counts as a CPU fallback" in render(cpu)["placement/cpu_fallbacks"]
+    assert "keras-gpu kind" not in render(cpu)["placement/strategy"]
 
 
 def test_tables_are_bounded():
     fallbacks = _function_graph([_node(f"u{i}", "Unique", CPU0) for i in range(120)], [_node("g", "MatMul", GPU0)])
     report = _report(P.analyze_ops([fallbacks], [GPU0]), n_vars=30)
-    tables = report.markdown(max_rows=10)
+    tables = render(report, max_rows=10)
     rows = [line for line in tables["placement/cpu_fallbacks"].splitlines() if line.startswith("| `Unique` | `u")]
     assert len(rows) == 10
     assert "... and 110 more (all of them are in `placement.json`)." in tables["placement/cpu_fallbacks"]
@@ -353,9 +356,9 @@ def test_scalars():
 def test_json_round_trip_is_atomic_and_readable_by_scripts(tmp_path):
     report = _report(P.analyze_ops([_gpu_step()], [GPU0]))
     path = str(tmp_path / "placement.json")
-    P.write_json(report, path)
+    R.write_json(report, path)
     assert os.listdir(tmp_path) == ["placement.json"]  # no temporary file left behind
-    assert P.read_json(path) == report
+    assert R.read_json(path) == report
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     assert data["cpu_fallback_count"] == 2
@@ -364,17 +367,17 @@ def test_json_round_trip_is_atomic_and_readable_by_scripts(tmp_path):
     assert data["copy_ops"] == 5 and data["host_device_copy_ops"] == 4
     assert data["variables"][0]["bytes"] == 48 and data["variables"][-1]["bytes"] == 8
     # overwriting replaces the file whole
-    P.write_json(_report(None, reason="r"), path)
-    assert P.read_json(path).ops is None and P.read_json(path).ops_unavailable_reason == "r"
+    R.write_json(_report(None, reason="r"), path)
+    assert R.read_json(path).ops is None and R.read_json(path).ops_unavailable_reason == "r"
 
 
 def test_from_dict_rejects_foreign_json():
     with pytest.raises(ValueError, match=r"Not a keras-gpu placement report.*Received: format='x'"):
-        P.PlacementReport.from_dict({"format": "x"})
+        R.PlacementReport.from_dict({"format": "x"})
     data = _report(None).to_dict()
     data["version"] = 99
     with pytest.raises(ValueError, match="Received: version=99"):
-        P.PlacementReport.from_dict(data)
+        R.PlacementReport.from_dict(data)
 
 
 # ---------------------------------------------------------------- capture, strategy and variables (real TensorFlow)
@@ -403,17 +406,17 @@ def test_capture_records_the_placed_graph_and_switches_collection_off():
         return tf.reduce_sum(it.get_next() * 3.0)
 
     iterator = iter(tf.data.Dataset.from_tensors(tf.ones(4)).repeat())
-    with P.capture_graphs() as captured:
+    with C.capture_graphs() as captured:
         assert float(step(iterator)) == 12.0
-    graphs = P.step_function_graphs(captured.function_graphs)
+    graphs = C.step_function_graphs(captured.function_graphs)
     assert len(graphs) == 1
     ops = P.analyze_ops(graphs, [CPU0])
     assert ops.ops_per_device[CPU0] > 0 and set(ops.ops_per_device) == {CPU0}
     assert _recorded_after_the_fact() == 0
     # an instantiated function records nothing on later calls
-    with P.capture_graphs() as again:
+    with C.capture_graphs() as again:
         step(iterator)
-    assert P.step_function_graphs(again.function_graphs) == []
+    assert C.step_function_graphs(again.function_graphs) == []
 
 
 def test_capture_switches_off_when_the_block_raises():
@@ -424,7 +427,7 @@ def test_capture_switches_off_when_the_block_raises():
         return tf.reduce_sum(v)
 
     with pytest.raises(ZeroDivisionError):
-        with P.capture_graphs() as captured:
+        with C.capture_graphs() as captured:
             boom(tf.ones(2))
             1 / 0  # noqa: B018
     assert len(captured.function_graphs) >= 1
@@ -453,3 +456,11 @@ def test_strategy_and_variables_of_a_default_strategy_model():
     assert by_path["sequential/batch_normalization/moving_mean"].group == "non_trainable"
     assert {v.group for v in variables} >= {"trainable", "non_trainable", "optimizer"}
     assert len(by_path) == len(variables)
+
+
+def test_the_analysis_module_still_serves_the_capture_and_record_names():
+    for module in (C, R):
+        for name in module.__all__:
+            if name in P.__all__:
+                assert getattr(P, name) is getattr(module, name), name
+    assert {"GraphCapture", "capture_graphs", "PlacementReport", "read_json", "write_json"} <= set(P.__all__)

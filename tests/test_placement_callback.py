@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorflow.python.eager import context
 
-from keras_gpu.meters import placement as P
 from keras_gpu.hooks.placement_logger import PlacementLogger
+from keras_gpu.meters import placement_report as R
 from tests._util import run_python
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -113,7 +113,7 @@ def test_placement_json_lists_variables_and_ops_on_cpu0(trained):
     assert data["ops_per_device"][CPU0] > 50 and set(data["ops_per_device"]) == {CPU0}
     assert data["cpu_fallback_count"] == 0 and data["fallbacks_checked"] is False
     assert data["strategy"]["kind"] == "default" and data["step"] == 1
-    assert P.read_json(path) == trained["cb"].report
+    assert R.read_json(path) == trained["cb"].report
 
 
 def test_text_tags_scalars_and_graph_read_back_with_tensorboard(trained):
@@ -194,7 +194,7 @@ def test_a_new_callback_instance_reuses_the_analysis_and_writes_its_own_run_dir(
     model.fit(x, y, batch_size=16, verbose=0, callbacks=[cb])
     assert cb.analysis_count == 0
     assert cb.report is trained["first"]["report"]
-    assert P.read_json(os.path.join(cb.run_dir, "placement.json")) == cb.report
+    assert R.read_json(os.path.join(cb.run_dir, "placement.json")) == cb.report
     assert len(_values(_events(cb.run_dir), "placement/strategy")) == 1
 
 

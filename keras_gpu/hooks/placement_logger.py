@@ -8,10 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from keras_gpu.meters import placement as _placement
-from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.backend import require_tensorflow_backend
+from keras_gpu.core.log import log_once, logger
 from keras_gpu.hooks._base import LoggingCallback, check_positive
+from keras_gpu.meters import placement as _placement
+from keras_gpu.meters import placement_capture as _capture
+from keras_gpu.meters import placement_report as _records
+from keras_gpu.output.placement_markdown import render as _render_markdown
 
 __all__ = ["PlacementLogger"]
 
@@ -31,7 +34,7 @@ class _Analysis:
     for each `fit`) until Keras retraces the step, which makes a new function.
     """
 
-    report: _placement.PlacementReport
+    report: _records.PlacementReport
     graph_def: Any = None
     written_to: set[str] = field(default_factory=set)
 
@@ -82,7 +85,7 @@ class PlacementLogger(LoggingCallback):
       node with its device ("Color by device"); `_Recv` nodes are linked to
       their `_Send`.
     * `placement.json` in the run directory: the same content, machine
-      readable (`keras_gpu.meters.placement.read_json`), written atomically.
+      readable (`keras_gpu.meters.placement_report.read_json`), written atomically.
 
     With `run_eagerly=True` there is no traced step: strategy and variables
     are logged, op placement is marked unavailable. If the model's training
@@ -102,7 +105,7 @@ class PlacementLogger(LoggingCallback):
             workers; above that only the chief writes.
 
     Attributes:
-        report: The latest `keras_gpu.meters.placement.PlacementReport`, or `None`.
+        report: The latest `keras_gpu.meters.placement_report.PlacementReport`, or `None`.
         analysis_count: Analyses this instance made (captures of a newly
             traced step).
         overhead_s: Seconds spent in this callback during the last `fit`,
@@ -124,7 +127,7 @@ class PlacementLogger(LoggingCallback):
         if not isinstance(write_graph, bool):
             raise TypeError(f"`write_graph` must be True or False. Received: write_graph={write_graph!r}")
         self.write_graph = write_graph
-        self.report: _placement.PlacementReport | None = None
+        self.report: _records.PlacementReport | None = None
         self.analysis_count = 0
         self.overhead_s = 0.0
         self.last_analysis_s: float | None = None
@@ -180,7 +183,7 @@ class PlacementLogger(LoggingCallback):
                 result = original(*args, **kwargs)
                 self._guarded(self._after_first_call, original, None)
                 return result
-            with _placement.capture_graphs() as captured:
+            with _capture.capture_graphs() as captured:
                 result = original(*args, **kwargs)
             self._guarded(self._after_first_call, original, captured)
             return result
@@ -214,7 +217,7 @@ class PlacementLogger(LoggingCallback):
 
     # ------------------------------------------------------------------ analysis
 
-    def _after_first_call(self, original: Any, captured: _placement.GraphCapture | None) -> None:
+    def _after_first_call(self, original: Any, captured: _capture.GraphCapture | None) -> None:
         fit = self._fit
         known = self._known(original)
         if captured is None:  # run_eagerly
@@ -223,7 +226,7 @@ class PlacementLogger(LoggingCallback):
                 known = self._remember(original, self._build(None, reason), None)
             self._publish(known)
             return
-        step_graphs = _placement.step_function_graphs(captured.function_graphs)
+        step_graphs = _capture.step_function_graphs(captured.function_graphs)
         if step_graphs:
             started = time.perf_counter()
             report = self._build(step_graphs, None)
@@ -250,10 +253,10 @@ class PlacementLogger(LoggingCallback):
         report = self._build(None, "the training step was compiled before it could be captured")
         self._publish(self._remember(original, report, None))
 
-    def _build(self, step_graphs: list[Any] | None, reason: str | None) -> _placement.PlacementReport:
+    def _build(self, step_graphs: list[Any] | None, reason: str | None) -> _records.PlacementReport:
         strategy = _placement.strategy_info(self._strategy(), self._task)
         ops = _placement.analyze_ops(step_graphs, strategy.replica_devices) if step_graphs is not None else None
-        report = _placement.PlacementReport(
+        report = _records.PlacementReport(
             step=self._initial_step(),
             strategy=strategy,
             variables=_placement.variable_info(self.model),
@@ -270,7 +273,7 @@ class PlacementLogger(LoggingCallback):
             known = self._unattached[1]
         return known
 
-    def _remember(self, function: Any, report: _placement.PlacementReport, graph_def: Any) -> _Analysis:
+    def _remember(self, function: Any, report: _records.PlacementReport, graph_def: Any) -> _Analysis:
         """Keep the analysis with `function`; on this callback too, if the function takes no attributes."""
         analysis = _Analysis(report=report, graph_def=graph_def)
         try:
@@ -288,7 +291,7 @@ class PlacementLogger(LoggingCallback):
         if self.run_dir is None or self._writer is None or self.run_dir in analysis.written_to:
             return
         report, writer = analysis.report, self._writer
-        for tag, markdown in report.markdown(self.max_rows).items():
+        for tag, markdown in _render_markdown(report, self.max_rows).items():
             writer.text(tag, markdown, report.step)
         writer.scalars(report.scalars(), report.step)
         if analysis.graph_def is not None:
@@ -296,7 +299,7 @@ class PlacementLogger(LoggingCallback):
         writer.flush()
         path = os.path.join(self.run_dir, JSON_NAME)
         try:
-            _placement.write_json(report, path)
+            _records.write_json(report, path)
         except Exception as exc:  # noqa: BLE001 - storage failures must not stop training
             logger.error("keras-gpu: could not write %s (%s: %s); training continues.", path, type(exc).__name__, exc)
         analysis.written_to.add(self.run_dir)

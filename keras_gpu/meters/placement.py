@@ -1,29 +1,11 @@
-"""Where a training step really ran: graph capture and placement analysis.
+"""Where a training step really ran: placement analysis of its captured graphs.
 
-The Markdown tables of a report are rendered by `keras_gpu.output.placement_markdown`.
-
-TensorFlow decides where each op of a `tf.function` runs when it instantiates
-the function: it places the graph, splits it into one partition per device and
-joins the partitions with `_Send`/`_Recv` pairs. While graph collection is on,
-the eager runtime records those placed partition graphs for every function it
-instantiates, and `export_run_metadata()` hands them back as a `RunMetadata`
-proto (`function_graphs[i].partition_graphs[j].node[k].device` is where node
-*k* ran). That is private TensorFlow API, reached through `keras_gpu.core.tf_private`
-(`graph_collection`, `export_run_metadata`), where all of keras-gpu's private
-TensorFlow calls live.
-
-Two facts, checked on TensorFlow 2.21, shape the capture:
-
-* Graphs are recorded when a function is *instantiated* (its first call after
-  a trace), not on later calls. Collection must therefore be on during the
-  first call of a freshly traced training function; a call of an already
-  instantiated function records nothing (and costs nothing extra).
-* `context.disable_run_metadata()` does not stop graph recording: every
-  function instantiated afterwards is still recorded, and the protos pile up
-  in the eager context until someone exports them. The graph-collection
-  switch (`enable_graph_collection` / `disable_graph_collection`) records the
-  same placed partition graphs and does turn off, so :func:`capture_graphs`
-  uses it.
+The placed partition graphs of a training step are captured by
+`keras_gpu.meters.placement_capture`; this module walks them (and the
+strategy and the model's variables) into a
+`keras_gpu.meters.placement_report.PlacementReport`, the typed record that
+`keras_gpu.output.placement_markdown` renders as Markdown tables. The names
+of those two modules are importable from here too.
 
 The analysis (:func:`analyze_ops`) is plain proto walking, testable on
 hand-built protos. Definitions:
@@ -61,20 +43,35 @@ hand-built protos. Definitions:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import os
 import re
-import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from keras_gpu.core.log import logger
-from keras_gpu.core.tf_private import export_run_metadata, graph_collection, new_graph_def
-from keras_gpu.core.topology import device_sort_key, device_type, replica_devices, short_device
+from keras_gpu.core.tf_private import new_graph_def
+from keras_gpu.core.topology import (
+    device_sort_key,
+    device_type,
+    replica_devices,
+    short_device,
+)
+from keras_gpu.meters.placement_capture import (
+    STEP_MARKER_OPS,
+    GraphCapture,
+    capture_graphs,
+    step_function_graphs,
+)
+from keras_gpu.meters.placement_report import (
+    OpPlacement,
+    PlacedOp,
+    PlacementReport,
+    StrategyInfo,
+    Transfer,
+    VariableInfo,
+    XlaCluster,
+    read_json,
+    write_json,
+)
 
 __all__ = [
     "HOST_BOUND_OPS",
@@ -101,9 +98,6 @@ __all__ = [
     "read_json",
 ]
 
-FORMAT = "keras-gpu/placement"
-VERSION = 1
-
 HOST_BOUND_OPS: frozenset[str] = frozenset(
     {
         "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval",
@@ -120,83 +114,12 @@ HOST_BOUND_OPS: frozenset[str] = frozenset(
 
 _HOST_BOUND_PATTERN = re.compile(r"Iterator|Dataset|^Optional")
 
-STEP_MARKER_OPS: frozenset[str] = frozenset(
-    {"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "MultiDeviceIteratorGetNextFromShard"}
-)
-"""Op types that mark a function graph as a training step: Keras' step pulls its batch from an iterator."""
-
 _SEND_OPS = frozenset({"_Send", "_HostSend"})
 _RECV_OPS = frozenset({"_Recv", "_HostRecv"})
 _HOST_MEMORY_OPS = frozenset({"_HostSend", "_HostRecv"})
 _XLA_LAUNCH_OPS = frozenset({"XlaLaunch", "XlaLaunchV2", "_XlaCompile", "_XlaRun"})
 _UNPLACED = "(unplaced)"
 _LARGE_CONST_BYTES = 1024
-
-
-# --------------------------------------------------------------------------- capture
-
-
-class GraphCapture:
-    """What :func:`capture_graphs` collected.
-
-    Attributes:
-        run_metadata: The exported `RunMetadata` proto (set when the block
-            exits, also when it raised); `None` if the export failed.
-    """
-
-    def __init__(self) -> None:
-        self.run_metadata: Any = None
-
-    @property
-    def function_graphs(self) -> list[Any]:
-        """All recorded `RunMetadata.FunctionGraphs`, in instantiation order."""
-        if self.run_metadata is None:
-            return []
-        return list(self.run_metadata.function_graphs)
-
-
-@contextlib.contextmanager
-def capture_graphs() -> Iterator[GraphCapture]:
-    """Record the placed graphs of every function instantiated inside the block.
-
-    Graph collection is switched on for the block only and always switched off
-    again, even when the block raises. Anything recorded before the block
-    (another tool's pending graphs) is drained first so that it is not
-    mistaken for this block's graphs.
-
-    Example:
-
-    ```python
-    with capture_graphs() as captured:
-        model.train_function(iterator)
-    step = step_function_graphs(captured.function_graphs)
-    ```
-    """
-    capture = GraphCapture()
-    export_run_metadata()  # drain whatever is pending
-    graph_collection(True)
-    try:
-        yield capture
-    finally:
-        try:
-            capture.run_metadata = export_run_metadata()
-        except Exception as exc:  # noqa: BLE001 - a failed export must not hide the step's own outcome
-            logger.warning("keras-gpu: could not export the placed graphs (%s: %s)", type(exc).__name__, exc)
-        finally:
-            graph_collection(False)
-
-
-def step_function_graphs(function_graphs: Iterable[Any]) -> list[Any]:
-    """The function graphs that are a training step: those that pull a batch from an iterator.
-
-    The first call of a Keras training function also instantiates small helper
-    functions (variable creation, `Optional` handling); they are left out.
-    """
-    return [
-        fg
-        for fg in function_graphs
-        if any(node.op in STEP_MARKER_OPS for pg in fg.partition_graphs for node in pg.node)
-    ]
 
 
 # --------------------------------------------------------------------------- devices
@@ -209,310 +132,6 @@ def _is_host(device: str) -> bool:
 def is_host_bound(op_type: str) -> bool:
     """Whether `op_type` belongs on the host (or does no work) and is never a CPU fallback."""
     return op_type in HOST_BOUND_OPS or bool(_HOST_BOUND_PATTERN.search(op_type))
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class PlacedOp:
-    """One op of the placed graph: its type, node name and device."""
-
-    op_type: str
-    name: str
-    device: str
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """One tensor moving between two devices per step.
-
-    Attributes:
-        tensor: The rendezvous key TensorFlow gave it (`tensor_name`).
-        src: Sending device (full name).
-        dst: Receiving device (full name).
-        kind: `host_to_device`, `device_to_host`, `device_to_device`,
-            `host_to_host` or `host_memory` (see the module docstring).
-        send_op: Op type of the sending half (`""` if not in this process).
-        recv_op: Op type of the receiving half (`""` if not in this process).
-    """
-
-    tensor: str
-    src: str
-    dst: str
-    kind: str
-    send_op: str = ""
-    recv_op: str = ""
-
-
-@dataclass(frozen=True)
-class XlaCluster:
-    """A call compiled by XLA: its node, the compiled function, its device and body size.
-
-    `ops` is the number of nodes in the compiled function's body, or `None`
-    when the function is not in the graph's library.
-    """
-
-    name: str
-    op_type: str
-    function: str
-    device: str
-    ops: int | None
-
-
-@dataclass(frozen=True)
-class OpPlacement:
-    """Where the ops of one training step ran.
-
-    Attributes:
-        function_graphs: Step function graphs analysed.
-        partitions: Placed partitions in them (one per device and function).
-        ops_per_device: Placed nodes per device (full device name).
-        compute_ops_per_device: The same without host-bound and bookkeeping
-            ops (:func:`is_host_bound`).
-        transfers: Every cross-device transfer (see :class:`Transfer`).
-        fallbacks_checked: Whether the replicas (or any op) ran on an
-            accelerator, so that CPU ops count as fallbacks.
-        cpu_fallbacks: Ops that ran on a CPU while the replicas run on
-            accelerators, host-bound ops excluded.
-        xla_clusters: Calls compiled by XLA.
-    """
-
-    function_graphs: int = 0
-    partitions: int = 0
-    ops_per_device: dict[str, int] = field(default_factory=dict)
-    compute_ops_per_device: dict[str, int] = field(default_factory=dict)
-    transfers: tuple[Transfer, ...] = ()
-    fallbacks_checked: bool = False
-    cpu_fallbacks: tuple[PlacedOp, ...] = ()
-    xla_clusters: tuple[XlaCluster, ...] = ()
-
-    @property
-    def total_ops(self) -> int:
-        """All placed nodes of the step."""
-        return sum(self.ops_per_device.values())
-
-    @property
-    def copy_ops(self) -> int:
-        """Number of cross-device transfers per step."""
-        return len(self.transfers)
-
-    @property
-    def copies_by_kind(self) -> dict[str, int]:
-        """Transfers per kind."""
-        return dict(sorted(Counter(t.kind for t in self.transfers).items()))
-
-    @property
-    def host_device_copy_ops(self) -> int:
-        """Transfers that cross between host and accelerator memory (both directions)."""
-        return sum(1 for t in self.transfers if t.kind in ("host_to_device", "device_to_host"))
-
-    @property
-    def cpu_fallback_count(self) -> int:
-        """Number of CPU fallback ops."""
-        return len(self.cpu_fallbacks)
-
-    @property
-    def fallbacks_by_type(self) -> dict[str, int]:
-        """CPU fallback ops per op type, most frequent first."""
-        return dict(Counter(op.op_type for op in self.cpu_fallbacks).most_common())
-
-
-@dataclass(frozen=True)
-class VariableInfo:
-    """One variable and the devices its components live on.
-
-    Attributes:
-        path: The Keras variable path (`"sequential/dense/kernel"`).
-        group: `"trainable"`, `"non_trainable"`, `"optimizer"` or `"metric"`.
-        shape: Its shape (`None` for an unknown dimension).
-        dtype: Its dtype name.
-        kind: Class of the backing TensorFlow variable (`"MirroredVariable"`,
-            `"ResourceVariable"`, ...).
-        devices: Device of each component, in replica order (one entry for a
-            plain variable, one per replica for a mirrored one).
-    """
-
-    path: str
-    group: str
-    shape: tuple[int | None, ...]
-    dtype: str
-    kind: str
-    devices: tuple[str, ...]
-
-    @property
-    def nbytes(self) -> int | None:
-        """Bytes of one component, or `None` when the shape or dtype size is unknown."""
-        size = _dtype_bytes(self.dtype)
-        if size is None or any(d is None for d in self.shape):
-            return None
-        return size * math.prod(self.shape)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class StrategyInfo:
-    """The distribution strategy and this worker's place in the cluster.
-
-    Attributes:
-        class_name: The strategy's class name.
-        kind: The keras-gpu kind (`"default"`, `"one_device"`, `"mirrored"`,
-            `"multiworker"`), or `None` for other strategies.
-        num_replicas_in_sync: Replicas across all workers.
-        replica_devices: This worker's replica devices (full names).
-        worker_index: This worker's rank among the training processes.
-        num_workers: Training processes.
-        is_chief: Whether this worker is the chief.
-    """
-
-    class_name: str
-    kind: str | None
-    num_replicas_in_sync: int
-    replica_devices: tuple[str, ...]
-    worker_index: int | None
-    num_workers: int
-    is_chief: bool
-
-    @property
-    def on_accelerators(self) -> bool:
-        """Whether any replica device is not a CPU."""
-        return any(device_type(d) not in ("CPU", "") for d in self.replica_devices)
-
-
-@dataclass(frozen=True)
-class PlacementReport:
-    """Everything the placement analysis found for one traced training step.
-
-    Attributes:
-        step: Global step (optimizer iterations) when it was taken.
-        strategy: See :class:`StrategyInfo`.
-        variables: See :class:`VariableInfo`, model variables first.
-        ops: See :class:`OpPlacement`; `None` when ops were not captured.
-        ops_unavailable_reason: Why `ops` is `None`.
-    """
-
-    step: int
-    strategy: StrategyInfo
-    variables: tuple[VariableInfo, ...] = ()
-    ops: OpPlacement | None = None
-    ops_unavailable_reason: str | None = None
-
-    # ---------------------------------------------------------------- serialisation
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary (the content of `placement.json`).
-
-        The op-level fields are at the top level so that scripts can read
-        `ops_per_device`, `copy_ops`, `cpu_fallback_count` and `cpu_fallbacks`
-        (each with `op_type`, `name`, `device`) directly.
-        """
-        ops = self.ops
-        out: dict[str, Any] = {
-            "format": FORMAT,
-            "version": VERSION,
-            "step": self.step,
-            "strategy": {**asdict(self.strategy), "replica_devices": list(self.strategy.replica_devices)},
-            "variables": [
-                {**asdict(v), "shape": list(v.shape), "devices": list(v.devices), "bytes": v.nbytes} for v in self.variables
-            ],
-            "ops_available": ops is not None,
-            "ops_unavailable_reason": self.ops_unavailable_reason,
-        }
-        if ops is not None:
-            out.update(
-                {
-                    "function_graphs": ops.function_graphs,
-                    "partitions": ops.partitions,
-                    "total_ops": ops.total_ops,
-                    "ops_per_device": dict(ops.ops_per_device),
-                    "compute_ops_per_device": dict(ops.compute_ops_per_device),
-                    "copy_ops": ops.copy_ops,
-                    "host_device_copy_ops": ops.host_device_copy_ops,
-                    "copies_by_kind": ops.copies_by_kind,
-                    "copies": [asdict(t) for t in ops.transfers],
-                    "fallbacks_checked": ops.fallbacks_checked,
-                    "cpu_fallback_count": ops.cpu_fallback_count,
-                    "cpu_fallbacks": [asdict(op) for op in ops.cpu_fallbacks],
-                    "xla_clusters": [asdict(c) for c in ops.xla_clusters],
-                }
-            )
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PlacementReport:
-        """Rebuild a report from :meth:`to_dict` output (e.g. a loaded `placement.json`).
-
-        Raises:
-            ValueError: `data` is not a keras-gpu placement report.
-        """
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
-            raise ValueError(
-                f"Not a keras-gpu placement report: expected 'format': {FORMAT!r}. "
-                f"Received: format={data.get('format') if isinstance(data, Mapping) else type(data).__name__!r}"
-            )
-        if data.get("version") != VERSION:
-            raise ValueError(
-                f"Unsupported placement report version; this keras-gpu reads {VERSION}. "
-                f"Received: version={data.get('version')!r}"
-            )
-        s = data["strategy"]
-        strategy = StrategyInfo(
-            class_name=s["class_name"],
-            kind=s["kind"],
-            num_replicas_in_sync=int(s["num_replicas_in_sync"]),
-            replica_devices=tuple(s["replica_devices"]),
-            worker_index=s["worker_index"],
-            num_workers=int(s["num_workers"]),
-            is_chief=bool(s["is_chief"]),
-        )
-        variables = tuple(
-            VariableInfo(
-                path=v["path"], group=v["group"], shape=tuple(v["shape"]), dtype=v["dtype"], kind=v["kind"], devices=tuple(v["devices"])
-            )
-            for v in data.get("variables", ())
-        )
-        ops = None
-        if data.get("ops_available"):
-            ops = OpPlacement(
-                function_graphs=int(data["function_graphs"]),
-                partitions=int(data["partitions"]),
-                ops_per_device={k: int(v) for k, v in data["ops_per_device"].items()},
-                compute_ops_per_device={k: int(v) for k, v in data["compute_ops_per_device"].items()},
-                transfers=tuple(Transfer(**t) for t in data["copies"]),
-                fallbacks_checked=bool(data["fallbacks_checked"]),
-                cpu_fallbacks=tuple(PlacedOp(**op) for op in data["cpu_fallbacks"]),
-                xla_clusters=tuple(XlaCluster(**c) for c in data["xla_clusters"]),
-            )
-        reason = data.get("ops_unavailable_reason")
-        return cls(step=int(data["step"]), strategy=strategy, variables=variables, ops=ops, ops_unavailable_reason=reason)
-
-    def to_json(self) -> str:
-        """The report as indented JSON text."""
-        return json.dumps(self.to_dict(), indent=1, sort_keys=False)
-
-    # ---------------------------------------------------------------- TensorBoard
-
-    def scalars(self) -> dict[str, float]:
-        """The scalar summaries: `placement/cpu_fallback_ops`, `placement/copy_ops` and
-        `placement/host_device_copy_ops` (op counts per step); empty when ops were not captured."""
-        if self.ops is None:
-            return {}
-        return {
-            "placement/cpu_fallback_ops": float(self.ops.cpu_fallback_count),
-            "placement/copy_ops": float(self.ops.copy_ops),
-            "placement/host_device_copy_ops": float(self.ops.host_device_copy_ops),
-        }
-
-    def markdown(self, max_rows: int = 50) -> dict[str, str]:
-        """Markdown tables for TensorBoard's Text dashboard, by tag.
-
-        Tags: `placement/strategy`, `placement/variables`,
-        `placement/ops_per_device`, `placement/copies`,
-        `placement/cpu_fallbacks`. Each list is cut at `max_rows` rows with a
-        "... and N more" line; `placement.json` has them all.
-        """
-        from keras_gpu.output.placement_markdown import render
-
-        return render(self, max_rows)
 
 
 # --------------------------------------------------------------------------- analysis
@@ -770,48 +389,3 @@ def variable_info(model: Any) -> tuple[VariableInfo, ...]:
                 )
             )
     return tuple(out)
-
-
-# --------------------------------------------------------------------------- files
-
-
-def write_json(report: PlacementReport, path: str) -> None:
-    """Write `report` to `path` atomically: a temporary file beside it, then a rename.
-
-    Readers never see a half-written file. Remote paths (`gs://`, ...) go
-    through `tf.io.gfile`.
-    """
-    text = report.to_json()
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    if "://" in path:
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-        return
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def read_json(path: str) -> PlacementReport:
-    """Load a `placement.json` written by :func:`write_json`."""
-    with open(path, encoding="utf-8") as f:
-        return PlacementReport.from_dict(json.load(f))
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _dtype_bytes(dtype: str) -> int | None:
-    if dtype == "bool":
-        return 1
-    match = re.search(r"(\d+)", dtype)
-    if match is None:
-        return None
-    return max(1, int(match.group(1)) // 8)

@@ -1,7 +1,8 @@
 """Markdown tables of a placement report, for TensorBoard's Text dashboard.
 
 The analysis (`keras_gpu.meters.placement`) builds a `PlacementReport`; this module
-only renders it. `PlacementReport.markdown()` calls :func:`render`.
+only renders it. `keras_gpu.PlacementLogger` calls :func:`render` for the text
+it writes; anyone else who wants the tables calls it the same way.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from keras_gpu.core.units import format_bytes
-from keras_gpu.meters.placement import HOST_BOUND_OPS, PlacementReport, VariableInfo
 from keras_gpu.core.topology import device_sort_key, short_device
+from keras_gpu.core.units import format_bytes
+from keras_gpu.meters.placement import HOST_BOUND_OPS
+from keras_gpu.meters.placement_report import PlacementReport, VariableInfo
 
 __all__ = ["render"]
 
