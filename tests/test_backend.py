@@ -19,7 +19,7 @@ def test_tensorflow_facts_come_from_the_strategy():
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import keras
         from keras_gpu.core import backend
-        from keras_gpu.meters import flops
+        from keras_gpu.meters import flops, model_flops
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         with strategy.scope():
             model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16), keras.layers.Dense(4)])
@@ -31,8 +31,8 @@ def test_tensorflow_facts_come_from_the_strategy():
             "replicas": backend.num_replicas(model),
             "allocators": [list(a) for a in backend.allocators(model)],
             "gpus": backend.physical_gpus(model),
-            "peak": list(backend.gpu_peak_flops(model, "float32")),
-            "flops": backend.training_flops_per_sample(model),
+            "peak": list(model_flops.gpu_peak_flops(model, "float32")),
+            "flops": model_flops.training_flops_per_sample(model),
             "flops_module": flops.training_flops_per_sample(model),
             "task": backend.task_info(model).is_chief,
         }))
@@ -56,8 +56,8 @@ def test_on_another_backend_placement_is_left_out_or_refused(monkeypatch, caplog
     import pytest
 
     import keras_gpu
-    from keras_gpu.core import log as _log
     from keras_gpu.core import backend
+    from keras_gpu.core import log as _log
 
     monkeypatch.setattr(backend, "name", lambda: "jax")
     monkeypatch.setattr(_log, "_process", _log.Once())

@@ -453,15 +453,16 @@ def test_bad_log_dir():
 
 def test_gpu_peaks_are_summed_per_gpu_in_use(monkeypatch):
     from keras_gpu.core import backend
+    from keras_gpu.meters import model_flops
 
     h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
-    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [(0, h100), (1, a100)])
-    total, used = backend.gpu_peak_flops(None, "bfloat16")
+    monkeypatch.setattr(backend, "replica_gpus", lambda model: [(0, h100), (1, a100)])
+    total, used = model_flops.gpu_peak_flops(None, "bfloat16")
     assert total == pytest.approx(989.5e12 + 312e12) and used == [h100, a100]
-    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [(0, "Mystery GPU")])
-    assert backend.gpu_peak_flops(None, "float16") == (None, ["Mystery GPU"])
-    monkeypatch.setattr(backend, "_replica_gpus", lambda model: [])
-    assert backend.gpu_peak_flops(None, "float16") == (None, [])
+    monkeypatch.setattr(backend, "replica_gpus", lambda model: [(0, "Mystery GPU")])
+    assert model_flops.gpu_peak_flops(None, "float16") == (None, ["Mystery GPU"])
+    monkeypatch.setattr(backend, "replica_gpus", lambda model: [])
+    assert model_flops.gpu_peak_flops(None, "float16") == (None, [])
 
 
 @pytest.mark.gpu

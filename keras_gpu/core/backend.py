@@ -18,15 +18,15 @@ replica devices                the strategy's devices      the `keras.distributi
 allocator memory               `get_memory_info`; peak     `Device.memory_stats()`     `torch.cuda` memory stats
                                reset per window            (GPU); peak since process   (GPU); peak reset per
                                                            start                       window; none on CPU
-model FLOPs per sample         traced graph count          the forward pass's jaxpr    `torch.utils.flop_counter`
-                               (:mod:`keras_gpu.meters.flops`)    (`dot_general`, convs)      on one forward pass
+matmul dtype (float32)         TF32 while TF32 execution   TF32 unless the default     TF32 when
+                               is enabled                  matmul precision is         `allow_tf32` is set
+                                                           `highest`
 =============================  ==========================  ==========================  ==========================
 
-Training FLOPs are 3 x the forward FLOPs of the matmul-like ops on every
-backend (the convention of :mod:`keras_gpu.meters.flops`), so MFU means the same thing
-on all three. Device
-names use TensorFlow's form (`/device:GPU:0`) everywhere, so tags
-(`GPU_0`) and tables read the same whichever backend trained.
+A model's FLOPs and its GPUs' peak FLOP/s are counted from these facts in
+:mod:`keras_gpu.meters.model_flops`. Device names use TensorFlow's form
+(`/device:GPU:0`) everywhere, so tags (`GPU_0`) and tables read the same
+whichever backend trained.
 """
 
 from __future__ import annotations
@@ -35,12 +35,9 @@ import contextlib
 import importlib.util
 import os
 import sys
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from keras_gpu.core.log import logger
 from keras_gpu.core.cluster import ClusterInfo
 
 __all__ = [
@@ -50,11 +47,10 @@ __all__ = [
     "allocator_memory",
     "allocators",
     "compute_dtype",
-    "flops_failure",
-    "gpu_peak_flops",
     "name",
     "physical_gpus",
     "replica_devices",
+    "replica_gpus",
     "num_replicas",
     "require_tensorflow",
     "require_tensorflow_backend",
@@ -62,8 +58,8 @@ __all__ = [
     "selected",
     "strategy",
     "task_info",
+    "torch_device",
     "tensorflow_installed",
-    "training_flops_per_sample",
     "writing_alone",
 ]
 
@@ -220,7 +216,8 @@ def _jax_devices(model: Any) -> list[Any]:
     return local or [jax.devices()[0]]
 
 
-def _torch_device(model: Any) -> Any:
+def torch_device(model: Any) -> Any:
+    """The `torch.device` holding the model's weights (PyTorch backend), else where Keras puts new tensors."""
     import torch
 
     for variable in getattr(model, "weights", ()):
@@ -251,7 +248,7 @@ def replica_devices(model: Any) -> tuple[str, ...]:
     if backend == "jax":
         return tuple(_tf_name(d.platform, d.id) for d in _jax_devices(model))
     if backend == "torch":
-        device = _torch_device(model)
+        device = torch_device(model)
         return (_tf_name(device.type, device.index or 0),)
     return ("/device:CPU:0",)
 
@@ -283,34 +280,15 @@ def num_replicas(model: Any) -> int:
 
 def physical_gpus(model: Any) -> list[int]:
     """CUDA ordinals (among this process's visible GPUs) of the distinct GPUs the replicas run on, for NVML."""
-    return [ordinal for ordinal, _ in _replica_gpus(model)]
+    return [ordinal for ordinal, _ in replica_gpus(model)]
 
 
-def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
-    """Summed peak FLOP/s (the table of :mod:`keras_gpu.meters.flops`) of the distinct GPUs under this process's replicas.
+def replica_gpus(model: Any) -> list[tuple[int, str]]:
+    """`(CUDA ordinal, product name)` of each distinct GPU under this process's replicas, in replica order.
 
-    Replicas on logical GPUs that share one physical GPU count it once.
-
-    Args:
-        model: The model being trained.
-        dtype: A key of the peak table (see :func:`compute_dtype`).
-
-    Returns:
-        `(peak, names)`: the GPUs' product names, and their summed peak, or
-        `None` when one of them is not in the table; `(None, [])` when the
-        replicas run on no GPU.
+    Replicas on logical GPUs that share one physical GPU name it once. The
+    name is `""` where the backend does not tell it.
     """
-    from keras_gpu.meters import flops
-
-    names = [gpu_name for _, gpu_name in _replica_gpus(model)]
-    peaks = [flops.peak_flops(n, dtype) for n in names]
-    if not peaks or any(p is None for p in peaks):
-        return None, names
-    return float(sum(p for p in peaks if p is not None)), names
-
-
-def _replica_gpus(model: Any) -> list[tuple[int, str]]:
-    """`(CUDA ordinal, product name)` of each distinct GPU under this process's replicas, in replica order."""
     backend = name()
     out: list[tuple[int, str]] = []
 
@@ -344,7 +322,7 @@ def _replica_gpus(model: Any) -> list[tuple[int, str]]:
     elif backend == "torch":
         import torch
 
-        device = _torch_device(model)
+        device = torch_device(model)
         if device.type == "cuda":
             add(device.index or 0, torch.cuda.get_device_name(device))
     return out
@@ -479,225 +457,3 @@ def reset_allocator_peak(allocator: Allocator) -> None:
         import torch
 
         torch.cuda.reset_peak_memory_stats(allocator.device)
-
-
-# --------------------------------------------------------------------------- model FLOPs
-
-
-def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
-    """Training FLOPs per sample (3 x forward), or None; :func:`flops_failure` then says why.
-
-    The same convention on every backend (:mod:`keras_gpu.meters.flops`): matmul-like
-    ops only, a multiply-add is 2 FLOPs. TensorFlow: the traced graph count of
-    :mod:`keras_gpu.meters.flops` (`input_spec` is its `tf.TensorSpec` structure).
-    JAX: the `dot_general` and convolution equations of the forward pass's
-    jaxpr (traced, never run or compiled; `scan` bodies count once per
-    iteration). PyTorch: `torch.utils.flop_counter.FlopCounterMode` over one
-    forward pass of zeros (no gradients are touched). On JAX and PyTorch the
-    input shapes are the model's symbolic inputs (functional and `Sequential`
-    models, any nesting of inputs and outputs), else the shapes the model was
-    built with (a subclassed model, built by `fit` before the callbacks
-    start). Losses added with `add_loss` are left out, like the loss itself.
-    Counted once per model and input shape, then cached.
-    """
-    backend = name()
-    if backend == "tensorflow":
-        from keras_gpu.meters import flops
-
-        return flops.training_flops_per_sample(model, input_spec)
-    counters = {"jax": _jax_forward_flops, "torch": _torch_forward_flops}
-    counter = counters.get(backend)
-    reason = f"the {backend} backend has no FLOP counter keras-gpu can use"
-    if counter is not None:
-        try:
-            inputs = _input_structure(model, _PROBE_BATCH[backend])
-        except _Uncounted as exc:
-            inputs, reason = None, str(exc)
-        if inputs is not None:
-            key = (backend, repr(inputs))
-            with _cache_lock:
-                cached = _cache.get(model, {}).get(key)
-            if cached is not None:
-                return cached
-            try:
-                forward = counter(model, inputs)
-            except _Uncounted as exc:
-                forward, reason = None, str(exc)
-            except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
-                forward = None
-                reason = f"running its forward pass to count them failed ({type(exc).__name__}: {exc})"
-            if forward is not None and forward > 0:
-                with _cache_lock:
-                    try:
-                        _cache.setdefault(model, {})[key] = 3.0 * forward
-                    except TypeError:  # not weak-referenceable: just don't cache
-                        pass
-                return 3.0 * forward
-            if forward is not None:
-                reason = "its forward pass holds no matmul or convolution"
-    _remember_failure(model, reason)
-    logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", backend,
-                 getattr(model, "name", "this model"), reason)
-    return None
-
-
-def flops_failure(model: Any) -> str:
-    """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
-    if name() == "tensorflow":
-        from keras_gpu.meters import flops
-
-        return flops.failure(model)
-    with _cache_lock:
-        return _failures.get(model, "the count was not attempted")
-
-
-_PROBE_BATCH = {"jax": 4096, "torch": 2}
-"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX traces
-abstract shapes, so a large batch costs nothing and makes work done once per
-step rather than per sample vanish from the per-sample count; PyTorch runs a
-real forward pass, so its batch is small."""
-
-_cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
-_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
-
-
-class _Uncounted(Exception):
-    """The model's FLOPs cannot be counted; the message says why."""
-
-
-def _remember_failure(model: Any, reason: str) -> None:
-    with _cache_lock:
-        try:
-            _failures[model] = reason
-        except TypeError:  # not weak-referenceable
-            pass
-
-
-class _Input(NamedTuple):
-    """One input of the probe batch: its shape (batch first) and dtype."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-
-def _input_structure(model: Any, batch: int) -> Any:
-    """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
-
-    Raises:
-        _Uncounted: The model has no known input shapes, or one of them has a
-            dimension besides the batch whose size only the data decides.
-    """
-    import keras
-
-    struct = getattr(model, "_inputs_struct", None)  # a functional model: its inputs as it was defined
-    if struct is not None:
-        leaves = [(tuple(t.shape), str(t.dtype), getattr(t, "name", "")) for t in keras.tree.flatten(struct)]
-        return keras.tree.pack_sequence_as(struct, [_probe_input(shape, dtype, n, batch) for shape, dtype, n in leaves])
-    config = model.get_build_config() if getattr(model, "built", False) else None
-    shapes = (config or {}).get("input_shape")
-    if shapes is None:
-        raise _Uncounted(
-            "it has no symbolic inputs and was not built with an input shape (build it, or call it once, before fit)"
-        )
-    floatx = keras.config.floatx()
-    return keras.tree.map_shape_structure(lambda shape: _probe_input(tuple(shape), floatx, "", batch), shapes)
-
-
-def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
-    if not shape:
-        raise _Uncounted(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
-    if any(dim is None for dim in shape[1:]):
-        what = f"input {label!r}" if label else "an input"
-        raise _Uncounted(
-            f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
-            "(a variable sequence length, say), so the FLOPs per sample vary"
-        )
-    return _Input((batch, *(int(d) for d in shape[1:])), dtype)
-
-
-def _first(inputs: Any) -> _Input:
-    if isinstance(inputs, _Input):
-        return inputs
-    if isinstance(inputs, dict):
-        return _first(next(iter(inputs.values())))
-    return _first(inputs[0])
-
-
-def _map_inputs(fn: Any, inputs: Any) -> Any:
-    """`inputs` with every :class:`_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
-    if isinstance(inputs, _Input):
-        return fn(inputs)
-    if isinstance(inputs, dict):
-        return {k: _map_inputs(fn, v) for k, v in inputs.items()}
-    return type(inputs)(_map_inputs(fn, v) for v in inputs)
-
-
-def _jax_forward_flops(model: Any, inputs: Any) -> float | None:
-    import jax
-
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-    x = _map_inputs(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), inputs)
-
-    # stateless_call hands its keywords to `call` as they are (unlike `__call__`).
-    training = {"training": False} if getattr(model, "_call_has_training_arg", True) else {}
-
-    def forward(trainable, non_trainable, x):
-        outputs, _ = model.stateless_call(trainable, non_trainable, x, **training)
-        return outputs
-
-    closed = jax.make_jaxpr(forward)(trainable, non_trainable, x)
-    return _jaxpr_flops(closed.jaxpr, depth=0) / _first(inputs).shape[0]
-
-
-def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
-    """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
-    if depth > 30:
-        raise _Uncounted("its forward pass nests functions too deeply to count")
-    total = 0
-    for eqn in jaxpr.eqns:
-        prim = eqn.primitive.name
-        if prim == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
-        elif prim == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
-            total += 2 * _prod(eqn.outvars[0].aval.shape) * (_prod(rhs) // max(1, rhs[out_feature]))
-        elif prim == "scan":
-            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
-        elif prim == "cond":
-            costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
-            if len(costs) > 1:
-                raise _Uncounted("a conditional in its forward pass has branches of different cost")
-            total += costs.pop()
-        elif prim == "while":
-            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
-                raise _Uncounted("a loop in its forward pass has no constant number of iterations")
-        else:  # calls (jit, custom gradients, remat): their bodies run once
-            for value in eqn.params.values():
-                sub = getattr(value, "jaxpr", value)
-                if hasattr(sub, "eqns"):
-                    total += _jaxpr_flops(sub, depth + 1)
-    return total
-
-
-def _prod(values: Any) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
-
-
-def _torch_forward_flops(model: Any, inputs: Any) -> float | None:
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    device = _torch_device(model)
-    x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(x, training=False)
-    return float(counter.get_total_flops()) / _first(inputs).shape[0]

@@ -14,6 +14,7 @@ from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks._base import LoggingCallback, check_positive
 from keras_gpu.output import tags as _tags
 from keras_gpu.core import topology
+from keras_gpu.meters import model_flops
 from keras_gpu.meters.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
 
 __all__ = ["ThroughputLogger"]
@@ -419,9 +420,9 @@ class ThroughputLogger(LoggingCallback):
     def _flops_per_sample(self, model: Any, fit: FitData | None) -> float | None:
         if self.flops_per_sample is not None:
             return float(self.flops_per_sample)
-        value = backend.training_flops_per_sample(model)
+        value = model_flops.training_flops_per_sample(model)
         if value is None and fit is not None and fit.x_spec is not None:
-            value = backend.training_flops_per_sample(model, fit.x_spec)
+            value = model_flops.training_flops_per_sample(model, fit.x_spec)
         if value is None:
             self._once.log(
                 logging.INFO,
@@ -430,7 +431,7 @@ class ThroughputLogger(LoggingCallback):
                 "throughput/tflops_per_sec and throughput/mfu are not logged; pass %s "
                 "(training FLOPs per sample, about 3x the forward FLOPs) to log them.",
                 getattr(model, "name", "?"),
-                backend.flops_failure(model),
+                model_flops.flops_failure(model),
                 call_with(self, "flops_per_sample"),
             )
         return value
@@ -450,7 +451,7 @@ class ThroughputLogger(LoggingCallback):
                 call_with(self, "peak_flops"),
             )
             return None
-        local, names = backend.gpu_peak_flops(model, dtype)
+        local, names = model_flops.gpu_peak_flops(model, dtype)
         if local is None:
             self._once.log(
                 logging.INFO,

@@ -1,0 +1,292 @@
+"""A model's training FLOPs per sample and the peak FLOP/s of its GPUs, on every Keras backend.
+
+The same convention on every backend (that of :mod:`keras_gpu.meters.flops`):
+matmul-like ops only, a multiply-add is 2 FLOPs, training is 3 x the forward
+pass, so MFU means the same thing on all three.
+
+=============================  ====================================================
+backend                        how the forward FLOPs are counted
+=============================  ====================================================
+TensorFlow                     the traced graph (:mod:`keras_gpu.meters.flops`)
+JAX                            the forward pass's jaxpr: `dot_general` and
+                               convolution equations (traced, never run or
+                               compiled; `scan` bodies count once per iteration)
+PyTorch                        `torch.utils.flop_counter.FlopCounterMode` over one
+                               forward pass of zeros (no gradients are touched)
+=============================  ====================================================
+
+The backend's facts (which backend, the replicas' GPUs, the model's device)
+come from :mod:`keras_gpu.core.backend`. Importing this module imports no
+backend.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from keras_gpu.core import backend
+from keras_gpu.core.log import logger
+from keras_gpu.meters import flops
+
+__all__ = ["flops_failure", "gpu_peak_flops", "training_flops_per_sample"]
+
+
+# --------------------------------------------------------------------------- peak FLOP/s
+
+
+def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
+    """Summed peak FLOP/s (the table of :mod:`keras_gpu.meters.flops`) of the distinct GPUs under this process's replicas.
+
+    Replicas on logical GPUs that share one physical GPU count it once.
+
+    Args:
+        model: The model being trained.
+        dtype: A key of the peak table (see :func:`keras_gpu.core.backend.compute_dtype`).
+
+    Returns:
+        `(peak, names)`: the GPUs' product names, and their summed peak in
+        FLOP/s, or `None` when one of them is not in the table; `(None, [])`
+        when the replicas run on no GPU.
+    """
+    names = [gpu_name for _, gpu_name in backend.replica_gpus(model)]
+    peaks = [flops.peak_flops(n, dtype) for n in names]
+    if not peaks or any(p is None for p in peaks):
+        return None, names
+    return float(sum(p for p in peaks if p is not None)), names
+
+
+# --------------------------------------------------------------------------- model FLOPs
+
+
+def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
+    """Training FLOPs per sample (3 x forward), or None; :func:`flops_failure` then says why.
+
+    TensorFlow: the traced graph count of :mod:`keras_gpu.meters.flops`
+    (`input_spec` is its `tf.TensorSpec` structure). JAX and PyTorch: see the
+    module docs; the input shapes are the model's symbolic inputs (functional
+    and `Sequential` models, any nesting of inputs and outputs), else the
+    shapes the model was built with (a subclassed model, built by `fit` before
+    the callbacks start). Losses added with `add_loss` are left out, like the
+    loss itself. Counted once per model and input shape, then cached.
+    """
+    current = backend.name()
+    if current == "tensorflow":
+        return flops.training_flops_per_sample(model, input_spec)
+    try:
+        return _training_flops(model, current)
+    except _Uncounted as exc:
+        reason = str(exc)
+    _remember_failure(model, reason)
+    logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", current,
+                 getattr(model, "name", "this model"), reason)
+    return None
+
+
+def flops_failure(model: Any) -> str:
+    """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
+    if backend.name() == "tensorflow":
+        return flops.failure(model)
+    with _cache_lock:
+        return _failures.get(model, "the count was not attempted")
+
+
+_PROBE_BATCH = {"jax": 4096, "torch": 2}
+"""Samples in the probe batch the FLOPs are counted on (divided out again). JAX traces
+abstract shapes, so a large batch costs nothing and makes work done once per
+step rather than per sample vanish from the per-sample count; PyTorch runs a
+real forward pass, so its batch is small."""
+
+_cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
+_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+class _Uncounted(Exception):
+    """The model's FLOPs cannot be counted; the message says why."""
+
+
+def _training_flops(model: Any, current: str) -> float:
+    """Training FLOPs per sample on the JAX or PyTorch backend, cached per model and input shape.
+
+    Raises:
+        _Uncounted: Why the count is not possible.
+    """
+    counter = _counter(current)
+    inputs = _input_structure(model, _PROBE_BATCH[current])
+    key = (current, repr(inputs))
+    with _cache_lock:
+        cached = _cache.get(model, {}).get(key)
+    if cached is not None:
+        return cached
+    try:
+        forward = counter(model, inputs)
+    except _Uncounted:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
+        raise _Uncounted(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
+    if forward <= 0:
+        raise _Uncounted("its forward pass holds no matmul or convolution")
+    with _cache_lock:
+        try:
+            _cache.setdefault(model, {})[key] = 3.0 * forward
+        except TypeError:  # not weak-referenceable: just don't cache
+            pass
+    return 3.0 * forward
+
+
+def _counter(current: str) -> Callable[[Any, Any], float]:
+    """The forward-FLOP counter of backend `current`."""
+    if current == "jax":
+        return _jax_forward_flops
+    if current == "torch":
+        return _torch_forward_flops
+    raise _Uncounted(f"the {current} backend has no FLOP counter keras-gpu can use")
+
+
+def _remember_failure(model: Any, reason: str) -> None:
+    with _cache_lock:
+        try:
+            _failures[model] = reason
+        except TypeError:  # not weak-referenceable
+            pass
+
+
+# --------------------------------------------------------------------------- the probe batch
+
+
+class _Input(NamedTuple):
+    """One input of the probe batch: its shape (batch first) and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _input_structure(model: Any, batch: int) -> Any:
+    """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
+
+    Raises:
+        _Uncounted: The model has no known input shapes, or one of them has a
+            dimension besides the batch whose size only the data decides.
+    """
+    import keras
+
+    struct = getattr(model, "_inputs_struct", None)  # a functional model: its inputs as it was defined
+    if struct is not None:
+        leaves = [(tuple(t.shape), str(t.dtype), getattr(t, "name", "")) for t in keras.tree.flatten(struct)]
+        return keras.tree.pack_sequence_as(struct, [_probe_input(shape, dtype, n, batch) for shape, dtype, n in leaves])
+    config = model.get_build_config() if getattr(model, "built", False) else None
+    shapes = (config or {}).get("input_shape")
+    if shapes is None:
+        raise _Uncounted(
+            "it has no symbolic inputs and was not built with an input shape (build it, or call it once, before fit)"
+        )
+    floatx = keras.config.floatx()
+    return keras.tree.map_shape_structure(lambda shape: _probe_input(tuple(shape), floatx, "", batch), shapes)
+
+
+def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
+    if not shape:
+        raise _Uncounted(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
+    if any(dim is None for dim in shape[1:]):
+        what = f"input {label!r}" if label else "an input"
+        raise _Uncounted(
+            f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
+            "(a variable sequence length, say), so the FLOPs per sample vary"
+        )
+    return _Input((batch, *(int(d) for d in shape[1:])), dtype)
+
+
+def _first(inputs: Any) -> _Input:
+    if isinstance(inputs, _Input):
+        return inputs
+    if isinstance(inputs, dict):
+        return _first(next(iter(inputs.values())))
+    return _first(inputs[0])
+
+
+def _map_inputs(fn: Any, inputs: Any) -> Any:
+    """`inputs` with every :class:`_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
+    if isinstance(inputs, _Input):
+        return fn(inputs)
+    if isinstance(inputs, dict):
+        return {k: _map_inputs(fn, v) for k, v in inputs.items()}
+    return type(inputs)(_map_inputs(fn, v) for v in inputs)
+
+
+# --------------------------------------------------------------------------- JAX
+
+
+def _jax_forward_flops(model: Any, inputs: Any) -> float:
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    x = _map_inputs(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), inputs)
+
+    # stateless_call hands its keywords to `call` as they are (unlike `__call__`).
+    training = {"training": False} if getattr(model, "_call_has_training_arg", True) else {}
+
+    def forward(trainable, non_trainable, x):
+        outputs, _ = model.stateless_call(trainable, non_trainable, x, **training)
+        return outputs
+
+    closed = jax.make_jaxpr(forward)(trainable, non_trainable, x)
+    return _jaxpr_flops(closed.jaxpr, depth=0) / _first(inputs).shape[0]
+
+
+def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
+    """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
+    if depth > 30:
+        raise _Uncounted("its forward pass nests functions too deeply to count")
+    total = 0
+    for eqn in jaxpr.eqns:
+        prim = eqn.primitive.name
+        if prim == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
+        elif prim == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
+            total += 2 * _prod(eqn.outvars[0].aval.shape) * (_prod(rhs) // max(1, rhs[out_feature]))
+        elif prim == "scan":
+            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
+        elif prim == "cond":
+            costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
+            if len(costs) > 1:
+                raise _Uncounted("a conditional in its forward pass has branches of different cost")
+            total += costs.pop()
+        elif prim == "while":
+            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
+                raise _Uncounted("a loop in its forward pass has no constant number of iterations")
+        else:  # calls (jit, custom gradients, remat): their bodies run once
+            for value in eqn.params.values():
+                sub = getattr(value, "jaxpr", value)
+                if hasattr(sub, "eqns"):
+                    total += _jaxpr_flops(sub, depth + 1)
+    return total
+
+
+def _prod(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+
+def _torch_forward_flops(model: Any, inputs: Any) -> float:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = backend.torch_device(model)
+    x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(x, training=False)
+    return float(counter.get_total_flops()) / _first(inputs).shape[0]
