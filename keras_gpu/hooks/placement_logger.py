@@ -45,7 +45,7 @@ def _analysis_of(function: Any) -> _Analysis | None:
 
 
 @dataclass
-class _Fit:
+class _PlacementFit:
     """What one `PlacementLogger` holds during one `fit`."""
 
     model: Any
@@ -131,7 +131,7 @@ class PlacementLogger(LoggingCallback):
         self.analysis_count = 0
         self.overhead_s = 0.0
         self.last_analysis_s: float | None = None
-        self._fit: _Fit | None = None
+        self._fit: _PlacementFit | None = None
         self._unattached: tuple[Any, _Analysis] | None = None  # (function, analysis) for a function without attributes
 
     # ------------------------------------------------------------------ hooks
@@ -140,7 +140,7 @@ class PlacementLogger(LoggingCallback):
         start = time.perf_counter()
         self.overhead_s = 0.0
         self._unwrap()  # left over from a `fit` that raised before its first step
-        self._fit = _Fit(self.model)
+        self._fit = _PlacementFit(self.model)
         if self._open() is not None:  # a worker that writes no run does no analysis
             self._wrap()
         self.overhead_s += time.perf_counter() - start

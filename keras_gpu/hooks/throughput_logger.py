@@ -150,7 +150,7 @@ class ThroughputLogger(LoggingCallback):
         self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
-        self._fit: _Fit | None = None
+        self._fit: _ThroughputFit | None = None
         self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
@@ -173,7 +173,7 @@ class ThroughputLogger(LoggingCallback):
         self.summary = None
         self._open()
         try:
-            self._fit = _Fit(self._build_meter(), t0)
+            self._fit = _ThroughputFit(self._build_meter(), t0)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
@@ -237,7 +237,7 @@ class ThroughputLogger(LoggingCallback):
 
     # -- writing ------------------------------------------------------------------
 
-    def _end_training_phase(self, fit: _Fit) -> None:
+    def _end_training_phase(self, fit: _ThroughputFit) -> None:
         """Close the epoch's training phase at its last batch end (once per epoch)."""
         meter = fit.meter
         epoch_steps = None
@@ -251,7 +251,7 @@ class ThroughputLogger(LoggingCallback):
         if windows:
             self._write(windows)
 
-    def _counter_failed(self, fit: _Fit) -> None:
+    def _counter_failed(self, fit: _ThroughputFit) -> None:
         if fit.warned_counter:
             return
         fit.warned_counter = True
@@ -533,7 +533,7 @@ def _int_attr(obj: Any, name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-class _Fit:
+class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
     __slots__ = ("epoch_iterations", "last_batch", "last_t", "meter", "next_batch", "next_time", "t0", "warned_counter")
