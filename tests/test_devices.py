@@ -13,7 +13,13 @@ import types
 
 import pytest
 
-from keras_gpu.setup import devices
+from keras_gpu.setup import (
+    device_plan,
+    device_request,
+    device_settings,
+    device_snapshot,
+    devices,
+)
 from keras_gpu.setup.devices import DeviceConfig, configure_devices
 from tests._util import run_python, subprocess_env
 
@@ -46,7 +52,7 @@ def cpu_only(**overrides):
         env={},
     )
     base.update(overrides)
-    return devices._Snapshot(**base)
+    return device_snapshot.Snapshot(**base)
 
 
 def with_gpus(n, memory=16 * GIB, **overrides):
@@ -64,11 +70,11 @@ def with_gpus(n, memory=16 * GIB, **overrides):
 def parse(**kwargs):
     full = dict.fromkeys(ARGS)
     full.update(kwargs)
-    return devices._parse_request(**full)
+    return device_request.parse_request(**full)
 
 
 def plan(snapshot, **kwargs):
-    return devices._make_plan(parse(**kwargs), snapshot)
+    return device_plan.make_plan(parse(**kwargs), snapshot)
 
 
 def changes(p):
@@ -184,7 +190,7 @@ def test_valid_arguments_are_normalised():
 def test_every_argument_defaults_to_none_and_is_keyword_only():
     params = inspect.signature(configure_devices).parameters.values()
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None for p in params)
-    assert set(ARGS) == {f.name for f in dataclasses.fields(devices._Request)}
+    assert set(ARGS) == {f.name for f in dataclasses.fields(device_request.Request)}
 
 
 # --------------------------------------------------------------------------- #
@@ -394,17 +400,17 @@ def test_apply_restores_what_was_applied_when_a_step_fails(monkeypatch, caplog):
 
         return setter
 
-    monkeypatch.setitem(devices._SETTERS, "cpu_devices", recorder("cpu_devices"))
-    monkeypatch.setitem(devices._SETTERS, "soft_placement", recorder("soft_placement", fail_restore=True))
-    monkeypatch.setitem(devices._SETTERS, "xla", recorder("xla", fail_on="new"))
-    monkeypatch.setitem(devices._SETTERS, "tf32", recorder("tf32"))
-    the_plan = devices._Plan(
-        changes=tuple(devices._Change(s, "new", "old", "new", "old") for s in ("cpu_devices", "soft_placement", "xla", "tf32")),
+    monkeypatch.setitem(device_settings.SETTERS, "cpu_devices", recorder("cpu_devices"))
+    monkeypatch.setitem(device_settings.SETTERS, "soft_placement", recorder("soft_placement", fail_restore=True))
+    monkeypatch.setitem(device_settings.SETTERS, "xla", recorder("xla", fail_on="new"))
+    monkeypatch.setitem(device_settings.SETTERS, "tf32", recorder("tf32"))
+    the_plan = device_settings.Plan(
+        changes=tuple(device_settings.Change(s, "new", "old", "new", "old") for s in ("cpu_devices", "soft_placement", "xla", "tf32")),
         in_force={},
         skipped={},
     )
     with caplog.at_level(logging.WARNING, logger="keras_gpu"), pytest.raises(OSError, match="xla failed"):
-        devices._apply(the_plan)
+        device_settings.apply(the_plan)
     assert calls == [
         ("cpu_devices", "new"),
         ("soft_placement", "new"),
@@ -424,9 +430,9 @@ def test_apply_explains_a_runtime_that_started_midway(monkeypatch):
         if value == 4:
             raise RuntimeError("Virtual devices cannot be modified after being initialized")
 
-    monkeypatch.setitem(devices._SETTERS, "cpu_devices", started)
+    monkeypatch.setitem(device_settings.SETTERS, "cpu_devices", started)
     with pytest.raises(RuntimeError, match=r"while configure_devices\(\) was setting cpu_devices.*before any tensor") as info:
-        devices._apply(plan(cpu_only(), cpu_devices=4))
+        device_settings.apply(plan(cpu_only(), cpu_devices=4))
     assert "Virtual devices cannot be modified" in str(info.value.__cause__)
     assert calls == [("cpu_devices", 4), ("cpu_devices", None)]
 
@@ -434,9 +440,9 @@ def test_apply_explains_a_runtime_that_started_midway(monkeypatch):
 def test_apply_runs_every_change_in_order(monkeypatch):
     calls = []
     for name in ("cpu_devices", "mixed_precision"):
-        monkeypatch.setitem(devices._SETTERS, name, lambda v, n=name: calls.append((n, v)))
+        monkeypatch.setitem(device_settings.SETTERS, name, lambda v, n=name: calls.append((n, v)))
     p = plan(cpu_only(), mixed_precision="mixed_float16", cpu_devices=3)
-    devices._apply(p)
+    device_settings.apply(p)
     assert calls == [("cpu_devices", 3), ("mixed_precision", "mixed_float16")]
 
 
@@ -450,12 +456,12 @@ def test_gpu_total_bytes_reads_the_nvml_module(monkeypatch):
 
     fake.memory_total_bytes = memory_total_bytes
     monkeypatch.setitem(sys.modules, "keras_gpu.core.nvml", fake)
-    assert devices._gpu_total_bytes(0) == 24 * GIB
-    assert devices._gpu_total_bytes(1) is None
-    assert devices._gpu_total_bytes(2) is None  # nonsense from NVML counts as unknown
+    assert device_snapshot.gpu_total_bytes(0) == 24 * GIB
+    assert device_snapshot.gpu_total_bytes(1) is None
+    assert device_snapshot.gpu_total_bytes(2) is None  # nonsense from NVML counts as unknown
     assert seen == [0, 1, 2]
     monkeypatch.setitem(sys.modules, "keras_gpu.core.nvml", None)  # import fails
-    assert devices._gpu_total_bytes(0) is None
+    assert device_snapshot.gpu_total_bytes(0) is None
 
 
 # --------------------------------------------------------------------------- #
@@ -537,12 +543,13 @@ log.addHandler(Keep())
 log.setLevel(logging.INFO)
 
 import keras_gpu.setup.devices as d
+from keras_gpu.core.tf_private import runtime_initialized
 out = {"tf_imported_by_import": "tensorflow" in sys.modules}
 """
     + _READ_BACK
     + """
 import tensorflow as tf
-out["init_after_tf_import"] = d._runtime_initialized()
+out["init_after_tf_import"] = runtime_initialized()
 ask = dict(cpu_devices=4, intra_op_threads=2, inter_op_threads=3, soft_placement=False, log_placement=True,
            xla=True, tf32=False, mixed_precision="mixed_bfloat16",
            memory_growth=True, visible_gpus="all", gpu_thread_mode="gpu_private", gpu_thread_count=2)
@@ -550,10 +557,10 @@ first = d.configure_devices(**ask)
 out["first"] = first.as_dict()
 out["first_str"] = str(first)
 out["first_logs"] = list(messages)
-out["init_after_configure"] = d._runtime_initialized()
+out["init_after_configure"] = runtime_initialized()
 out["env_mode"] = os.environ.get("TF_GPU_THREAD_MODE")
 out["after_first"] = read_back()
-out["init_after_read"] = d._runtime_initialized()
+out["init_after_read"] = runtime_initialized()
 with tf.device("/CPU:3"):
     out["cpu3_device"] = (tf.constant(2.0) * 3.0).device
 del messages[:]
@@ -582,7 +589,8 @@ _ROLLBACK_SCRIPT = (
 import json
 import tensorflow as tf
 import keras_gpu.setup.devices as d
-out = {"fresh": d._runtime_initialized()}
+from keras_gpu.core.tf_private import runtime_initialized
+out = {"fresh": runtime_initialized()}
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.list_physical_devices("GPU")
 tf.config.get_visible_devices()
@@ -591,22 +599,23 @@ tf.config.threading.get_intra_op_parallelism_threads()
 tf.config.get_soft_device_placement()
 tf.config.optimizer.get_jit()
 tf.config.experimental.tensor_float_32_execution_enabled()
-out["after_queries"] = d._runtime_initialized()
+out["after_queries"] = runtime_initialized()
 
-original = d._SETTERS["mixed_precision"]
+import keras_gpu.setup.device_settings as settings
+original = settings.SETTERS["mixed_precision"]
 def fail(value):
     raise OSError("injected failure")
-d._SETTERS["mixed_precision"] = fail
+settings.SETTERS["mixed_precision"] = fail
 try:
     d.configure_devices(cpu_devices=3, intra_op_threads=2, inter_op_threads=1, soft_placement=False, xla=True,
                         tf32=False, mixed_precision="mixed_float16")
 except OSError as exc:
     out["error"] = str(exc)
-d._SETTERS["mixed_precision"] = original
+settings.SETTERS["mixed_precision"] = original
 out["cpu_config_after_failure"] = tf.config.get_logical_device_configuration(cpu)
-out["init_after_failure"] = d._runtime_initialized()
+out["init_after_failure"] = runtime_initialized()
 out["after_failure"] = read_back()   # initialises the runtime
-out["init_after_read"] = d._runtime_initialized()
+out["init_after_read"] = runtime_initialized()
 print("RESULT" + json.dumps(out, default=repr))
 """
 )

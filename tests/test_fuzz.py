@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import keras_gpu
-from keras_gpu.setup import devices as devices_mod
+from keras_gpu.setup import device_args, device_plan, device_request, device_settings, device_snapshot
 from keras_gpu.core.cluster import resolve_cluster
 from keras_gpu.setup.strategy import KINDS, LocalDevices, make_strategy, plan_strategy
 from tests._util import REPO, run_python
@@ -110,12 +110,12 @@ _DEVICE_ARGS = {
     "cpu_devices": _anything(_counts()),
     "soft_placement": _anything(st.booleans()),
     "log_placement": _anything(st.booleans()),
-    "mixed_precision": _anything(st.sampled_from(devices_mod.MIXED_PRECISION_POLICIES)),
+    "mixed_precision": _anything(st.sampled_from(device_args.MIXED_PRECISION_POLICIES)),
     "xla": _anything(st.booleans()),
     "tf32": _anything(st.booleans()),
     "intra_op_threads": _anything(_counts()),
     "inter_op_threads": _anything(_counts()),
-    "gpu_thread_mode": _anything(st.sampled_from(devices_mod.GPU_THREAD_MODES)),
+    "gpu_thread_mode": _anything(st.sampled_from(device_args.GPU_THREAD_MODES)),
     "gpu_thread_count": _anything(_counts()),
 }
 
@@ -130,7 +130,7 @@ def _device_kwargs(draw) -> dict:
 def _snapshots(draw):
     gpus = draw(st.integers(0, 3))
     initialized = draw(st.booleans())
-    return devices_mod._Snapshot(
+    return device_snapshot.Snapshot(
         initialized=initialized,
         gpu_count=gpus,
         cpu_count=1,
@@ -152,8 +152,8 @@ def _snapshots(draw):
 
 def _plan_devices(kwargs: dict, snapshot) -> object:
     full = {name: kwargs.get(name) for name in _DEVICE_ARGS}
-    request = devices_mod._parse_request(**full)
-    return devices_mod._make_plan(request, snapshot)
+    request = device_request.parse_request(**full)
+    return device_plan.make_plan(request, snapshot)
 
 
 @FUZZ
@@ -166,9 +166,9 @@ def test_configure_devices_validation_and_plan(kwargs, snapshot):
         assert snapshot.initialized or "NVML" in str(exc), exc
         assert "Nothing was changed" in str(exc) or "memory_limit_mb" in str(exc), exc
         return
-    if isinstance(outcome, devices_mod._Plan):
+    if isinstance(outcome, device_settings.Plan):
         for change in outcome.changes:
-            assert change.setting in devices_mod._SETTERS
+            assert change.setting in device_settings.SETTERS
             if change.setting in ("intra_op_threads", "inter_op_threads"):
                 assert 0 <= change.target <= 2**31 - 1  # TensorFlow's setters take an int32
             if change.setting == "gpu_memory_limits_mb":
@@ -180,7 +180,7 @@ import json, sys, traceback
 from hypothesis import given, settings, HealthCheck, strategies as st
 sys.path.insert(0, ".")
 import keras_gpu
-from keras_gpu.setup.devices import _runtime_initialized
+from keras_gpu.core.tf_private import runtime_initialized as _runtime_initialized
 from tests.test_fuzz import _device_kwargs, PACKAGE
 
 outcomes = []
@@ -483,7 +483,7 @@ def _callback_call(draw):
 @FUZZ
 @given(call=_callback_call())
 def test_callback_constructors(tmp_path_factory, call):
-    from keras_gpu.setup.devices import _runtime_initialized
+    from keras_gpu.core.tf_private import runtime_initialized as _runtime_initialized
 
     name, log_dir, kwargs = call
     if log_dir == "LOGDIR":
@@ -613,7 +613,7 @@ def test_worker_bootstrap_arguments(argv):
 def test_device_arguments_out_of_any_machine_s_range(kwargs, match):
     full = {name: kwargs.get(name) for name in _DEVICE_ARGS}
     with pytest.raises(ValueError, match=match):
-        devices_mod._parse_request(**full)
+        device_request.parse_request(**full)
 
 
 _W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]

@@ -1,8 +1,8 @@
 """`configure_devices()` on Keras' JAX backend: the settings that have a JAX meaning, before JAX starts.
 
 `keras_gpu.configure_devices` hands its arguments here when Keras runs on
-JAX. They are checked as on TensorFlow (`keras_gpu.setup.devices`), then each one
-maps onto JAX:
+JAX. They are checked as on TensorFlow (`keras_gpu.setup.device_request`), then
+each one maps onto JAX:
 
 - `visible_gpus`: `jax_cuda_visible_devices` (`[]`: `jax_platforms="cpu"`);
 - `memory_growth`: `XLA_PYTHON_CLIENT_PREALLOCATE` (`false` allocates on demand);
@@ -34,7 +34,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from keras_gpu.core.log import logger
-from keras_gpu.setup.devices import DeviceConfig, _parse_request, _show
+from keras_gpu.setup.device_args import show
+from keras_gpu.setup.device_config import DeviceConfig
+from keras_gpu.setup.device_request import parse_request
 
 __all__ = ["NOT_ON_JAX", "backends_started", "configure_devices"]
 
@@ -83,7 +85,7 @@ def configure_devices(**kwargs: Any) -> DeviceConfig:
         RuntimeError: JAX has already started its backends and a setting it
             read then would change. Nothing is changed in any of these cases.
     """
-    req = _parse_request(**kwargs)
+    req = parse_request(**kwargs)
     foreign = [name for name in NOT_ON_JAX if getattr(req, name) is not None]
     if foreign:
         shown = ", ".join(f"{name}={kwargs[name]!r}" for name in foreign)
@@ -114,7 +116,7 @@ def configure_devices(**kwargs: Any) -> DeviceConfig:
         (in_force if _SETTINGS[name][0](started) == value else changes)[name] = value
     late = [name for name in changes if name in _BEFORE_START] if started else []
     if late:
-        detail = "; ".join(f"{n} (in force: {_show(_SETTINGS[n][0](started))}, asked: {_show(changes[n])})" for n in late)
+        detail = "; ".join(f"{n} (in force: {show(_SETTINGS[n][0](started))}, asked: {show(changes[n])})" for n in late)
         raise RuntimeError(
             f"JAX has already started its backends, so these settings can no longer change: {detail}. "
             f"Nothing was changed. {_FIX_LATE}"
