@@ -1,8 +1,10 @@
 """`GpuSampler`: GPU metrics sampled on a daemon thread into per-window accumulators.
 
-It reaches NVML only through `keras_gpu.core.nvml` (the one wrapper, with its
-error policy and its TensorFlow-to-NVML index mapping); the training thread
-makes no NVML call. `keras_gpu.core.nvml.GpuSampler` is this class.
+It reaches NVML only through the NVML session (`keras_gpu.core.nvml_session`,
+the one wrapper, with its error policy), the TensorFlow-to-NVML index mapping
+(`keras_gpu.core.nvml_index`) and the readings (`keras_gpu.core.nvml_readings`);
+the training thread makes no NVML call. `keras_gpu.core.nvml` serves
+`GpuSampler` and `WindowStat` too.
 """
 
 from __future__ import annotations
@@ -12,13 +14,30 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
-from keras_gpu.core import nvml as _nvml
+from keras_gpu.core import nvml_session as _session
 from keras_gpu.core.checks import check_indices, check_seconds
 from keras_gpu.core.log import log_once, logger
-from keras_gpu.core.nvml import WindowStat
+from keras_gpu.core.nvml_index import visible_devices
+from keras_gpu.core.nvml_readings import METRICS, read_device
+from keras_gpu.core.nvml_session import Device
 
-__all__ = ["GpuSampler"]
+__all__ = ["GpuSampler", "WindowStat"]
+
+
+class WindowStat(NamedTuple):
+    """Summary of one metric over a sampler window.
+
+    Attributes:
+        count: Number of valid samples in the window.
+        mean: Mean of the samples, in the metric's unit.
+        max: Largest sample, in the metric's unit.
+    """
+
+    count: int
+    mean: float
+    max: float
 
 
 class GpuSampler:
@@ -37,8 +56,8 @@ class GpuSampler:
       none of `indices` is a visible GPU.
 
     Args:
-        indices: TensorFlow GPU indices to sample (see the module docs for how
-            they map to NVML), or `None` for every GPU visible to this process.
+        indices: TensorFlow GPU indices to sample (see `keras_gpu.core.nvml_index`
+            for how they map to NVML), or `None` for every GPU visible to this process.
         interval_s: Seconds between samples.
         alive: Optional callable returning False once the owner is gone.
         max_idle_s: Seconds without a :meth:`drain` after which the thread
@@ -87,7 +106,7 @@ class GpuSampler:
             return self
         self._last_drain = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="keras-gpu-nvml-sampler", daemon=True)
-        _nvml.register_sampler(self)
+        _session.register_sampler(self)
         self._thread.start()
         return self
 
@@ -154,7 +173,7 @@ class GpuSampler:
     def _should_stop(self) -> bool:
         if self._stop_event.is_set():
             return True
-        stopped = _nvml.stopped_reason()
+        stopped = _session.stopped_reason()
         if stopped is not None:
             self.stop_reason = stopped
             return True
@@ -173,11 +192,11 @@ class GpuSampler:
                 return True
         return False
 
-    def _resolve(self) -> list[tuple[int, _nvml.Device]]:
-        if not _nvml.available():
-            self.stop_reason = _nvml.unavailable_reason()
+    def _resolve(self) -> list[tuple[int, Device]]:
+        if not _session.available():
+            self.stop_reason = _session.unavailable_reason()
             return []
-        visible = _nvml.visible_devices()
+        visible = visible_devices()
         indices = range(len(visible)) if self.indices is None else self.indices
         targets = []
         for index in indices:
@@ -186,7 +205,7 @@ class GpuSampler:
             else:
                 log_once(
                     logging.WARNING,
-                    f"nvml:{_nvml.generation()}:notvisible:{index}",
+                    f"nvml:{_session.generation()}:notvisible:{index}",
                     "keras-gpu: TensorFlow GPU %d is not a GPU NVML can see (%d visible with "
                     "CUDA_VISIBLE_DEVICES=%r); it is not monitored.",
                     index,
@@ -198,12 +217,12 @@ class GpuSampler:
         self._gpus = {index: target.nvml_index for index, target in targets}
         return targets
 
-    def _sample_all(self, targets: list[tuple[int, _nvml.Device]]) -> None:
-        readings = [(index, _nvml.read_device(target)) for index, target in targets]
+    def _sample_all(self, targets: list[tuple[int, Device]]) -> None:
+        readings = [(index, read_device(target)) for index, target in targets]
         with self._acc_lock:
             for index, reading in readings:
                 metrics = self._acc.setdefault(index, {})
-                for name, value in zip(_nvml.METRICS, reading):
+                for name, value in zip(METRICS, reading):
                     if value is None:
                         continue
                     entry = metrics.get(name)
@@ -224,7 +243,7 @@ class GpuSampler:
             next_time = time.monotonic()
             while True:
                 if self._should_stop():
-                    if self._stop_event.is_set() and self._final_sample and _nvml.stopped_reason() is None:
+                    if self._stop_event.is_set() and self._final_sample and _session.stopped_reason() is None:
                         self._sample_all(targets)
                     return
                 self._sample_all(targets)
@@ -235,8 +254,8 @@ class GpuSampler:
                     next_time = now + self.interval_s
                 self._stop_event.wait(next_time - now)
         except Exception as exc:  # noqa: BLE001 - never let the thread die with a traceback
-            self.stop_reason = f"unexpected error: {_nvml.describe_error(exc)}"
-            logger.warning("keras-gpu: the NVML sampler stopped after an unexpected error: %s", _nvml.describe_error(exc))
+            self.stop_reason = f"unexpected error: {_session.describe_error(exc)}"
+            logger.warning("keras-gpu: the NVML sampler stopped after an unexpected error: %s", _session.describe_error(exc))
         finally:
             self._ready.set()
-            _nvml.unregister_sampler(self)
+            _session.unregister_sampler(self)
