@@ -16,7 +16,7 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.hooks import step_time_logger as step_time_module# noqa: E402
+from keras_gpu.hooks import step_time_trace  # noqa: E402
 from keras_gpu.hooks.step_time_logger import StepTimeLogger  # noqa: E402
 from keras_gpu.output.reader import read_scalars  # noqa: E402
 
@@ -166,7 +166,7 @@ def test_an_unreadable_trace_costs_one_warning(tmp_path, caplog, monkeypatch):
     def broken(path):
         raise OSError("disk read error")
 
-    monkeypatch.setattr(step_time_module.xspace, "load", broken)
+    monkeypatch.setattr(step_time_trace.xspace, "load", broken)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
     model.compile("sgd", "mse")
     x, y = np.ones((64, 8), np.float32), np.ones((64, 4), np.float32)

@@ -1,38 +1,43 @@
-"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, other), sampled from profiler traces."""
+"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, other), sampled from profiler traces.
+
+The trace schedule and the parser thread are in :mod:`keras_gpu.hooks.step_time_trace`,
+the cluster view of multi-worker jobs in :mod:`keras_gpu.hooks.step_time_cluster`;
+the tag values come from :mod:`keras_gpu.output.step_time_tags`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
-import queue
-import shutil
-import tempfile
-import threading
-import time
 from typing import Any
 
-from keras_gpu.hooks import step_probe
-from keras_gpu.meters import step_time as steptime
-from keras_gpu.core import topology
-from keras_gpu.output import tags as _tags
 from keras_gpu.core import backend as _backend
-from keras_gpu.meters import xspace
-from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, straggler_over, straggler_sentence, summarize_rows
+from keras_gpu.core import topology
 from keras_gpu.core.checks import check_bool, check_positive
-from keras_gpu.core.log import Once, logger
+from keras_gpu.core.log import Once, log_once, logger
+from keras_gpu.hooks import step_probe
 from keras_gpu.hooks._base import LoggingCallback
+from keras_gpu.hooks.step_time_cluster import (
+    CLUSTER_EVERY_S,
+    ClusterSchedule,
+    log_cluster,
+)
+from keras_gpu.hooks.step_time_trace import (
+    PROFILE_SUBDIR,
+    TraceJob,
+    TraceParser,
+    TraceSchedule,
+    backend_profiler,
+    read_trace,
+    steps_per_execution,
+)
+from keras_gpu.meters import step_time as steptime
+from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
+from keras_gpu.output import tags as _tags
+from keras_gpu.output.step_time_tags import cluster_values, step_time_values
 
-__all__ = ["StepTimeLogger", "check_profile_every_s"]
-
-_INF = float("inf")
-_PROFILE_SUBDIR = os.path.join("plugins", "profile")
-#: Seconds between the cluster view's gathers within an epoch (the chief turns
-#: it into a count of steps that every worker adopts).
-CLUSTER_EVERY_S = 30.0
-#: An epoch's end gathers what the probe measured once at least this many
-#: steps went by since the last gather (a count, so every worker decides alike).
-_MIN_GATHER_STEPS = 5
+__all__ = ["CLUSTER_EVERY_S", "StepTimeLogger", "check_profile_every_s"]
 
 
 class StepTimeLogger(LoggingCallback):
@@ -163,12 +168,13 @@ class StepTimeLogger(LoggingCallback):
         self.last: steptime.StepTime | None = None
         self.traces: list[steptime.StepTime] = []
         self.cluster: list[ClusterSummary | None] = []
-        self._fit: _Fit | None = None
-        self._cluster_fit: _ClusterFit | None = None
+        self._fit: TraceSchedule | None = None
+        self._cluster_fit: ClusterSchedule | None = None
         self._probe: step_probe.StepProbe | None = None
         self._once = Once()
-        self._parser: _Parser | None = None
+        self._parser: TraceParser | None = None
         self._first_step = 0
+
 
     # -- Keras hooks ------------------------------------------------------------
 
@@ -207,11 +213,9 @@ class StepTimeLogger(LoggingCallback):
             return
         if workers > 1 and tensorflow and not self.multiworker_tracing:
             return  # the probe measures every worker; TensorFlow's profiler is not safe here
-        profiler = _profiler()
+        profiler = backend_profiler()
         if profiler is None:
-            from keras_gpu.core.log import log_once  # once per process, however many fits
-
-            log_once(
+            log_once(  # once per process, however many fits
                 logging.INFO,
                 f"step_time:no-profiler:{_backend.name()}",
                 "keras-gpu: StepTimeLogger logs no step-time breakdown on the %s backend: its profiler does not write "
@@ -221,14 +225,19 @@ class StepTimeLogger(LoggingCallback):
             return
         try:
             params = self.params or {}
-            self._fit = _Fit(
+            self._fit = TraceSchedule(
                 profiler,
                 self._replicas(),
                 self.warmup_steps,
                 self.profile_steps,
                 epochs=params.get("epochs"),
                 epoch_steps=params.get("steps"),
-                steps_per_execution=_steps_per_execution(self.model),
+                steps_per_execution=steps_per_execution(self.model),
+                profile_every_s=self.profile_every_s,
+                first_step=self._first_step,
+                once=self._once,
+                profile_dir=os.path.join(self.run_dir, PROFILE_SUBDIR),
+                keep=self._writer is not None,
             )
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
@@ -248,31 +257,25 @@ class StepTimeLogger(LoggingCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         cluster = self._cluster_fit
-        if cluster is not None:
-            cluster.last_batch = batch
-            if batch >= cluster.next_batch:
-                self._cluster_event(cluster, batch)
+        if cluster is not None and cluster.batch_end(batch):
+            self._cluster_gather(cluster)
         fit = self._fit
-        if fit is None:
-            return
-        fit.last_batch = batch
-        if batch >= fit.next_batch:
-            self._event(fit, batch)
+        if fit is not None:
+            self._submit(fit.batch_end(batch))
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:
-            self._stop(self._fit)
+            self._submit(self._fit.stop())
 
     def on_epoch_end(self, epoch, logs=None):
         fit = self._fit
         if fit is not None:
             if fit.tracing:
-                self._stop(fit)
+                self._submit(fit.stop())
             fit.epoch_end()
         cluster = self._cluster_fit
         if cluster is not None:
-            # A point every worker reaches; whether to gather is a count of steps, alike on every worker.
-            if cluster.warm and cluster.step_of(cluster.last_batch) - cluster.gathered_at >= _MIN_GATHER_STEPS:
+            if cluster.due_at_epoch_end():
                 self._cluster_gather(cluster)
             cluster.epoch_end()
 
@@ -280,7 +283,7 @@ class StepTimeLogger(LoggingCallback):
         fit, self._fit = self._fit, None
         cluster, self._cluster_fit = self._cluster_fit, None
         if fit is not None and fit.tracing:
-            self._stop(fit)
+            self._submit(fit.stop())
         if self._parser is not None:
             parser, self._parser = self._parser, None
             parser.close()
@@ -289,253 +292,54 @@ class StepTimeLogger(LoggingCallback):
         elif cluster is not None and self.last is not None:
             self._log_breakdown(self.last, [])
         if cluster is not None:
-            self._log_cluster()
+            log_cluster(self.cluster, self._task)
         self._close()
 
-    # -- the schedule, in steps of this fit (the same on every worker) ----------------
+    # -- the traces (parsed on the parser thread) ------------------------------------
 
-    def _event(self, fit: _Fit, batch: int) -> None:
-        step = fit.step_of(batch)
-        if fit.tracing:  # every batch end of a trace: the end of one marked step, the start of the next
-            fit.t_end = time.perf_counter()
-            fit.end_mark()
-            if step >= fit.stop_at:
-                self._stop(fit)
-            else:
-                fit.begin_mark(self._first_step + step)
-        elif fit.start_at is not None and step >= fit.start_at:
-            if fit.fits(batch):
-                self._start(fit, batch)
-            else:
-                fit.start_at = fit.base + fit.epoch_steps + 1  # the next epoch's first batch end holds it
-        fit.schedule()
-
-    # -- tracing ------------------------------------------------------------------
-
-    def _start(self, fit: _Fit, batch: int) -> None:
-        fit.start_at = None
-        fit.first = False
-        fit.tracing = True
-        fit.start_step = fit.step_of(batch)
-        fit.stop_at = fit.start_step + self.profile_steps
-        if fit.epoch_steps is not None:  # never past the epoch's last batch end
-            fit.stop_at = min(fit.stop_at, fit.base + fit.epoch_steps)
-        # The profilers name a trace's directory by the second it ends in, so
-        # each trace goes to a directory of its own first; the parser thread
-        # moves it under plugins/profile/ with a name no other trace has.
-        staging = tempfile.mkdtemp(prefix="keras-gpu-trace-")
-        fit.staging = staging
-        try:
-            if not fit.profiler_ok:
-                raise RuntimeError("the profiler failed earlier in this fit")
-            fit.profiler.start(staging)
-        except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
-            shutil.rmtree(staging, ignore_errors=True)
-            fit.staging = ""
-            if fit.profiler_ok:
-                fit.profiler_ok = False
-                self._once.log(
-                    logging.WARNING,
-                    "start-failed",
-                    "keras-gpu: StepTimeLogger could not start the profiler (%s: %s), so no step-time breakdown is "
-                    "logged in this fit. Is another profiler running (e.g. TensorBoard(profile_batch=...))?",
-                    type(exc).__name__,
-                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                )
-        fit.t_start = fit.t_end = time.perf_counter()
-        if fit.staging:
-            fit.begin_mark(self._first_step + fit.start_step)
-
-    def _stop(self, fit: _Fit) -> None:
-        """Stop the trace at its last batch end (called there, or at the epoch's end, validation's or fit's).
-
-        A mark opened at the last batch end for a step that never came (the
-        epoch ended) is closed after the profiler stopped, so the trace never
-        records it.
-        """
-        fit.tracing = False
-        now = time.perf_counter()
-        steps = fit.step_of(fit.last_batch) - fit.start_step
-        wall = fit.t_end - fit.t_start  # batch end to batch end
-        stop_step = fit.start_step + steps
-        # profile_every_s in steps, at this fit's pace so far (validation and callbacks included).
-        period = max(1, round(self.profile_every_s * stop_step / (now - fit.t0))) if now > fit.t0 else None
-        if period is not None:
-            fit.start_at = stop_step + period
-        if not fit.staging:
+    def _submit(self, job: TraceJob | None) -> None:
+        """Hand a finished trace to the parser thread."""
+        if job is None:
             return
-        try:
-            fit.profiler.stop()
-        except Exception as exc:  # noqa: BLE001
-            fit.end_mark()
-            fit.profiler_ok = False
-            self._once.log(
-                logging.WARNING,
-                "stop-failed",
-                "keras-gpu: StepTimeLogger could not stop the profiler (%s: %s); tracing is off for this fit.",
-                type(exc).__name__,
-                exc,
-            )
-            shutil.rmtree(fit.staging, ignore_errors=True)
-            return
-        fit.end_mark()
-        job = _Job(
-            profile_dir=os.path.join(self.run_dir, _PROFILE_SUBDIR),
-            staging=fit.staging,
-            keep=self._writer is not None,
-            steps=steps,
-            wall_sec=wall,
-            step=self._first_step + stop_step,
-            steps_per_mark=fit.steps_per_execution,
-            num_replicas=len(fit.replicas),
-            labels=tuple(label for label, _ in fit.replicas),
-            gpu_replicas=fit.gpu_replicas,
-        )
         if self._parser is None:
-            self._parser = _Parser(self)
+            self._parser = TraceParser(self._handle)
         self._parser.submit(job)
+
+    def _handle(self, job: TraceJob) -> None:
+        read_trace(job, self._once, self.max_traces, self._write)
+
+    def _write(self, result: steptime.StepTime, labels: Any, step: int) -> None:
+        writer = self._writer
+        if writer is not None:
+            writer.scalars(step_time_values(result, labels), step)
+            stage = steptime.input_stage_markdown(result)
+            if stage is not None:
+                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
+        self.last = result
+        self.traces.append(result)
 
     # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
-    def _probe_cluster(self, workers: int) -> _ClusterFit | None:
+    def _probe_cluster(self, workers: int) -> ClusterSchedule | None:
         """Set up the gather of the probe that `set_model` installed; `None` where there is none."""
         probe = self._probe
         if probe is None:
             return None
         from keras_gpu.hooks.gather import RowGather
 
-        return _ClusterFit(probe, RowGather(self._strategy(), len(ROW_FIELDS), workers), self._replicas())
+        gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
+        return ClusterSchedule(probe, gather, self._replicas(), self._first_step)
 
-    def _cluster_event(self, cluster: _ClusterFit, batch: int) -> None:
-        if not cluster.warm:
-            # The fit's first step (tracing, first runs of every op) stays out of every window.
-            cluster.probe.reset()
-            cluster.warm = True
-            cluster.gathered_at = cluster.step_of(batch)
-            cluster.t_window = time.perf_counter()
-        elif cluster.gather_at is not None and cluster.step_of(batch) >= cluster.gather_at:
-            self._cluster_gather(cluster)
-        cluster.schedule()
-
-    def _cluster_gather(self, cluster: _ClusterFit) -> None:
-        """All-gather every worker's probe window (a step every worker reaches); the chief logs the summary."""
-        step = cluster.step_of(cluster.last_batch)
-        now = time.perf_counter()
-        steps, elapsed = step - cluster.gathered_at, now - cluster.t_window
-        cluster.gathered_at, cluster.t_window, cluster.gather_at = step, now, None
-        window = cluster.probe.read()
-        row = [float("nan")] * (len(ROW_FIELDS) - 1)
-        if window is not None:
-            row = [
-                1.0, window.step_sec, window.input_sec, window.compute_sec, window.communication_sec,
-                window.host_sec, window.busy_sec, float(window.steps),
-            ]
-            if not self.multiworker_tracing:
-                self._write(_as_step_time(window), [label for label, _ in cluster.replicas], self._first_step + step)
-        # This worker's proposal for the next gather, in steps at its pace: the chief's is adopted.
-        row.append(float(max(1, round(CLUSTER_EVERY_S * steps / elapsed))) if steps > 0 and elapsed > 0 else 0.0)
-        try:
-            rows = cluster.gather(row)
-        except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
+    def _cluster_gather(self, cluster: ClusterSchedule) -> None:
+        """All-gather every worker's probe window (its own written first); the chief logs the summary."""
+        gathered = cluster.gather_rows(None if self.multiworker_tracing else self._write, self._once)
+        if gathered is None:
             self._cluster_fit = None
-            self._once.log(
-                logging.WARNING,
-                "gather-failed",
-                "keras-gpu: StepTimeLogger could not gather the workers' measurements (%s: %s); the cluster view is "
-                "off for this fit.",
-                type(exc).__name__,
-                exc,
-            )
             return
-        period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
-        if period is not None:
-            cluster.gather_at = step + period
-        summary = summarize_rows(rows)
+        step, summary = gathered
         self.cluster.append(summary)
         if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
-            self._writer.scalars(summary.values(), self._first_step + step)
-
-    def _log_cluster(self) -> None:
-        """The chief's end-of-fit line: the straggler, from the last gather."""
-        summaries = [c for c in self.cluster if c is not None]
-        if not summaries or self._task is None or not self._task.is_chief:
-            return
-        last = summaries[-1]
-        straggler, imbalance = straggler_over([(c.slowest_worker, c.imbalance) for c in summaries])
-        logger.info(
-            "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step, %d gathers): %s.",
-            last.reporting,
-            last.workers,
-            1e3 * last.busy[0],
-            1e3 * last.busy[2],
-            len(summaries),
-            straggler_sentence(straggler, imbalance),
-        )
-
-    # -- on the parser thread -------------------------------------------------------
-
-    def _handle(self, job: _Job) -> None:
-        try:
-            if job.steps < 1 or job.wall_sec <= 0:
-                return  # nothing to learn from a trace of no complete step
-            paths = xspace.find_traces(job.staging)
-            if not paths:
-                raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
-            space = xspace.load(paths[-1])
-            if job.keep:  # only runs that are written keep their traces
-                _keep(os.path.dirname(paths[-1]), job.profile_dir)
-            result = steptime.analyze(
-                space,
-                steps=job.steps,
-                wall_sec=job.wall_sec,
-                num_replicas=job.num_replicas,
-                gpu_replicas=job.gpu_replicas,
-                steps_per_mark=job.steps_per_mark,
-            )
-            if result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
-                self._once.log(
-                    logging.WARNING,
-                    "empty-trace",
-                    "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
-                )
-                return
-            self._write(result, job.labels, job.step)
-        except Exception as exc:  # noqa: BLE001 - a bad trace costs one warning, never training
-            self._once.log(
-                logging.WARNING,
-                "parse-failed",
-                "keras-gpu: StepTimeLogger could not read a profiler trace (%s: %s); training goes on.",
-                type(exc).__name__,
-                exc,
-            )
-        finally:
-            shutil.rmtree(job.staging, ignore_errors=True)
-            if job.keep:
-                _prune(job.profile_dir, self.max_traces)
-
-    def _write(self, result: steptime.StepTime, labels: Any, step: int) -> None:
-        values = {
-            _tags.STEP_SEC.name(): result.step_sec,
-            _tags.STEP_TRACED_STEPS.name(): float(result.steps),
-            _tags.STEP_INPUT_SEC.name(): result.input_sec,
-            _tags.STEP_COMPUTE_SEC.name(): result.compute_sec,
-            _tags.STEP_COMMUNICATION_SEC.name(): result.communication_sec,
-            _tags.STEP_OTHER_SEC.name(): result.other_sec,
-        }
-        if result.input_sec != result.input_sec:  # not measured (the probe with several steps per call)
-            del values[_tags.STEP_INPUT_SEC.name()]
-        for label, replica in zip(labels, result.replicas):
-            values[_tags.REPLICA_COMPUTE_SEC.name(replica=label)] = replica.compute_sec
-            if result.source != "probe":
-                values[_tags.REPLICA_COMMUNICATION_SEC.name(replica=label)] = replica.communication_sec
-        writer = self._writer
-        if writer is not None:
-            writer.scalars(values, step)
-            stage = steptime.input_stage_markdown(result)
-            if stage is not None:
-                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
-        self.last = result
-        self.traces.append(result)
+            self._writer.scalars(cluster_values(summary), step)
 
     # -- set-up and summary -------------------------------------------------------------
 
@@ -547,7 +351,7 @@ class StepTimeLogger(LoggingCallback):
             (f"{rank * len(devices) + i}_{topology.device_label(d)}", d) for i, d in enumerate(devices)
         ]
 
-    def _log_summary(self, fit: _Fit) -> None:
+    def _log_summary(self, fit: TraceSchedule) -> None:
         if self.last is None:
             logger.info(
                 "keras-gpu: StepTimeLogger traced no step in this fit (the first trace comes after warm-up: at the "
@@ -597,264 +401,3 @@ def check_profile_every_s(value: Any) -> float:
             "`profile_every_s` must be a positive, finite number of seconds, or 0 to turn tracing off. "
             f"Received: profile_every_s={value!r}"
         ) from None
-
-
-class _Profiler:
-    """Start and stop one backend's profiler, writing XSpace traces under `run_dir/plugins/profile/`.
-
-    `mark(n)` is the step marker for the step that starts at global step `n`
-    (:func:`keras_gpu.meters.step_time.step_marker`): a context manager, entered and
-    exited on the training thread.
-    """
-
-    def __init__(self, start: Any, stop: Any, mark: Any) -> None:
-        self.start, self.stop, self.mark = start, stop, mark
-
-
-def _profiler() -> _Profiler | None:
-    """The profiler of the running Keras backend, or `None` where none writes XSpace traces."""
-    name = _backend.name()
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        def tf_mark(n: int) -> Any:
-            marker, stats = steptime.step_marker(n)
-            return tf.profiler.experimental.Trace(marker, **stats)
-
-        return _Profiler(
-            lambda d: tf.profiler.experimental.start(d), lambda: tf.profiler.experimental.stop(), tf_mark
-        )
-    if name == "jax":
-        import jax
-
-        def jax_mark(n: int) -> Any:
-            marker, stats = steptime.step_marker(n)  # StepTraceAnnotation adds `_r=1` itself
-            return jax.profiler.StepTraceAnnotation(marker, step_num=stats["step_num"])
-
-        return _Profiler(lambda d: jax.profiler.start_trace(d), lambda: jax.profiler.stop_trace(), jax_mark)
-    return None
-
-
-def _steps_per_execution(model: Any) -> int:
-    """Keras' `steps_per_execution` of `model` (1 where it has none)."""
-    value = getattr(model, "steps_per_execution", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
-class _Fit:
-    """The state of one `fit`: where it is in steps, and the next trace, stop and gather.
-
-    Every target is a count of this fit's training steps, so that every worker
-    of a job starts and stops its traces, and gathers, at the same steps.
-    """
-
-    def __init__(
-        self,
-        profiler: _Profiler,
-        replicas: list[tuple[str, str]],
-        warmup_steps: int,
-        profile_steps: int,
-        *,
-        epochs: int | None = None,
-        epoch_steps: int | None = None,
-        steps_per_execution: int = 1,
-    ) -> None:
-        self.profiler = profiler
-        self.profiler_ok = True
-        self.replicas = replicas
-        gpus = [topology.parse_device(d) for _, d in replicas]
-        self.gpu_replicas = topology.trace_gpu_replicas(  # logical GPUs -> the physical GPUs a trace names
-            [d for _, d in replicas],
-            topology.gpu_layout() if _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus) else None,
-        )
-        self.steps_per_execution = steps_per_execution
-        # A trace's steps, in whole executions.
-        self.profile_steps = -(-profile_steps // steps_per_execution) * steps_per_execution
-        self.epochs = epochs if isinstance(epochs, int) and epochs > 0 else None
-        # Steps per epoch where Keras knows them; else learned from the previous epoch.
-        self.known_steps = epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None
-        self.epoch_steps: int | None = self.known_steps
-        self.epoch = 0
-        self.mark: Any = None  # the open step marker of a trace
-        self.t_end = 0.0
-        self.base = 0  # steps of this fit before the current epoch
-        self.last_batch = -1
-        self.start_at: int | None = warmup_steps  # the first trace: after warm-up ...
-        self.first = True
-        self.stop_at = 0
-        self.tracing = False
-        self.staging = ""
-        self.start_step = 0
-        self.t_start = 0.0
-        self.next_batch: float = _INF
-        self.t0 = time.perf_counter()
-
-    def step_of(self, batch: int) -> int:
-        """Steps of this fit done at the end of `batch` of the current epoch."""
-        return self.base + batch + 1
-
-    def epoch_begin(self, epoch: int) -> None:
-        self.last_batch = -1
-        self.epoch = epoch
-        if epoch > 0 and self.first and self.start_at is not None:
-            self.start_at = min(self.start_at, self.base + 1)  # ... or at the second epoch's first batch end
-        self.schedule()
-
-    def epoch_end(self) -> None:
-        if self.known_steps is None and self.last_batch >= 0:
-            self.epoch_steps = self.last_batch + 1
-        self.base += self.last_batch + 1
-        self.last_batch = -1
-
-    def fits(self, batch: int) -> bool:
-        """Whether a trace starting at the end of `batch` holds as many steps as any trace in this epoch could.
-
-        Where the epoch's length is unknown, or no epoch follows, it does.
-        """
-        n = self.epoch_steps
-        if n is None:
-            return True
-        left = n - (batch + 1)  # steps after this batch end
-        if left <= 0:
-            return False
-        last_epoch = self.epochs is not None and self.epoch >= self.epochs - 1
-        return left >= min(self.profile_steps, n - self.steps_per_execution) or last_epoch
-
-    def begin_mark(self, step: int) -> None:
-        """Open the marker of the step that starts at global step `step` (while tracing)."""
-        if self.staging:
-            self.mark = self.profiler.mark(step)
-            self.mark.__enter__()
-
-    def end_mark(self) -> None:
-        """Close the open step marker, if any."""
-        mark, self.mark = self.mark, None
-        if mark is not None:
-            mark.__exit__(None, None, None)
-
-    def schedule(self) -> None:
-        """The next batch (of this epoch) whose end has something to do: every one while tracing."""
-        if self.tracing:
-            self.next_batch = 0
-        else:
-            self.next_batch = self.start_at - self.base - 1 if self.start_at is not None else _INF
-
-
-class _ClusterFit:
-    """The cluster view's state in one multi-worker `fit`: the probe, the gather, and when to gather next.
-
-    Every decision is a count of this fit's steps, so every worker gathers at
-    the same steps.
-    """
-
-    def __init__(self, probe: step_probe.StepProbe, gather: Any, replicas: list[tuple[str, str]]) -> None:
-        self.probe = probe
-        self.gather = gather
-        self.replicas = replicas
-        self.base = 0  # steps of this fit before the current epoch
-        self.last_batch = -1
-        self.warm = False  # the first batch end starts the first window
-        self.gathered_at = 0  # the step of the last gather (or of the first window's start)
-        self.t_window = 0.0
-        self.gather_at: int | None = None  # the next gather within an epoch, once the chief proposed a period
-        self.next_batch: float = 0
-
-    def step_of(self, batch: int) -> int:
-        return self.base + batch + 1
-
-    def epoch_end(self) -> None:
-        self.base += self.last_batch + 1
-        self.last_batch = -1
-        self.schedule()
-
-    def schedule(self) -> None:
-        if not self.warm:
-            self.next_batch = 0
-        elif self.gather_at is None:
-            self.next_batch = _INF
-        else:
-            self.next_batch = self.gather_at - self.base - 1
-
-
-def _as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:
-    """A probe window as the breakdown every other source gives (`other` is the host time)."""
-    return steptime.StepTime(
-        steps=window.steps,
-        step_sec=window.step_sec,
-        input_sec=window.input_sec,
-        compute_sec=window.compute_sec,
-        communication_sec=window.communication_sec,
-        other_sec=window.host_sec,
-        replicas=tuple(steptime.ReplicaTime(c, 0.0) for c in window.replica_compute_sec),
-        source="probe",
-        host_sec=window.host_sec,
-    )
-
-
-class _Job:
-    """One finished trace, for the parser thread."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
-
-
-class _Parser:
-    """One background thread that reads finished traces in order and logs their breakdown."""
-
-    def __init__(self, owner: StepTimeLogger) -> None:
-        self._owner = owner
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="keras-gpu-step-time", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: _Job) -> None:
-        self._queue.put(job)
-
-    def drain(self, timeout: float = 30.0) -> None:
-        """Wait (at most `timeout` s) until every submitted trace is handled."""
-        done = threading.Event()
-        self._queue.put(_Job(_done=done))
-        done.wait(timeout)
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Handle what was submitted (at most `timeout` s), then end the thread."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            done = job.__dict__.get("_done")
-            if done is not None:
-                done.set()
-                continue
-            self._owner._handle(job)
-
-
-def _keep(session_dir: str, profile_dir: str) -> str:
-    """Move a trace's directory under `profile_dir`, under a name no other trace has there."""
-    os.makedirs(profile_dir, exist_ok=True)
-    name = os.path.basename(session_dir.rstrip(os.sep))
-    target, n = os.path.join(profile_dir, name), 1
-    while os.path.exists(target):
-        n += 1
-        target = os.path.join(profile_dir, f"{name}_{n}")
-    shutil.move(session_dir, target)
-    return target
-
-
-def _subdirs(path: str) -> list[str]:
-    try:
-        return sorted(e.name for e in os.scandir(path) if e.is_dir())
-    except OSError:
-        return []
-
-
-def _prune(profile_dir: str, keep: int) -> None:
-    """Delete all but the newest `keep` trace directories."""
-    names = _subdirs(profile_dir)
-    paths = sorted((os.path.join(profile_dir, n) for n in names), key=lambda p: (os.path.getmtime(p), p))
-    for path in paths[: max(0, len(paths) - keep)]:
-        shutil.rmtree(path, ignore_errors=True)

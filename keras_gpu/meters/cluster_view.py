@@ -26,8 +26,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from keras_gpu.output import tags as _tags
-
 __all__ = [
     "ROW_FIELDS", "STRAGGLER_IMBALANCE", "ClusterSummary", "straggler_over", "straggler_sentence", "summarize_rows",
 ]
@@ -61,6 +59,8 @@ class ClusterSummary:
         busy, input, communication: `(min, median, max)` across the reporting
             workers, in seconds per step.
         rows: `{worker index: {field: value}}` of the reporting workers.
+
+    :func:`keras_gpu.output.step_time_tags.cluster_values` gives its `cluster/*` scalars.
     """
 
     workers: int
@@ -71,19 +71,6 @@ class ClusterSummary:
     input: tuple[float, float, float]
     communication: tuple[float, float, float]
     rows: dict[int, dict[str, float]]
-
-    def values(self) -> dict[str, float]:
-        """The `cluster/*` scalars to log."""
-        out = {
-            _tags.CLUSTER_SLOWEST_WORKER.name(): float(self.slowest_worker),
-            _tags.CLUSTER_IMBALANCE.name(): self.imbalance,
-            _tags.CLUSTER_WORKERS_REPORTING.name(): float(self.reporting),
-        }
-        for part, stats in (("busy", self.busy), ("input", self.input), ("communication", self.communication)):
-            for stat, value in zip(("min", "median", "max"), stats):
-                if not math.isnan(value):
-                    out[f"cluster/{part}_sec/{stat}"] = value
-        return out
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

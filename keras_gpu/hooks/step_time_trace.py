@@ -1,0 +1,442 @@
+"""The traces of `StepTimeLogger`: when a fit traces (its schedule, in steps), the backend's profiler, and the parser thread.
+
+:class:`TraceSchedule` starts and stops the backend's profiler at batch ends
+and marks each traced step; a finished trace becomes a :class:`TraceJob`,
+which :class:`TraceParser` hands to :func:`read_trace` on one background
+thread, never on the training thread. Every target is a count of the fit's
+training steps, so every worker of a job traces the same steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from keras_gpu.core import backend as _backend
+from keras_gpu.core import topology
+from keras_gpu.core.log import Once
+from keras_gpu.meters import step_time as steptime
+from keras_gpu.meters import xspace
+
+__all__ = [
+    "PROFILE_SUBDIR",
+    "Profiler",
+    "TraceJob",
+    "TraceParser",
+    "TraceSchedule",
+    "backend_profiler",
+    "read_trace",
+    "steps_per_execution",
+]
+
+_INF = float("inf")
+#: Where a run keeps its traces, under its run directory (TensorBoard's Profile tab opens them there).
+PROFILE_SUBDIR = os.path.join("plugins", "profile")
+
+
+class Profiler:
+    """Start and stop one backend's profiler, writing XSpace traces under `run_dir/plugins/profile/`.
+
+    `mark(n)` is the step marker for the step that starts at global step `n`
+    (:func:`keras_gpu.meters.step_time.step_marker`): a context manager, entered and
+    exited on the training thread.
+    """
+
+    def __init__(self, start: Any, stop: Any, mark: Any) -> None:
+        self.start, self.stop, self.mark = start, stop, mark
+
+
+def backend_profiler() -> Profiler | None:
+    """The profiler of the running Keras backend, or `None` where none writes XSpace traces."""
+    name = _backend.name()
+    if name == "tensorflow":
+        import tensorflow as tf
+
+        def tf_mark(n: int) -> Any:
+            marker, stats = steptime.step_marker(n)
+            return tf.profiler.experimental.Trace(marker, **stats)
+
+        return Profiler(lambda d: tf.profiler.experimental.start(d), lambda: tf.profiler.experimental.stop(), tf_mark)
+    if name == "jax":
+        import jax
+
+        def jax_mark(n: int) -> Any:
+            marker, stats = steptime.step_marker(n)  # StepTraceAnnotation adds `_r=1` itself
+            return jax.profiler.StepTraceAnnotation(marker, step_num=stats["step_num"])
+
+        return Profiler(lambda d: jax.profiler.start_trace(d), lambda: jax.profiler.stop_trace(), jax_mark)
+    return None
+
+
+def steps_per_execution(model: Any) -> int:
+    """Keras' `steps_per_execution` of `model` (1 where it has none)."""
+    value = getattr(model, "steps_per_execution", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One finished trace, for the parser thread.
+
+    Attributes:
+        profile_dir: Where the run keeps its traces (`run_dir/plugins/profile`).
+        staging: The trace's own directory, where the profiler wrote it.
+        keep: Whether the trace is kept in `profile_dir` (the run is written).
+        steps: Training steps traced, as the schedule counted them.
+        wall_sec: Their wall time, batch end to batch end, in seconds.
+        step: The global step the breakdown is logged at (where the trace ended).
+        steps_per_mark: Training steps in each marked step (`steps_per_execution`).
+        num_replicas: This worker's replicas.
+        labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
+        gpu_replicas: `{GPU index in the trace: local replicas on it}`.
+    """
+
+    profile_dir: str
+    staging: str
+    keep: bool
+    steps: int
+    wall_sec: float
+    step: int
+    steps_per_mark: int
+    num_replicas: int
+    labels: tuple[str, ...]
+    gpu_replicas: dict[int, tuple[int, ...]]
+
+
+class TraceSchedule:
+    """The traces of one `fit`: where it is in steps, and the next trace's start and stop.
+
+    Every target is a count of this fit's training steps, so that every worker
+    of a job starts and stops its traces at the same steps. The first trace
+    starts after `warmup_steps` steps, or at the second epoch's first batch
+    end, whichever comes first; the next one `profile_every_s` later, in steps
+    at the fit's pace.
+
+    Args:
+        profiler: The backend's profiler.
+        replicas: `(tag label, device)` per local replica.
+        warmup_steps: Steps of the first epoch after which its first trace may start.
+        profile_steps: Training steps per trace.
+        epochs: The fit's epochs, where known.
+        epoch_steps: Steps per epoch, where Keras knows them.
+        steps_per_execution: Keras' `steps_per_execution`.
+        profile_every_s: Seconds between traces.
+        first_step: The global step this fit starts from (the step markers number global steps).
+        once: The callback's log-once scope, for the profiler's warnings.
+        profile_dir: Where the run keeps its traces.
+        keep: Whether traces are kept (the run is written).
+    """
+
+    def __init__(
+        self,
+        profiler: Profiler,
+        replicas: list[tuple[str, str]],
+        warmup_steps: int,
+        profile_steps: int,
+        *,
+        epochs: int | None = None,
+        epoch_steps: int | None = None,
+        steps_per_execution: int = 1,
+        profile_every_s: float = 300.0,
+        first_step: int = 0,
+        once: Once | None = None,
+        profile_dir: str = "",
+        keep: bool = False,
+    ) -> None:
+        self.profiler = profiler
+        self.profiler_ok = True
+        self.replicas = replicas
+        gpus = [topology.parse_device(d) for _, d in replicas]
+        on_gpus = _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus)
+        self.gpu_replicas = topology.trace_gpu_replicas(  # logical GPUs -> the physical GPUs a trace names
+            [d for _, d in replicas], topology.gpu_layout() if on_gpus else None
+        )
+        self.steps_per_execution = steps_per_execution
+        self.requested_steps = profile_steps
+        # A trace's steps, in whole executions.
+        self.profile_steps = -(-profile_steps // steps_per_execution) * steps_per_execution
+        self.profile_every_s = profile_every_s
+        self.first_step = first_step
+        self.once = once if once is not None else Once()
+        self.profile_dir = profile_dir
+        self.keep = keep
+        self.epochs = epochs if isinstance(epochs, int) and epochs > 0 else None
+        # Steps per epoch where Keras knows them; else learned from the previous epoch.
+        self.known_steps = epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None
+        self.epoch_steps: int | None = self.known_steps
+        self.epoch = 0
+        self.mark: Any = None  # the open step marker of a trace
+        self.t_end = 0.0
+        self.base = 0  # steps of this fit before the current epoch
+        self.last_batch = -1
+        self.start_at: int | None = warmup_steps  # the first trace: after warm-up ...
+        self.first = True
+        self.stop_at = 0
+        self.tracing = False
+        self.staging = ""
+        self.start_step = 0
+        self.t_start = 0.0
+        self.next_batch: float = _INF
+        self.t0 = time.perf_counter()
+
+    def step_of(self, batch: int) -> int:
+        """Steps of this fit done at the end of `batch` of the current epoch."""
+        return self.base + batch + 1
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.last_batch = -1
+        self.epoch = epoch
+        if epoch > 0 and self.first and self.start_at is not None:
+            self.start_at = min(self.start_at, self.base + 1)  # ... or at the second epoch's first batch end
+        self.schedule()
+
+    def epoch_end(self) -> None:
+        if self.known_steps is None and self.last_batch >= 0:
+            self.epoch_steps = self.last_batch + 1
+        self.base += self.last_batch + 1
+        self.last_batch = -1
+
+    def fits(self, batch: int) -> bool:
+        """Whether a trace starting at the end of `batch` holds as many steps as any trace in this epoch could.
+
+        Where the epoch's length is unknown, or no epoch follows, it does.
+        """
+        n = self.epoch_steps
+        if n is None:
+            return True
+        left = n - (batch + 1)  # steps after this batch end
+        if left <= 0:
+            return False
+        last_epoch = self.epochs is not None and self.epoch >= self.epochs - 1
+        return left >= min(self.profile_steps, n - self.steps_per_execution) or last_epoch
+
+    def begin_mark(self, step: int) -> None:
+        """Open the marker of the step that starts at global step `step` (while tracing)."""
+        if self.staging:
+            self.mark = self.profiler.mark(step)
+            self.mark.__enter__()
+
+    def end_mark(self) -> None:
+        """Close the open step marker, if any."""
+        mark, self.mark = self.mark, None
+        if mark is not None:
+            mark.__exit__(None, None, None)
+
+    def schedule(self) -> None:
+        """The next batch (of this epoch) whose end has something to do: every one while tracing."""
+        if self.tracing:
+            self.next_batch = 0
+        else:
+            self.next_batch = self.start_at - self.base - 1 if self.start_at is not None else _INF
+
+    def batch_end(self, batch: int) -> TraceJob | None:
+        """At the end of `batch`: start, mark or stop a trace where one is due; the finished trace, if any."""
+        self.last_batch = batch
+        if batch < self.next_batch:
+            return None
+        job = None
+        step = self.step_of(batch)
+        if self.tracing:  # every batch end of a trace: the end of one marked step, the start of the next
+            self.t_end = time.perf_counter()
+            self.end_mark()
+            if step >= self.stop_at:
+                job = self.stop()
+            else:
+                self.begin_mark(self.first_step + step)
+        elif self.start_at is not None and step >= self.start_at:
+            if self.fits(batch):
+                self.start(batch)
+            else:
+                self.start_at = self.base + self.epoch_steps + 1  # the next epoch's first batch end holds it
+        self.schedule()
+        return job
+
+    def start(self, batch: int) -> None:
+        """Start a trace at the end of `batch` (one warning where the profiler cannot start)."""
+        self.start_at = None
+        self.first = False
+        self.tracing = True
+        self.start_step = self.step_of(batch)
+        self.stop_at = self.start_step + self.requested_steps
+        if self.epoch_steps is not None:  # never past the epoch's last batch end
+            self.stop_at = min(self.stop_at, self.base + self.epoch_steps)
+        # The profilers name a trace's directory by the second it ends in, so
+        # each trace goes to a directory of its own first; the parser thread
+        # moves it under plugins/profile/ with a name no other trace has.
+        self.staging = tempfile.mkdtemp(prefix="keras-gpu-trace-")
+        try:
+            if not self.profiler_ok:
+                raise RuntimeError("the profiler failed earlier in this fit")
+            self.profiler.start(self.staging)
+        except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = ""
+            if self.profiler_ok:
+                self.profiler_ok = False
+                self.once.log(
+                    logging.WARNING,
+                    "start-failed",
+                    "keras-gpu: StepTimeLogger could not start the profiler (%s: %s), so no step-time breakdown is "
+                    "logged in this fit. Is another profiler running (e.g. TensorBoard(profile_batch=...))?",
+                    type(exc).__name__,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                )
+        self.t_start = self.t_end = time.perf_counter()
+        if self.staging:
+            self.begin_mark(self.first_step + self.start_step)
+
+    def stop(self) -> TraceJob | None:
+        """Stop the trace at its last batch end (called there, or at the epoch's end, validation's or fit's).
+
+        A mark opened at the last batch end for a step that never came (the
+        epoch ended) is closed after the profiler stopped, so the trace never
+        records it. Returns the trace for the parser thread; `None` where the
+        profiler did not run or could not stop (one warning).
+        """
+        self.tracing = False
+        now = time.perf_counter()
+        steps = self.step_of(self.last_batch) - self.start_step
+        wall = self.t_end - self.t_start  # batch end to batch end
+        stop_step = self.start_step + steps
+        # profile_every_s in steps, at this fit's pace so far (validation and callbacks included).
+        period = max(1, round(self.profile_every_s * stop_step / (now - self.t0))) if now > self.t0 else None
+        if period is not None:
+            self.start_at = stop_step + period
+        if not self.staging:
+            return None
+        try:
+            self.profiler.stop()
+        except Exception as exc:  # noqa: BLE001
+            self.end_mark()
+            self.profiler_ok = False
+            self.once.log(
+                logging.WARNING,
+                "stop-failed",
+                "keras-gpu: StepTimeLogger could not stop the profiler (%s: %s); tracing is off for this fit.",
+                type(exc).__name__,
+                exc,
+            )
+            shutil.rmtree(self.staging, ignore_errors=True)
+            return None
+        self.end_mark()
+        return TraceJob(
+            profile_dir=self.profile_dir,
+            staging=self.staging,
+            keep=self.keep,
+            steps=steps,
+            wall_sec=wall,
+            step=self.first_step + stop_step,
+            steps_per_mark=self.steps_per_execution,
+            num_replicas=len(self.replicas),
+            labels=tuple(label for label, _ in self.replicas),
+            gpu_replicas=self.gpu_replicas,
+        )
+
+
+class TraceParser:
+    """One background thread that hands finished traces, in order, to `handle`."""
+
+    def __init__(self, handle: Callable[[TraceJob], None]) -> None:
+        self._handle = handle
+        self._queue: queue.Queue[TraceJob | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="keras-gpu-step-time", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: TraceJob) -> None:
+        self._queue.put(job)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Handle what was submitted (at most `timeout` s), then end the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._handle(job)
+
+
+def read_trace(
+    job: TraceJob, once: Once, max_traces: int, write: Callable[[steptime.StepTime, tuple[str, ...], int], None]
+) -> None:
+    """Read a finished trace (on the parser thread) and `write(breakdown, labels, step)`.
+
+    A trace of no complete step is skipped; one without training ops, or one
+    that cannot be read, costs one warning (per `once` scope). The trace moves
+    under `job.profile_dir` where the run is written, which keeps the newest
+    `max_traces`; its staging directory is removed.
+    """
+    try:
+        if job.steps < 1 or job.wall_sec <= 0:
+            return  # nothing to learn from a trace of no complete step
+        paths = xspace.find_traces(job.staging)
+        if not paths:
+            raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
+        space = xspace.load(paths[-1])
+        if job.keep:  # only runs that are written keep their traces
+            _keep(os.path.dirname(paths[-1]), job.profile_dir)
+        result = steptime.analyze(
+            space,
+            steps=job.steps,
+            wall_sec=job.wall_sec,
+            num_replicas=job.num_replicas,
+            gpu_replicas=job.gpu_replicas,
+            steps_per_mark=job.steps_per_mark,
+        )
+        if result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
+            once.log(
+                logging.WARNING,
+                "empty-trace",
+                "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
+            )
+            return
+        write(result, job.labels, job.step)
+    except Exception as exc:  # noqa: BLE001 - a bad trace costs one warning, never training
+        once.log(
+            logging.WARNING,
+            "parse-failed",
+            "keras-gpu: StepTimeLogger could not read a profiler trace (%s: %s); training goes on.",
+            type(exc).__name__,
+            exc,
+        )
+    finally:
+        shutil.rmtree(job.staging, ignore_errors=True)
+        if job.keep:
+            _prune(job.profile_dir, max_traces)
+
+
+def _keep(session_dir: str, profile_dir: str) -> str:
+    """Move a trace's directory under `profile_dir`, under a name no other trace has there."""
+    os.makedirs(profile_dir, exist_ok=True)
+    name = os.path.basename(session_dir.rstrip(os.sep))
+    target, n = os.path.join(profile_dir, name), 1
+    while os.path.exists(target):
+        n += 1
+        target = os.path.join(profile_dir, f"{name}_{n}")
+    shutil.move(session_dir, target)
+    return target
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(path) if e.is_dir())
+    except OSError:
+        return []
+
+
+def _prune(profile_dir: str, keep: int) -> None:
+    """Delete all but the newest `keep` trace directories."""
+    names = _subdirs(profile_dir)
+    paths = sorted((os.path.join(profile_dir, n) for n in names), key=lambda p: (os.path.getmtime(p), p))
+    for path in paths[: max(0, len(paths) - keep)]:
+        shutil.rmtree(path, ignore_errors=True)
