@@ -23,7 +23,9 @@ The model is traced once, forward only, with `training=False`, for one sample
 input signature, so a later `fit` on the same model does not trace again.
 The input signature is the training data's, else the model's symbolic inputs,
 else the shapes a subclassed model was built with. Where no count is possible,
-:func:`failure` says why.
+:func:`failure` says why. The count on the JAX and PyTorch backends, with the
+same convention, and the peak FLOP/s of the GPUs a model trains on are in
+:mod:`keras_gpu.meters.model_flops`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import threading
 import weakref
 from typing import Any
 
+from keras_gpu.core import backend
 from keras_gpu.core.log import logger
 from keras_gpu.core.tf_private import constant_value, function_body_graph
 
@@ -179,8 +182,6 @@ def peak_flops(device_name: str, dtype: str = "float32") -> float | None:
 
 def compute_dtype(model: Any) -> str:
     """The dtype a model's matmuls run in, as a key of the peak table (see :func:`keras_gpu.core.backend.compute_dtype`)."""
-    from keras_gpu.core import backend
-
     return backend.compute_dtype(model)
 
 
