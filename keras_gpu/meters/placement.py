@@ -62,6 +62,8 @@ from keras_gpu.meters.placement_capture import (
     step_function_graphs,
 )
 from keras_gpu.meters.placement_report import (
+    FORMAT,
+    VERSION,
     OpPlacement,
     PlacedOp,
     PlacementReport,
@@ -96,6 +98,8 @@ __all__ = [
     "placed_graph_def",
     "write_json",
     "read_json",
+    "FORMAT",
+    "VERSION",
 ]
 
 HOST_BOUND_OPS: frozenset[str] = frozenset(
