@@ -15,7 +15,13 @@ import sys
 
 import pytest
 
-from keras_gpu.meters.cluster_view import ROW_FIELDS, STRAGGLER_IMBALANCE, straggler_over, straggler_sentence, summarize_rows
+from keras_gpu.meters.cluster_view import (
+    ROW_FIELDS,
+    STRAGGLER_IMBALANCE,
+    straggler_over,
+    straggler_sentence,
+    summarize_rows,
+)
 from keras_gpu.output.step_time_tags import cluster_values
 from tests._util import subprocess_env
 
