@@ -1,4 +1,4 @@
-"""Shared test helpers: free loopback ports and TensorFlow code run in a fresh process."""
+"""Shared test helpers: free loopback ports, TensorFlow code run in a fresh process, and its two logical CPUs."""
 
 from __future__ import annotations
 
@@ -37,6 +37,22 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def split_cpu(n: int = 2) -> None:
+    """Split the one physical CPU into `n` logical TensorFlow devices (default two).
+
+    With two, a `MirroredStrategy` (or `make_strategy`) has two replicas on a
+    CPU-only machine. TensorFlow accepts this only before its runtime is
+    initialised (before the first tensor, strategy or logical-device listing),
+    so call it at the top of a fresh process: `run_python(..., logical_cpus=2)`
+    does, and a worker module may call it itself. Never call it in the pytest
+    process, whose TensorFlow every test shares.
+    """
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+
+
 def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A quiet environment for a child Python that imports TensorFlow.
 
@@ -68,14 +84,20 @@ def run_python(
     timeout: float = 180,
     cwd: str | os.PathLike | None = None,
     check: bool = True,
+    logical_cpus: int | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``code`` (dedented) in a fresh interpreter and return the finished process.
 
     With ``check=True`` a non-zero exit raises an AssertionError carrying the
-    child's stdout and stderr, so failures explain themselves.
+    child's stdout and stderr, so failures explain themselves. With
+    ``logical_cpus=n`` the child first splits its CPU into ``n`` logical
+    devices (`split_cpu`), before any line of ``code`` runs.
     """
+    code = textwrap.dedent(code)
+    if logical_cpus is not None:
+        code = f"from tests._util import split_cpu\nsplit_cpu({logical_cpus})\n{code}"
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", code],
         env=subprocess_env(env),
         cwd=cwd,
         capture_output=True,

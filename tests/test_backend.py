@@ -15,8 +15,6 @@ def test_tensorflow_facts_come_from_the_strategy():
         """
         import json
         import tensorflow as tf
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import keras
         from keras_gpu.core import backend
         from keras_gpu.meters import flops, model_flops
@@ -38,6 +36,7 @@ def test_tensorflow_facts_come_from_the_strategy():
         }))
         """,
         timeout=240,
+        logical_cpus=2,
     )
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts["name"] == "tensorflow"

@@ -18,10 +18,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_gpu.core import nvml# noqa: E402
-from keras_gpu.output import writer as _writer# noqa: E402
-from keras_gpu.hooks import memory_logger as memory# noqa: E402
+from keras_gpu.core import nvml  # noqa: E402
+from keras_gpu.hooks import memory_logger as memory  # noqa: E402
 from keras_gpu.hooks.memory_logger import MemoryLogger  # noqa: E402
+from keras_gpu.output import writer as _writer  # noqa: E402
 from tests._util import run_python  # noqa: E402
 from tests.fake_pynvml import GIB, FakeGpu, FakeProcess, FakePynvml  # noqa: E402
 
@@ -491,8 +491,6 @@ def test_mirrored_logical_cpus_log_one_allocator():
     proc = run_python(
         """
         import os, tempfile, numpy as np, tensorflow as tf, keras
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from keras_gpu.hooks import memory_logger as memory
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         from keras_gpu.core import backend
@@ -511,6 +509,7 @@ def test_mirrored_logical_cpus_log_one_allocator():
         print(sorted(t for t in acc.Tags()["tensors"] if t.startswith("memory/allocator")))
         """,
         timeout=240,
+        logical_cpus=2,
     )
     lines = proc.stdout.strip().splitlines()
     assert lines[-3] == "[('CPU:0', 'CPU_0')]"

@@ -20,8 +20,8 @@ def test_import_does_not_import_tensorflow_or_initialise_devices():
         assert dict(os.environ) == before, "import keras_gpu changed the environment"
         import tensorflow as tf
         # Still possible only while the runtime is uninitialised.
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from tests._util import split_cpu
+        split_cpu(2)
         print(len(tf.config.list_logical_devices("CPU")))
         """
     )

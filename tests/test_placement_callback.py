@@ -292,8 +292,6 @@ def test_bad_arguments(kwargs, error, match):
 MIRRORED_CHILD = r"""
 import json, os, sys, time
 import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, numpy as np
 from keras_gpu.hooks.placement_logger import PlacementLogger
 
@@ -315,7 +313,7 @@ print(json.dumps({"first": first, "second": cb.analysis_count, "overhead": cb.ov
 
 @pytest.mark.slow
 def test_mirrored_on_two_logical_cpus_spreads_ops_and_mirrors_variables(tmp_path):
-    proc = run_python(MIRRORED_CHILD.replace("sys.argv[1]", repr(str(tmp_path))), timeout=240)
+    proc = run_python(MIRRORED_CHILD.replace("sys.argv[1]", repr(str(tmp_path))), timeout=240, logical_cpus=2)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     report = out["report"]
     cpu1 = CPU0[:-1] + "1"

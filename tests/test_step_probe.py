@@ -17,8 +17,6 @@ _SCRIPT = """
 import json, time
 import numpy as np
 import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_gpu
 from keras_gpu.hooks import step_probe
@@ -127,7 +125,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def measured():
-    proc = run_python(_SCRIPT, timeout=400)
+    proc = run_python(_SCRIPT, timeout=400, logical_cpus=2)
     line = next(text for text in proc.stdout.splitlines() if text.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 

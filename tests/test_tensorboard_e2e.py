@@ -10,9 +10,6 @@ from tests._util import run_python
 pytestmark = pytest.mark.slow
 
 TRAIN = """
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import numpy as np, keras, keras_gpu
 strategy = keras_gpu.make_strategy("auto")
 assert strategy.num_replicas_in_sync == 2, strategy
@@ -29,7 +26,7 @@ model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=keras_gpu.callback
 def trained_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("tb")
     log_dir = root / "exp1"
-    run_python(TRAIN.format(log_dir=str(log_dir)), timeout=240)
+    run_python(TRAIN.format(log_dir=str(log_dir)), timeout=240, logical_cpus=2)
     return root
 
 

@@ -15,9 +15,9 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.meters import flops# noqa: E402
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit  # noqa: E402
 from keras_gpu.hooks.throughput_logger import ThroughputLogger  # noqa: E402
+from keras_gpu.meters import flops  # noqa: E402
 
 N, BATCH = 1000, 64  # 16 batches per epoch, the last one holds 40 samples
 MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()
@@ -239,8 +239,6 @@ def test_dataset_of_unknown_length_with_steps_per_execution(tmp_path):
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     code = f"""
     import json, numpy as np, tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
     from keras_gpu.hooks.throughput_logger import ThroughputLogger
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -255,7 +253,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     model.fit(x, y, batch_size={BATCH}, epochs=2, verbose=0, callbacks=[cb])
     print("SUMMARY", json.dumps(cb.summary))
     """
-    proc = run_python(textwrap.dedent(code), timeout=240)
+    proc = run_python(textwrap.dedent(code), timeout=240, logical_cpus=2)
     summary = json.loads(proc.stdout.split("SUMMARY", 1)[1])
     assert (summary["num_replicas"], summary["steps"], summary["samples"]) == (2, 32, 2 * N)
     assert summary["flops_per_sample"] == MLP_FLOPS

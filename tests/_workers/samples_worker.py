@@ -37,8 +37,9 @@ BACKEND = keras.backend.backend()
 if BACKEND == "tensorflow":
     import tensorflow as tf
 
-    (_cpu,) = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tests._util import split_cpu
+
+    split_cpu(2)
 
 import keras_gpu  # after the logical devices
 from keras_gpu.output.reader import read_scalars
