@@ -30,6 +30,25 @@ class DeviceConfig:
         applied: Settings this call changed, with their new values.
         in_force: Settings that were asked for but already had that value.
         skipped: Arguments that were ignored, with the reason (e.g. no GPU).
+
+    Example:
+        The record that `configure_devices(cpu_devices=2, soft_placement=True,
+        memory_growth=True)` returns in a fresh process on a machine without a
+        GPU (soft placement is TensorFlow's default, so it is already in force):
+
+        >>> from keras_gpu import DeviceConfig
+        >>> config = DeviceConfig(
+        ...     applied={"cpu_devices": 2},
+        ...     in_force={"soft_placement": True},
+        ...     skipped={"memory_growth": "no GPU visible to TensorFlow"},
+        ... )
+        >>> print(config)
+        DeviceConfig
+          applied:  cpu_devices=2
+          in force: soft_placement=True
+          skipped:  memory_growth (no GPU visible to TensorFlow)
+        >>> config.as_dict()["skipped"]
+        {'memory_growth': 'no GPU visible to TensorFlow'}
     """
 
     applied: Mapping[str, Any]

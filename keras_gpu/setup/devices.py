@@ -136,6 +136,18 @@ def configure_devices(
             setting that can only change before that differs from the one in
             force; or `memory_fraction` is used and NVML cannot report the
             card's memory. Nothing is changed in either case.
+
+    Example:
+        Two logical CPUs, so that a mirrored strategy has two replicas without
+        a GPU. Run it in a fresh process: the split must come before
+        TensorFlow's first tensor.
+
+        >>> import keras_gpu
+        >>> config = keras_gpu.configure_devices(cpu_devices=2)
+        >>> dict(config.applied)
+        {'cpu_devices': 2}
+        >>> dict(keras_gpu.configure_devices(cpu_devices=2).in_force)  # asking again changes nothing
+        {'cpu_devices': 2}
     """
     arguments = dict(locals())
     if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
