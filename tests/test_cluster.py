@@ -8,7 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, task_info, worker_index
+from keras_gpu.core.cluster import (
+    ClusterInfo,
+    is_chief,
+    resolve_cluster,
+    task_info,
+    worker_index,
+)
 
 W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]
 
@@ -260,3 +266,38 @@ def test_cluster_resolver_carries_the_layout_and_gpu_count():
     assert info.cluster_resolver(num_gpus=0).num_accelerators() == {}
     with pytest.raises(ValueError, match="Received: num_gpus=-1"):
         info.cluster_resolver(num_gpus=-1)
+
+
+# --- the keyword set -----------------------------------------------------------------------------
+
+
+def test_resolve_cluster_takes_exactly_the_cluster_options():
+    """The keyword set is declared once, as ClusterOptions; resolve_cluster's signature mirrors it."""
+    import inspect
+    from dataclasses import fields
+
+    from keras_gpu.core.cluster import ClusterOptions
+
+    params = [(p.name, p.default) for p in inspect.signature(resolve_cluster).parameters.values()]
+    assert params == [(f.name, f.default) for f in fields(ClusterOptions)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"slurm_port_base": 0}, ValueError, "Received: slurm_port_base=0"),
+        ({"slurm_gpus_per_task": -1}, ValueError, "Received: slurm_gpus_per_task=-1"),
+        ({"slurm_assign_gpus": 1}, TypeError, "Received: slurm_assign_gpus=1"),
+        ({"environ": [("TF_CONFIG", "{}")]}, TypeError, "`environ` must be a mapping"),
+        ({"source": "k8s"}, ValueError, "Received: source='k8s'"),
+    ],
+)
+def test_a_bad_option_is_refused_where_it_enters(kwargs, exc, match):
+    """Each value is checked when the options are built, before any source is read."""
+    from keras_gpu.core.cluster import ClusterOptions
+
+    kwargs.setdefault("environ", {})
+    with pytest.raises(exc, match=match):
+        ClusterOptions(**kwargs)
+    with pytest.raises(exc, match=match):
+        resolve_cluster(**kwargs)

@@ -22,11 +22,10 @@ import time
 import pytest
 
 from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.setup.startup_guards import check_own_port, startup_failure_message
 from keras_gpu.setup.strategy import (
     DEFAULT_STARTUP_TIMEOUT,
     LocalDevices,
-    _check_own_port,
-    _startup_failure_message,
     plan_strategy,
 )
 from tests._util import REPO, alive, free_ports, subprocess_env
@@ -183,10 +182,10 @@ def test_own_port_check():
         port = holder.getsockname()[1]
         info = ClusterInfo("explicit", {"worker": ("127.0.0.1:1", f"127.0.0.1:{port}")}, "worker", 1)
         with pytest.raises(RuntimeError, match=rf"port 127\.0\.0\.1:{port} for worker:1 cannot be used: it is already in use"):
-            _check_own_port(info)
+            check_own_port(info)
     (free,) = free_ports(1)
-    _check_own_port(ClusterInfo("explicit", {"worker": (f"127.0.0.1:{free}", "127.0.0.1:2")}, "worker", 0))
-    _check_own_port(ClusterInfo("local"))  # nothing to check
+    check_own_port(ClusterInfo("explicit", {"worker": (f"127.0.0.1:{free}", "127.0.0.1:2")}, "worker", 0))
+    check_own_port(ClusterInfo("local"))  # nothing to check
 
 
 def test_failure_message_names_tasks_from_tensorflow_or_by_probing():
@@ -201,13 +200,13 @@ def test_failure_message_names_tasks_from_tensorflow_or_by_probing():
             "Barrier timed out. Id: x\n# of tasks that reached the barrier: 2/3.\nThe first task at the barrier: "
             "/job:chief/replica:0/task:0. Some timed out task names:\n/job:worker/replica:0/task:1\n"
         )
-        message = _startup_failure_message(info, 3.0, leader_detail)
+        message = startup_failure_message(info, 3.0, leader_detail)
         assert f"these tasks never came up: worker:1 (127.0.0.1:{down_port})." in message
         assert "chief:0" not in message and message.endswith("TensorFlow said: Barrier timed out. Id: x")
-        probed = _startup_failure_message(info, 3.0, "Deadline Exceeded")
+        probed = startup_failure_message(info, 3.0, "Deadline Exceeded")
         assert f"these tasks never came up: worker:1 (127.0.0.1:{down_port})." in probed
         everyone = ClusterInfo("tf_config", {"worker": ("127.0.0.1:9", f"127.0.0.1:{up_port}")}, "worker", 0)
-        assert "every task answers on its port" in _startup_failure_message(everyone, 3.0, "")
+        assert "every task answers on its port" in startup_failure_message(everyone, 3.0, "")
     assert re.search(r"startup_timeout=3s", message)
 
 

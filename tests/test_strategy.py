@@ -10,7 +10,12 @@ import pytest
 import tensorflow as tf
 
 from keras_gpu.setup.keras_compat import _compat_reduce, warn_steps_per_execution
-from keras_gpu.setup.strategy import LocalDevices, StrategyPlan, make_strategy, plan_strategy
+from keras_gpu.setup.strategy import (
+    LocalDevices,
+    StrategyPlan,
+    make_strategy,
+    plan_strategy,
+)
 from tests._util import run_python
 
 CPU1 = LocalDevices(cpus=("/device:CPU:0",))
@@ -235,6 +240,38 @@ def test_bad_cluster_input_fails_before_anything_is_built(no_detection, environ,
         plan_strategy("multiworker", environ=environ, **kwargs)
     with pytest.raises(ValueError, match=match):
         plan_strategy("auto", environ=environ, **kwargs)
+
+
+def test_the_strategy_keywords_are_declared_once():
+    """plan_strategy and make_strategy take StrategyOptions' and ClusterOptions' fields, with their defaults."""
+    import inspect
+    from dataclasses import fields
+
+    from keras_gpu.core.cluster import ClusterOptions
+    from keras_gpu.setup import jax_strategy
+    from keras_gpu.setup.strategy_options import StrategyOptions
+
+    declared = {f.name: f.default for f in fields(StrategyOptions) if f.init and f.name != "where"}
+    declared |= {("cluster_source" if f.name == "source" else f.name): f.default for f in fields(ClusterOptions)}
+    plan = {p.name: p.default for p in inspect.signature(plan_strategy).parameters.values()}
+    assert plan.pop("local_devices") is None
+    assert plan == declared
+    for make in (make_strategy, jax_strategy.make_strategy):
+        params = {p.name: p.default for p in inspect.signature(make).parameters.values()}
+        assert params == {k: v for k, v in declared.items() if k not in ("slurm_assign_gpus", "environ")}
+
+
+def test_strategy_options_are_checked_where_they_enter():
+    from keras_gpu.setup.strategy_options import StrategyOptions
+
+    options = StrategyOptions.from_keywords({"devices": ["gpu:1", "/cpu:0"], "collective_timeout": 5, "cluster_source": "tf_config"})
+    assert options.wanted == ("/device:GPU:1", "/device:CPU:0") and options.devices == ["gpu:1", "/cpu:0"]
+    assert options.collective_timeout == 5.0 and isinstance(options.collective_timeout, float)
+    assert options.where.source == "tf_config"
+    with pytest.raises(ValueError, match="Received: cluster_source='k8s'"):
+        StrategyOptions.from_keywords({"cluster_source": "k8s"})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        StrategyOptions.from_keywords({"local_devices": None})
 
 
 def test_make_strategy_validates_before_touching_tensorflow(no_detection):

@@ -26,6 +26,7 @@ __all__ = [
     "check_log_dir",
     "check_positive",
     "check_seconds",
+    "clip_repr",
     "fail",
     "must",
 ]
@@ -42,6 +43,12 @@ def fail(name: str, requirement: str, value: Any, error: type[Exception] = Value
     if error is TypeError:
         message = f"{message[:-1]} (type {type(value).__name__})."
     raise error(message)
+
+
+def clip_repr(value: Any, limit: int = 200) -> str:
+    """`repr(value)`, shortened in the middle when long, for the "Received:" part of a message."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit // 2]}...{shown[-limit // 2 :]} ({len(shown)} characters)"
 
 
 def _is_int(value: Any) -> bool:

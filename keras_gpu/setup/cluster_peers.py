@@ -191,7 +191,7 @@ def report_refused(info: ClusterInfo) -> None:
 
 
 def report_unlisted(plan: Callable[..., T]) -> Callable[..., T]:
-    """Wrap `plan_strategy`: when this task is not in its own cluster description, tell the leader, then raise.
+    """Wrap a planner of checked `StrategyOptions`: when this task is not in its own cluster, tell the leader, then raise.
 
     Such a task fails before TensorFlow starts, and only it knows; the
     leader would wait for the task it expected until `startup_timeout`. So
@@ -204,12 +204,12 @@ def report_unlisted(plan: Callable[..., T]) -> Callable[..., T]:
     """
 
     @functools.wraps(plan)
-    def wrapper(kind: str = "auto", *args: Any, **kwargs: Any) -> T:
+    def wrapper(options: Any, *args: Any, **kwargs: Any) -> T:
         try:
-            return plan(kind, *args, **kwargs)
+            return plan(options, *args, **kwargs)
         except TaskNotInClusterError as exc:
             info = exc.cluster_info
-            if kind in ("auto", "multiworker") and info.task_type in _TRAINING and len(_expected(info)) > 1:
+            if options.kind in ("auto", "multiworker") and info.task_type in _TRAINING and len(_expected(info)) > 1:
                 _tell_leader_unlisted(info, str(exc))
             raise
 

@@ -35,9 +35,16 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from keras_gpu.core.checks import check_choice
+from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
-from keras_gpu.core.cluster import SOURCES, ClusterInfo, resolve_cluster
+from keras_gpu.core.slurm import (
+    SLURM_STEP_VARS,
+    expand_hostlist,
+    expand_tasks_per_node,
+    slurm_int,
+)
+from keras_gpu.setup.startup_guards import check_own_port
+from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
 
 __all__ = ["JaxStrategy", "make_strategy"]
 
@@ -146,14 +153,8 @@ def make_strategy(
             within `startup_timeout`; or they were joined with another
             process count or rank than the cluster describes.
     """
+    arguments = dict(locals())  # the parameters: StrategyOptions' keywords
     from keras_gpu.core import backend
-    from keras_gpu.setup.strategy import (
-        DEFAULT_STARTUP_TIMEOUT,
-        KINDS,
-        _check_combinations,
-        _check_timeout,
-        _normalize_devices,
-    )
 
     current = backend.selected()
     if current != "jax":
@@ -161,26 +162,10 @@ def make_strategy(
             "keras_gpu.make_strategy() works on Keras' TensorFlow and JAX backends: set KERAS_BACKEND=tensorflow "
             f"or KERAS_BACKEND=jax before importing keras. Received: backend={current!r}"
         )
-    check_choice("kind", kind, KINDS)
-    check_choice("cluster_source", cluster_source, SOURCES)
-    unsupported = {
-        "cross_device_ops": (cross_device_ops, "auto"),
-        "communication": (communication, "auto"),
-        "collective_timeout": (collective_timeout, None),
-        "slurm_gpus_per_task": (slurm_gpus_per_task, None),
-    }
-    given = {name: value for name, (value, default) in unsupported.items() if value != default}
-    if given:
-        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
-        raise ValueError(
-            f"{', '.join(f'`{k}`' for k in given)} apply to TensorFlow's strategies only; on JAX, XLA chooses the "
-            "collectives, and a stuck peer is caught by `keras-gpu launch --hang-timeout`. Leave them out. "
-            f"Received: {shown}"
-        )
-    timeout = _check_timeout("startup_timeout", startup_timeout)
-    wanted = _normalize_devices(devices)
-    _check_combinations(kind, wanted, "auto", "auto", None, timeout, cluster_source, cluster, task_index)
-    info = _resolve(cluster_source, cluster, task_index, task_type, slurm_port_base)
+    _reject_tensorflow_only(arguments)
+    options = StrategyOptions.from_keywords(arguments)
+    kind, wanted = options.kind, options.wanted
+    info = _resolve(options.where)
 
     import jax
 
@@ -192,6 +177,7 @@ def make_strategy(
                 "`devices` cannot be chosen for a multi-worker strategy: each process trains on all its devices. "
                 f"Limit them with configure_devices(visible_gpus=...) or CUDA_VISIBLE_DEVICES. Received: devices={devices!r}"
             )
+        timeout = options.startup_timeout
         strategy = _multiworker(kind, info, DEFAULT_STARTUP_TIMEOUT if timeout is None else timeout)
     else:
         strategy = _local(kind, wanted, info)
@@ -199,13 +185,31 @@ def make_strategy(
     return strategy
 
 
-def _resolve(source: str, cluster: Any, task_index: Any, task_type: str, slurm_port_base: int) -> ClusterInfo:
+def _reject_tensorflow_only(arguments: Mapping[str, Any]) -> None:
+    """`ValueError` naming the arguments that only TensorFlow's strategies take, when any is set."""
+    unsupported = {
+        "cross_device_ops": "auto",
+        "communication": "auto",
+        "collective_timeout": None,
+        "slurm_gpus_per_task": None,
+    }
+    given = {name: arguments[name] for name, default in unsupported.items() if arguments[name] != default}
+    if given:
+        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        raise ValueError(
+            f"{', '.join(f'`{k}`' for k in given)} apply to TensorFlow's strategies only; on JAX, XLA chooses the "
+            "collectives, and a stuck peer is caught by `keras-gpu launch --hang-timeout`. Leave them out. "
+            f"Received: {shown}"
+        )
+
+
+def _resolve(where: ClusterOptions) -> ClusterInfo:
     """The cluster description; SLURM is laid out here (TensorFlow's resolver is not needed on JAX)."""
     env = os.environ
-    if source == "slurm" or (source == "auto" and cluster is None and not env.get("TF_CONFIG", "").strip()
-                              and env.get("SLURM_STEP_NUM_TASKS", "").strip() not in ("", "0", "1")):
-        return _slurm_cluster(env, slurm_port_base)
-    info = resolve_cluster(source, cluster=cluster, task_index=task_index, task_type=task_type)
+    if where.source == "slurm" or (where.source == "auto" and where.cluster is None and not env.get("TF_CONFIG", "").strip()
+                                   and env.get("SLURM_STEP_NUM_TASKS", "").strip() not in ("", "0", "1")):
+        return _slurm_cluster(env, where.slurm_port_base)
+    info = where.resolve()
     if "ps" in info.cluster:
         raise ValueError(
             "The cluster has 'ps' (parameter server) tasks, which JAX has no use for; remove the 'ps' entry. "
@@ -216,22 +220,17 @@ def _resolve(source: str, cluster: Any, task_index: Any, task_type: str, slurm_p
 
 def _slurm_cluster(env: Mapping[str, str], port_base: int) -> ClusterInfo:
     """This SLURM step as a cluster: tasks laid out node by node, ports `port_base` plus the task's slot on its node."""
-    from keras_gpu.core import cluster as _cluster
-
-    missing = [v for v in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
-               if not env.get(v, "").strip()]
+    missing = [v for v in SLURM_STEP_VARS if not env.get(v, "").strip()]
     if missing:
         raise ValueError(
             f"cluster_source='slurm' but {', '.join(missing)} is not set: run the script as a SLURM job step "
             "(`srun python train.py`)."
         )
-    if not isinstance(port_base, int) or isinstance(port_base, bool) or not 1 <= port_base <= 65535:
-        raise ValueError(f"`slurm_port_base` must be a port number in 1..65535. Received: slurm_port_base={port_base!r}")
     try:
-        procid = _cluster._slurm_int(env, "SLURM_PROCID")
-        tasks = _cluster._slurm_int(env, "SLURM_STEP_NUM_TASKS")
-        hosts = _cluster._expand_hostlist(env["SLURM_STEP_NODELIST"], max(1, tasks))
-        per_node = _cluster._expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"], max(1, tasks))
+        procid = slurm_int(env, "SLURM_PROCID")
+        tasks = slurm_int(env, "SLURM_STEP_NUM_TASKS")
+        hosts = expand_hostlist(env["SLURM_STEP_NODELIST"], max(1, tasks))
+        per_node = expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"], max(1, tasks))
     except ValueError as exc:
         raise ValueError(f"The SLURM step variables cannot be parsed: {exc}") from None
     if len(hosts) != len(per_node) or sum(per_node) != tasks or not 0 <= procid < tasks:
@@ -290,13 +289,12 @@ def _join(info: ClusterInfo, timeout: float) -> None:
     from keras.src.backend.jax import distribution_lib
 
     from keras_gpu.setup.jax_devices import backends_started
-    from keras_gpu.setup.strategy import _check_own_port
 
     if backends_started():
         raise RuntimeError(_LATE)
     coordinator = info.cluster["chief"][0] if info.cluster.get("chief") else info.cluster["worker"][0]
     if info.is_chief:
-        _check_own_port(info)  # the coordinator listens at its own address
+        check_own_port(info)  # the coordinator listens at its own address
     if str(jax.config.jax_cpu_collectives_implementation or "none") == "none":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
