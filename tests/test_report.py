@@ -9,7 +9,7 @@ import pytest
 
 from keras_gpu.output import writer as _writer
 from keras_gpu.cli import report as report_cli
-from keras_gpu.output.reader import find_runs, read_scalars, summarize
+from keras_gpu.output.reader import find_runs, read_report, read_scalars, summarize
 
 
 def _write(path, series, step0=0):
@@ -87,7 +87,7 @@ def test_cli_missing_directory_is_a_clear_error(tmp_path, capsys):
 
 
 def test_empty_log_dir_says_so(tmp_path, capsys):
-    report_cli.render(summarize(str(tmp_path)))
+    report_cli.render(read_report(str(tmp_path)))
     assert "No keras-gpu data" in capsys.readouterr().out
 
 
@@ -205,14 +205,14 @@ import io, json, sys
 from rich.console import Console
 from keras_gpu.cli.main import main
 from keras_gpu.cli.report import render
-from keras_gpu.output.reader import summarize
+from keras_gpu.output.reader import read_report
 
-data = summarize(sys.argv[1])
+report = read_report(sys.argv[1])
 out = io.StringIO()
-render(data, Console(file=out, width=200))
+render(report, Console(file=out, width=200))
 code = main(["report", sys.argv[1], "--json"])
 print("RESULT", json.dumps({
-    "code": code, "table": out.getvalue(), "runs": len(data["runs"]),
+    "code": code, "table": out.getvalue(), "runs": len(report.runs),
     "tensorflow": "tensorflow" in sys.modules, "keras": "keras" in sys.modules,
 }))
 """
@@ -267,7 +267,7 @@ def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys
     memory = summarize(TF_RUN)["runs"][0]["memory"]
     assert memory["allocator_peak_bytes"] == {}
     assert "small tensors" in memory["allocator_uncounted"]["CPU_0"]
-    report_cli.render(summarize(TF_RUN))
+    report_cli.render(read_report(TF_RUN))
     out = capsys.readouterr().out
     assert "not counted" in out and "counted no allocation" in out
     assert " 0 B" not in out
@@ -275,6 +275,7 @@ def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys
 
 def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsys):
     from keras_gpu.meters import step_time as steptime
+    from keras_gpu.output.step_time_text import input_stage_markdown, read_input_stage_markdown
 
     log_dir = str(tmp_path / "logs")
     run = os.path.join(log_dir, "train")
@@ -285,7 +286,7 @@ def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsy
             other_sec=step_sec - input_sec - 0.001, replicas=(), source="host",
             input_stage=steptime.InputStage(stage_name, stage_path, stage_sec),
         )
-        return measured, steptime.input_stage_markdown(measured)
+        return measured, input_stage_markdown(measured)
 
     writer = _writer.SummaryWriter(run)
     traces = [
@@ -311,4 +312,61 @@ def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsy
     out = capsys.readouterr().out
     assert "the slowest input stage is ParallelMapV2 (Iterator::Root::Prefetch::ParallelMapV2), 5.5 ms per batch" in out
     # Markdown that is not a stage table reads as none.
-    assert steptime.read_input_stage_markdown("| a | b |\n|---|---|\n| 1 | 2 |") is None
+    assert read_input_stage_markdown("| a | b |\n|---|---|\n| 1 | 2 |") is None
+
+
+def test_the_records_are_the_json_and_the_hints_read_them(two_workers, tmp_path):
+    from keras_gpu.output.report_records import MemorySummary, PlacementDigest, Report, RunSummary, SeriesStats
+
+    report = read_report(two_workers)
+    assert isinstance(report, Report) and all(isinstance(r, RunSummary) for r in report.runs)
+    assert report.as_dict() == summarize(two_workers)
+    chief = report.runs[0]
+    assert isinstance(chief.throughput.samples_per_sec, SeriesStats) and chief.throughput.mfu is None
+    assert chief.throughput.samples_per_sec.mean == pytest.approx(300 / (1 / 10 + 1 / 12 + 1 / 11))
+    assert isinstance(chief.memory, MemorySummary) and chief.memory.gpus["0"]["utilization_percent"].mean == 30.0
+    assert isinstance(chief.placement, PlacementDigest) and chief.placement.top_fallbacks[0] == ("Unique", 2)
+    assert chief.time is None and chief.step_time is None and chief.cluster is None
+    # A series never logged is left out of the JSON, not written as null.
+    assert set(report.as_dict()["runs"][0]["throughput"]) == {"samples_per_sec", "steps_per_sec"}
+    # A run with nothing keras-gpu measured is left out.
+    _write(os.path.join(two_workers, "other"), [{"epoch_loss": 1.0}])
+    assert [r.run for r in read_report(two_workers).runs] == [r.run for r in report.runs]
+
+
+def test_what_the_writer_turns_into_tags_reads_back_into_the_same_records(tmp_path):
+    # Records -> tags (output.step_time_tags) and tags -> records (output.tag_records) through the same tables.
+    from keras_gpu.meters.cluster_view import summarize_rows
+    from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
+    from keras_gpu.output.step_time_tags import cluster_values, step_time_values
+    from keras_gpu.output.step_time_text import input_stage_markdown
+    from keras_gpu.output.tag_records import read_cluster, read_step_time
+
+    measured = StepTime(
+        steps=12, step_sec=0.5, input_sec=0.25, compute_sec=0.125, communication_sec=0.0625, other_sec=0.0625,
+        replicas=(ReplicaTime(0.125, 0.0625), ReplicaTime(0.25, 0.03125)), source="gpu",
+        input_stage=InputStage("ParallelMapV2", "Iterator::Root::ParallelMapV2", 0.25),
+    )
+    nan = float("nan")
+    # Rows as ROW_FIELDS: available, step, input, compute, communication, other, busy, traced steps, period.
+    rows = [[1.0, 0.5, 0.0, 0.25, 0.25, 0.0, 0.25, 8.0, 8.0], [1.0, 0.5, nan, 0.5, 0.0, 0.0, 0.5, 8.0, 8.0]]
+    gather = summarize_rows(rows)
+    run = os.path.join(str(tmp_path), "train")
+    writer = _writer.SummaryWriter(run)
+    writer.scalars({**step_time_values(measured, ["0_GPU_0", "1_GPU_1"]), **cluster_values(gather)}, 7)
+    writer.text("step_time/input_stage", input_stage_markdown(measured), 7)
+    writer.close()
+    from keras_gpu.output.reader import read_texts
+
+    scalars, texts = read_scalars(run), read_texts(run)
+    back = read_step_time(scalars, texts)
+    assert back.traces == 1 and back.replica_labels == ("0_GPU_0", "1_GPU_1")
+    for field in ("steps", "step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec", "replicas"):
+        assert getattr(back.step, field) == getattr(measured, field), field  # all exact in float32
+    assert back.step.input_stage == measured.input_stage
+    cluster = read_cluster(scalars)
+    assert (cluster.gathers, cluster.straggler, cluster.imbalance) == (1, 1, 0.5)
+    assert cluster.workers_reporting == 2.0
+    assert cluster.busy == dict(zip(("min", "median", "max"), gather.busy)) == {"min": 0.25, "median": 0.375, "max": 0.5}
+    assert cluster.input == {"min": 0.0, "median": 0.0, "max": 0.0}  # the worker that measured no input wait is left out
+    assert cluster.sentence.startswith("worker 1 is the straggler")

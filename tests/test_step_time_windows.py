@@ -21,6 +21,7 @@ from keras_gpu.meters import xspace
 from keras_gpu.hooks.step_time_logger import StepTimeLogger
 from keras_gpu.hooks.throughput_logger import ThroughputLogger
 from keras_gpu.output.reader import read_scalars, read_texts
+from keras_gpu.output.step_time_text import read_input_stage_markdown
 
 
 def _model(width=8):
@@ -192,7 +193,7 @@ def test_xprof_finds_the_marked_steps_and_the_slow_stage_is_logged(tmp_path):
         assert len(_step_rows(data)) > 0, tool
     # The slow stage, as a text summary at the trace's step.
     ((step, text),) = read_texts(str(tmp_path / "train"))["step_time/input_stage"]
-    stage = steptime.read_input_stage_markdown(text)
+    stage = read_input_stage_markdown(text)
     assert step == 39 and (stage.name, stage.path) == (trace.input_stage.name, trace.input_stage.path)
     assert stage.sec_per_step == pytest.approx(trace.input_stage.sec_per_step, rel=1e-5)
     assert "Map" in trace.input_stage.name and "input-bound" in text

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_gpu.cli import UsageError
+
+if TYPE_CHECKING:
+    from keras_gpu.output.report_records import Report, RunSummary, SeriesStats
 
 __all__ = ["add_parser", "run", "print_report", "render"]
 
@@ -22,24 +25,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_gpu.output.reader import summarize
+    from keras_gpu.output.reader import read_report
 
     try:
-        data = summarize(args.log_dir)
+        report = read_report(args.log_dir)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
         return 0
-    render(data)
+    render(report)
     return 0
 
 
 def print_report(log_dir: str) -> None:
     """Print the report of `log_dir` to standard output."""
-    from keras_gpu.output.reader import summarize
+    from keras_gpu.output.reader import read_report
 
-    render(summarize(log_dir))
+    render(read_report(log_dir))
 
 
 def _bytes(n: float | None) -> str:
@@ -48,34 +51,34 @@ def _bytes(n: float | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def _num(stats: dict[str, float] | None, key: str = "mean", fmt: str = "{:,.1f}") -> str:
-    return "-" if not stats else fmt.format(stats[key])
+def _num(stats: SeriesStats | None, key: str = "mean", fmt: str = "{:,.1f}") -> str:
+    return "-" if stats is None else fmt.format(getattr(stats, key))
 
 
-def render(data: dict[str, Any], console: Any = None) -> None:
-    """Render a :func:`keras_gpu.output.reader.summarize` result as tables."""
+def render(report: Report, console: Any = None) -> None:
+    """Render a :func:`keras_gpu.output.reader.read_report` result as tables."""
     from rich.console import Console
 
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
             console = Console(width=140)
-    runs = data["runs"]
+    runs = report.runs
     if not runs:
-        console.print(f"No keras-gpu data under {data['log_dir']} yet.")
+        console.print(f"No keras-gpu data under {report.log_dir} yet.")
         return
 
-    console.print(_throughput_table(runs, data["log_dir"]))
+    console.print(_throughput_table(runs, report.log_dir))
     times, replicas = _time_tables(runs)
     if times.row_count:
         console.print(times)
     for r in runs:
-        stage = (r.get("step_time") or {}).get("input_stage")
-        if stage:
-            where = f" ({stage['path']})" if stage["path"] != stage["name"] else ""
+        stage = None if r.step_time is None else r.step_time.step.input_stage
+        if stage is not None:
+            where = f" ({stage.path})" if stage.path != stage.name else ""
             console.print(
-                f"  {r['label']}: the slowest input stage is {stage['name']}{where}, "
-                f"{1e3 * stage['sec_per_step']:,.3g} ms per batch of its own time."
+                f"  {r.label}: the slowest input stage is {stage.name}{where}, "
+                f"{1e3 * stage.sec_per_step:,.3g} ms per batch of its own time."
             )
     if replicas.row_count > 1:
         console.print(replicas)
@@ -90,9 +93,9 @@ def render(data: dict[str, Any], console: Any = None) -> None:
     if place.row_count:
         console.print(place)
 
-    if data["hints"]:
+    if report.hints:
         console.print("[bold]Hints[/bold]")
-        for hint in data["hints"]:
+        for hint in report.hints:
             console.print(f"  - {hint}")
 
 
@@ -106,23 +109,23 @@ def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Any:
     return table
 
 
-def _throughput_table(runs: list[dict[str, Any]], log_dir: str) -> Any:
+def _throughput_table(runs: list[RunSummary], log_dir: str) -> Any:
     table = _table(
         f"Throughput, wall clock  ({log_dir})",
         ("worker", "run", "samples/s", "steady samples/s", "steps/s", "TFLOP/s", "MFU", "last step"),
         ("worker", "run"),
     )
     for r in runs:
-        t = r["throughput"]
+        t = r.throughput
         table.add_row(
-            r["label"], r["run"], _num(t.get("samples_per_sec")), _num(t.get("steady_samples_per_sec")),
-            _num(t.get("steps_per_sec"), "mean", "{:,.2f}"), _num(t.get("tflops_per_sec"), "mean", "{:.3f}"),
-            _num(t.get("mfu"), "mean", "{:.1%}"), str(r["steps"]),
+            r.label, r.run, _num(t.samples_per_sec), _num(t.steady_samples_per_sec),
+            _num(t.steps_per_sec, "mean", "{:,.2f}"), _num(t.tflops_per_sec, "mean", "{:.3f}"),
+            _num(t.mfu, "mean", "{:.1%}"), str(r.steps),
         )
     return table
 
 
-def _time_tables(runs: list[dict[str, Any]]) -> tuple[Any, Any]:
+def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
     """`(where the time goes, per replica)`."""
     times = _table(
         "Where the time goes",
@@ -136,20 +139,23 @@ def _time_tables(runs: list[dict[str, Any]]) -> tuple[Any, Any]:
         ("worker", "replica"),
     )
     for r in runs:
-        e, st = r.get("time") or {}, r.get("step_time")
-        if not e and not st:
+        e, st = r.time, r.step_time
+        if e is None and st is None:
             continue
-        epoch_cols = [str(e["epochs"])] + [f"{e[k]:,.2f}" for k in ("train_sec", "first_step_sec", "validation_sec", "other_sec")] if e else ["-"] * 5
+        epoch_cols = ["-"] * 5
+        if e is not None:
+            epoch_cols = [str(e.epochs)] + [f"{s:,.2f}" for s in (e.train_sec, e.first_step_sec, e.validation_sec, e.other_sec)]
         step_cols = ["-"] * 6
-        if st:
-            step_cols = [f"{1e3 * st['step_sec']:,.3g}"] + [f"{st['shares'][p]:.0%}" for p in ("input", "compute", "communication", "other")] + [str(st["steps"])]
-            for label, rep in zip(st["replica_labels"], st["replicas"]):
-                replicas.add_row(r["label"], label, f"{1e3 * rep['compute_sec']:,.3g}", f"{1e3 * rep['communication_sec']:,.3g}")
-        times.add_row(r["label"], *epoch_cols, *step_cols)
+        if st is not None:
+            shares = st.shares
+            step_cols = [f"{1e3 * st.step.step_sec:,.3g}"] + [f"{shares[p]:.0%}" for p in ("input", "compute", "communication", "other")] + [str(st.step.steps)]
+            for label, rep in zip(st.replica_labels, st.step.replicas):
+                replicas.add_row(r.label, label, f"{1e3 * rep.compute_sec:,.3g}", f"{1e3 * rep.communication_sec:,.3g}")
+        times.add_row(r.label, *epoch_cols, *step_cols)
     return times, replicas
 
 
-def _memory_table(runs: list[dict[str, Any]]) -> tuple[Any, list[str]]:
+def _memory_table(runs: list[RunSummary]) -> tuple[Any, list[str]]:
     """`(peak memory table, notes on devices whose allocator counted nothing)`."""
     mem = _table(
         "Peak memory",
@@ -158,31 +164,35 @@ def _memory_table(runs: list[dict[str, Any]]) -> tuple[Any, list[str]]:
     )
     notes: list[str] = []
     for r in runs:
-        m = r["memory"]
-        for device, peak in sorted(m["allocator_peak_bytes"].items()):
-            mem.add_row(r["label"], device, _bytes(peak), "", "", "")
-        for device, why in sorted(m.get("allocator_uncounted", {}).items()):
-            mem.add_row(r["label"], device, "not counted", "", "", "")
-            notes.append(f"{r['label']}, {device}: the allocator counted no allocation ({why}).")
-        for gpu, metrics in sorted(m["gpus"].items()):
+        m = r.memory
+        for device, peak in sorted(m.allocator_peak_bytes.items()):
+            mem.add_row(r.label, device, _bytes(peak), "", "", "")
+        for device, why in sorted(m.allocator_uncounted.items()):
+            mem.add_row(r.label, device, "not counted", "", "", "")
+            notes.append(f"{r.label}, {device}: the allocator counted no allocation ({why}).")
+        for gpu, metrics in sorted(m.gpus.items()):
             mem.add_row(
-                r["label"], f"GPU {gpu} (NVML)", "",
-                _bytes((metrics.get("process_memory_bytes") or {}).get("max")),
-                _bytes((metrics.get("memory_used_bytes") or {}).get("max")),
+                r.label, f"GPU {gpu} (NVML)", "",
+                _bytes(_max(metrics.get("process_memory_bytes"))),
+                _bytes(_max(metrics.get("memory_used_bytes"))),
                 _num(metrics.get("utilization_percent"), "mean", "{:.0f}%"),
             )
-        if m["host_rss_peak_bytes"] is not None:
-            mem.add_row(r["label"], "host RSS", _bytes(m["host_rss_peak_bytes"]), "", "", "")
+        if m.host_rss_peak_bytes is not None:
+            mem.add_row(r.label, "host RSS", _bytes(m.host_rss_peak_bytes), "", "", "")
     return mem, notes
 
 
-def _placement_table(runs: list[dict[str, Any]]) -> Any:
+def _max(stats: SeriesStats | None) -> float | None:
+    return None if stats is None else stats.max
+
+
+def _placement_table(runs: list[RunSummary]) -> Any:
     columns = ("worker", "ops per device", "CPU fallbacks", "top fallback op types")
     place = _table("Placement of the training step", columns, columns)
     for r in runs:
-        p = r.get("placement")
-        if p:
-            per_device = ", ".join(f"{d.split('device:')[-1]}: {n}" for d, n in sorted(p["ops_per_device"].items()))
-            top = ", ".join(f"{t} x{n}" for t, n in p["top_fallbacks"][:5]) or "-"
-            place.add_row(r["label"], per_device or "-", str(p["cpu_fallback_ops"]), top)
+        p = r.placement
+        if p is not None:
+            per_device = ", ".join(f"{d.split('device:')[-1]}: {n}" for d, n in sorted(p.ops_per_device.items()))
+            top = ", ".join(f"{t} x{n}" for t, n in p.top_fallbacks[:5]) or "-"
+            place.add_row(r.label, per_device or "-", str(p.cpu_fallback_ops), top)
     return place

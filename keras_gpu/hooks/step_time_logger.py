@@ -36,6 +36,7 @@ from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
 from keras_gpu.output import tags as _tags
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
+from keras_gpu.output.step_time_text import input_stage_markdown
 
 __all__ = ["CLUSTER_EVERY_S", "StepTimeLogger", "check_profile_every_s"]
 
@@ -312,7 +313,7 @@ class StepTimeLogger(LoggingCallback):
         writer = self._writer
         if writer is not None:
             writer.scalars(step_time_values(result, labels), step)
-            stage = steptime.input_stage_markdown(result)
+            stage = input_stage_markdown(result)
             if stage is not None:
                 writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
         self.last = result

@@ -1,4 +1,8 @@
-"""What a step-time breakdown suggests: the bottleneck hints, the slow replica, and the slowest input stage as Markdown."""
+"""What a step-time breakdown suggests: the bottleneck hints and the slow replica.
+
+The slowest input stage as Markdown (the `step_time/input_stage` text
+summary) is output: :mod:`keras_gpu.output.step_time_text`.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,13 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
+from keras_gpu.meters.step_record import ReplicaTime, StepTime
 
 __all__ = [
     "BOUND_SHARE",
     "SLOW_REPLICA_RATIO",
     "SLOW_REPLICA_SHARE",
-    "input_stage_markdown",
-    "read_input_stage_markdown",
+    "input_hint",
     "slow_replica",
     "verdict",
 ]
@@ -63,7 +66,8 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-def _input_hint(step: StepTime) -> str:
+def input_hint(step: StepTime) -> str:
+    """The input-bound hint: the input share of the step, and what to try for the slowest stage where one is known."""
     share = f"input-bound: {step.share('input'):.0%} of each step waits for input"
     stage = step.input_stage
     if stage is None:
@@ -75,46 +79,6 @@ def _input_hint(step: StepTime) -> str:
     return f"{share}; the slowest stage is {stage.name} ({1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
 
 
-_STAGE_HEADER = "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |"
-
-
-def input_stage_markdown(step: StepTime) -> str | None:
-    """The slowest input stage of a breakdown as Markdown; `None` where the trace shows none.
-
-    A one-row table (the stage, its tf.data iterator, its self time per batch
-    in ms, the input share of the step), then the input-bound hint where the
-    step is input-bound. `StepTimeLogger` writes it as the
-    `step_time/input_stage` text summary; :func:`read_input_stage_markdown`
-    reads it back.
-    """
-    stage = step.input_stage
-    if stage is None:
-        return None
-    lines = [
-        _STAGE_HEADER,
-        "|---|---|---|---|",
-        f"| {stage.name} | {stage.path} | {1e3 * stage.sec_per_step:.6g} | {step.share('input'):.0%} |",
-    ]
-    if step.share("input") >= BOUND_SHARE:
-        lines += ["", f"{_input_hint(step)}."]
-    return "\n".join(lines)
-
-
-def read_input_stage_markdown(text: str) -> InputStage | None:
-    """The :class:`InputStage` that :func:`input_stage_markdown` wrote; `None` for any other text."""
-    rows = text.splitlines()
-    if len(rows) < 3 or rows[0].strip() != _STAGE_HEADER:
-        return None
-    cells = [c.strip() for c in rows[2].strip().strip("|").split("|")]
-    if len(cells) != 4:
-        return None
-    try:
-        sec = float(cells[2]) / 1e3
-    except ValueError:
-        return None
-    return InputStage(cells[0], cells[1], sec) if cells[0] else None
-
-
 def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list[str]:
     """Hints that follow from the measurement, each naming its number; empty when none does.
 
@@ -124,7 +88,7 @@ def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list
     """
     hints = []
     if step.share("input") >= BOUND_SHARE:
-        hints.append(_input_hint(step))
+        hints.append(input_hint(step))
     if step.share("communication") >= BOUND_SHARE:
         copies = sum(d.transfer_sec for d in step.devices)
         if copies > step.communication_sec / 2:

@@ -53,7 +53,8 @@ The work is split by concept: the record (:mod:`keras_gpu.meters.step_record`),
 reading the trace (:mod:`keras_gpu.meters.step_trace`), the input stage
 (:mod:`keras_gpu.meters.input_stages`) and the hints
 (:mod:`keras_gpu.meters.step_hints`); their public names are importable from
-here too.
+here too. The slowest input stage as Markdown is output
+(:mod:`keras_gpu.output.step_time_text`).
 """
 
 from __future__ import annotations
@@ -68,8 +69,6 @@ from keras_gpu.meters.step_hints import (
     BOUND_SHARE,
     SLOW_REPLICA_RATIO,
     SLOW_REPLICA_SHARE,
-    input_stage_markdown,
-    read_input_stage_markdown,
     slow_replica,
     verdict,
 )
@@ -105,8 +104,6 @@ __all__ = [
     "analyze",
     "classify_op",
     "input_stage",
-    "input_stage_markdown",
-    "read_input_stage_markdown",
     "slow_replica",
     "step_marker",
     "trace_steps",

@@ -4,7 +4,9 @@
 into the `step_time/*` scalars, :func:`cluster_values` a
 :class:`keras_gpu.meters.cluster_view.ClusterSummary` into the `cluster/*`
 ones (names and units in :mod:`keras_gpu.output.tags`). `StepTimeLogger`
-writes them; `keras-gpu report` reads them back.
+writes them; :mod:`keras_gpu.output.tag_records` reads them back into records
+through the same tables (:data:`STEP_PARTS`, :data:`REPLICA_PARTS`,
+:data:`CLUSTER_SPREADS`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,26 @@ from keras_gpu.meters.cluster_view import ClusterSummary
 from keras_gpu.meters.step_record import StepTime
 from keras_gpu.output import tags
 
-__all__ = ["cluster_values", "step_time_values"]
+__all__ = ["CLUSTER_SPREADS", "REPLICA_PARTS", "SPREAD_STATS", "STEP_PARTS", "cluster_values", "step_time_values"]
 
-_SPREADS = (
+#: The breakdown's `step_time/*` tags, each with the :class:`StepTime` field it holds (seconds per step).
+STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
+    (tags.STEP_SEC, "step_sec"),
+    (tags.STEP_INPUT_SEC, "input_sec"),
+    (tags.STEP_COMPUTE_SEC, "compute_sec"),
+    (tags.STEP_COMMUNICATION_SEC, "communication_sec"),
+    (tags.STEP_OTHER_SEC, "other_sec"),
+)
+#: A replica's `step_time/replica_{replica}/*` tags, each with the
+#: :class:`~keras_gpu.meters.step_record.ReplicaTime` field it holds (compute first).
+REPLICA_PARTS: tuple[tuple[tags.Tag, str], ...] = (
+    (tags.REPLICA_COMPUTE_SEC, "compute_sec"),
+    (tags.REPLICA_COMMUNICATION_SEC, "communication_sec"),
+)
+#: The statistics of a spread across workers, in the order of :class:`ClusterSummary`'s triples.
+SPREAD_STATS = ("min", "median", "max")
+#: The cluster view's spreads: each :class:`ClusterSummary` field, with its tags in :data:`SPREAD_STATS` order.
+CLUSTER_SPREADS: tuple[tuple[str, tuple[tags.Tag, tags.Tag, tags.Tag]], ...] = (
     ("busy", (tags.CLUSTER_BUSY_MIN, tags.CLUSTER_BUSY_MEDIAN, tags.CLUSTER_BUSY_MAX)),
     ("input", (tags.CLUSTER_INPUT_MIN, tags.CLUSTER_INPUT_MEDIAN, tags.CLUSTER_INPUT_MAX)),
     ("communication", (tags.CLUSTER_COMMUNICATION_MIN, tags.CLUSTER_COMMUNICATION_MEDIAN, tags.CLUSTER_COMMUNICATION_MAX)),
@@ -38,20 +57,15 @@ def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float
         labels: Per local replica, in replica order, its tag label
             (`<global index>_<DEV>_<n>`).
     """
-    values = {
-        tags.STEP_SEC.name(): result.step_sec,
-        tags.STEP_TRACED_STEPS.name(): float(result.steps),
-        tags.STEP_INPUT_SEC.name(): result.input_sec,
-        tags.STEP_COMPUTE_SEC.name(): result.compute_sec,
-        tags.STEP_COMMUNICATION_SEC.name(): result.communication_sec,
-        tags.STEP_OTHER_SEC.name(): result.other_sec,
-    }
+    values = {tags.STEP_TRACED_STEPS.name(): float(result.steps)}
+    for tag, field in STEP_PARTS:
+        values[tag.name()] = getattr(result, field)
     if math.isnan(result.input_sec):
         del values[tags.STEP_INPUT_SEC.name()]
+    parts = REPLICA_PARTS[:1] if result.source == "probe" else REPLICA_PARTS  # the probe: compute only
     for label, replica in zip(labels, result.replicas):
-        values[tags.REPLICA_COMPUTE_SEC.name(replica=label)] = replica.compute_sec
-        if result.source != "probe":
-            values[tags.REPLICA_COMMUNICATION_SEC.name(replica=label)] = replica.communication_sec
+        for tag, field in parts:
+            values[tag.name(replica=label)] = getattr(replica, field)
     return values
 
 
@@ -64,7 +78,7 @@ def cluster_values(summary: ClusterSummary) -> dict[str, float]:
         tags.CLUSTER_IMBALANCE.name(): summary.imbalance,
         tags.CLUSTER_WORKERS_REPORTING.name(): float(summary.reporting),
     }
-    for part, stat_tags in _SPREADS:
+    for part, stat_tags in CLUSTER_SPREADS:
         for tag, value in zip(stat_tags, getattr(summary, part)):
             if not math.isnan(value):
                 out[tag.name()] = value

@@ -1,0 +1,55 @@
+"""The hints of `keras-gpu report`: sentences that follow from a run's records, each naming its measurement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from keras_gpu.meters.step_hints import verdict
+from keras_gpu.output.report_records import ClusterReport, RunSummary
+
+__all__ = ["FIRST_STEP_SHARE", "GPU_BUSY_PERCENT", "report_hints", "run_hints"]
+
+#: The first execution of each epoch is worth a hint from this share of the training time on.
+FIRST_STEP_SHARE = 0.2
+#: A GPU is worth a hint when NVML saw it busy less than this share of the time.
+GPU_BUSY_PERCENT = 50.0
+
+
+def run_hints(r: RunSummary) -> list[str]:
+    """One run's hints: the step-time verdict, slow first executions, idle GPUs, CPU fallbacks."""
+    hints = []
+    step = r.step_time
+    if step is not None:
+        for hint in verdict(step.step, step.replica_names):
+            hints.append(f"{r.label}: {hint} (measured on {step.step.steps} traced steps).")
+    times = r.time
+    if times and times.train_sec > 0 and times.first_step_sec / times.train_sec >= FIRST_STEP_SHARE:
+        hints.append(
+            f"{r.label}: the first execution of each epoch took {times.first_step_sec:.1f} s in all, "
+            f"{times.first_step_sec / times.train_sec:.0%} of the training time (time/first_step_sec): "
+            "tracing, warm-up and starting the input iterator at every epoch."
+        )
+    for gpu, metrics in r.memory.gpus.items():
+        util = metrics.get("utilization_percent")
+        if util and util.mean < GPU_BUSY_PERCENT:
+            where = " See step_time/ for where the rest of the step goes." if step is None else ""
+            hints.append(
+                f"{r.label}: NVML saw GPU {gpu} running a kernel only {util.mean:.0f}% of the time on "
+                f"average.{where}"
+            )
+    placement = r.placement
+    if placement and placement.cpu_fallback_ops:
+        top = ", ".join(f"{t} x{n}" for t, n in placement.top_fallbacks[:3])
+        hints.append(
+            f"{r.label}: {placement.cpu_fallback_ops} op(s) of the training step ran on the CPU while the "
+            f"replicas sit on GPUs ({top}); see placement/cpu_fallbacks in TensorBoard."
+        )
+    return hints
+
+
+def report_hints(runs: Sequence[RunSummary], cluster: ClusterReport | None) -> list[str]:
+    """Every hint of a report: the cluster's straggler sentence first, then each run's in order."""
+    hints = [hint for r in runs for hint in run_hints(r)]
+    if cluster is not None:
+        hints.insert(0, f"cluster: {cluster.sentence} (from {cluster.gathers} gather(s) of every worker's breakdown).")
+    return hints

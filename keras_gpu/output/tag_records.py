@@ -1,0 +1,249 @@
+"""The tags read back into records: the one place `keras-gpu report` turns logged series into typed data.
+
+The counterpart of :mod:`keras_gpu.output.step_time_tags` (records to tags):
+each function takes a run's series as
+:func:`keras_gpu.output.reader.read_scalars` and
+:func:`~keras_gpu.output.reader.read_texts` return them (`tag -> [(step,
+value), ...]`) and finds them through the tag objects of
+:mod:`keras_gpu.output.tags`, the step-time and cluster ones through the
+tables the writer uses.
+
+Means are weighted by time: a rate's mean is the mean over the windows
+weighted by each window's wall time (so samples/s is samples over seconds),
+a steady rate's mean is :func:`keras_gpu.meters.throughput.steady_rate` over
+the epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a
+step-time part's mean is weighted by the steps each trace covered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from keras_gpu.meters.cluster_view import straggler_over
+from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
+from keras_gpu.meters.throughput import steady_rate
+from keras_gpu.output import tags as _tags
+from keras_gpu.output.report_records import (
+    ClusterReport,
+    EpochTimes,
+    MemorySummary,
+    SeriesStats,
+    StepTimeSummary,
+    Throughput,
+)
+from keras_gpu.output.step_time_tags import (
+    CLUSTER_SPREADS,
+    REPLICA_PARTS,
+    SPREAD_STATS,
+    STEP_PARTS,
+)
+from keras_gpu.output.step_time_text import read_input_stage_markdown
+
+__all__ = [
+    "Scalars",
+    "Texts",
+    "keras_gpu_tags",
+    "last_step",
+    "read_cluster",
+    "read_epoch_times",
+    "read_memory",
+    "read_placement_counts",
+    "read_step_time",
+    "read_throughput",
+    "series_stats",
+    "uncounted_allocator",
+]
+
+#: A run's scalars: `tag -> [(step, value), ...]`, in file order.
+Scalars = dict[str, list[tuple[int, float]]]
+#: A run's text summaries: `tag -> [(step, Markdown), ...]`, in file order.
+Texts = dict[str, list[tuple[int, str]]]
+
+_RATE_TAGS = (
+    _tags.SAMPLES_PER_SEC,
+    _tags.STEPS_PER_SEC,
+    _tags.SAMPLES_PER_SEC_PER_REPLICA,
+    _tags.TFLOPS_PER_SEC,
+    _tags.MFU,
+)
+_STEADY_TAGS = (_tags.STEADY_SAMPLES_PER_SEC, _tags.STEADY_STEPS_PER_SEC)
+_TIME_TAGS = (_tags.EPOCH_SEC, _tags.TRAIN_SEC, _tags.FIRST_STEP_SEC, _tags.VALIDATION_SEC, _tags.OTHER_EPOCH_SEC)
+_ALLOC_TAGS = (_tags.ALLOC_CURRENT, _tags.ALLOC_PEAK, _tags.ALLOC_RUN_PEAK)
+_GPU_TAGS = tuple(t for t in _tags.TAGS if t.pattern.startswith("gpu/{gpu}/"))
+_PLACEMENT_COUNT_TAGS = tuple(t for t in _tags.TAGS if t.pattern.startswith("placement/") and not t.text)
+
+
+def uncounted_allocator(device: str) -> str:
+    """Why `device`'s allocator can count no byte for a model that allocates, in a few words.
+
+    Said wherever such an allocator would otherwise show "0 B": the end-of-fit
+    line of `MemoryLogger` and `keras-gpu report`.
+    """
+    if device.upper().startswith("CPU"):
+        return "TensorFlow's CPU allocator statistics leave small tensors out; the host RSS is this process's memory"
+    return "the backend reported no allocation on this device"
+
+
+def _short(tag: _tags.Tag) -> str:
+    """The tag's name after its first `/`: the record field that holds it."""
+    return tag.pattern.split("/", 1)[1]
+
+
+def series_stats(points: list[tuple[int, float]]) -> SeriesStats:
+    """Mean, median, max, last value and count of a series' points (the mean unweighted)."""
+    values = [v for _, v in points]
+    return SeriesStats(
+        mean=statistics.fmean(values), median=statistics.median(values), max=max(values), last=values[-1],
+        points=len(values),
+    )
+
+
+def last_step(scalars: Scalars) -> int:
+    """The largest step any scalar was logged at (0 for none)."""
+    return max((s for pts in scalars.values() for s, _ in pts), default=0)
+
+
+def keras_gpu_tags(scalars: Scalars) -> list[str]:
+    """The scalar tags among `scalars` that keras-gpu declares, sorted."""
+    return sorted(t for t in scalars if _tags.match(t) is not None)
+
+
+def read_placement_counts(scalars: Scalars) -> dict[str, float]:
+    """The `placement/*` scalars' last values (ops), by the tag's name after `placement/`."""
+    return {_short(t): scalars[t.name()][-1][1] for t in _PLACEMENT_COUNT_TAGS if t.name() in scalars}
+
+
+def read_throughput(scalars: Scalars) -> Throughput:
+    """The `throughput/*` rates; each `mean` is weighted by the time its points cover.
+
+    A window's time is its steps (the global-step axis advances by them, from
+    0 for the first window) over its steps/s. Steady-state rates, one point
+    per epoch, have their `mean` from :func:`keras_gpu.meters.throughput.steady_rate`,
+    each epoch weighted by its steady seconds (`time/train_sec -
+    time/first_step_sec`, logged at the same step).
+    """
+    seconds: dict[int, float] = {}
+    prev = 0
+    for step, rate in scalars.get(_tags.STEPS_PER_SEC.name(), []):
+        if rate > 0 and step > prev:
+            seconds[step] = (step - prev) / rate
+        prev = max(prev, step)
+    first = dict(scalars.get(_tags.FIRST_STEP_SEC.name(), []))
+    steady = {step: train - first[step] for step, train in scalars.get(_tags.TRAIN_SEC.name(), []) if step in first}
+    rates = {}
+    for tag in _RATE_TAGS + _STEADY_TAGS:
+        points = scalars.get(tag.name())
+        if not points:
+            continue
+        stats = series_stats(points)
+        weights = [seconds.get(step) for step, _ in points]
+        if tag in _RATE_TAGS and all(w is not None for w in weights) and sum(weights) > 0:
+            mean = sum(w * v for w, (_, v) in zip(weights, points)) / sum(weights)
+            stats = dataclasses.replace(stats, mean=mean, seconds=sum(weights))
+        elif tag in _STEADY_TAGS and all(step in steady for step, _ in points):
+            mean = steady_rate((v, steady[step]) for step, v in points) or stats.mean
+            stats = dataclasses.replace(stats, mean=mean, seconds=sum(steady[step] for step, _ in points))
+        rates[_short(tag)] = stats
+    return Throughput(**rates)
+
+
+def read_epoch_times(scalars: Scalars) -> EpochTimes | None:
+    """Totals of the per-epoch `time/*` tags in seconds, and the number of epochs; `None` without epochs."""
+    epochs = scalars.get(_tags.EPOCH_SEC.name())
+    if not epochs:
+        return None
+    totals = {_short(tag): sum(v for _, v in scalars.get(tag.name(), [])) for tag in _TIME_TAGS}
+    return EpochTimes(epochs=len(epochs), **totals)
+
+
+def _replica_order(label: str) -> tuple[int, str]:
+    index, _, rest = label.partition("_")
+    return (int(index) if index.isdigit() else 0, rest)
+
+
+def _input_stage(texts: Texts, weights: dict[int, float]) -> InputStage | None:
+    """The input stage the traces name for the most traced steps, with its mean time per batch over them."""
+    named: dict[str, list[tuple[float, InputStage]]] = {}
+    for step, text in texts.get(_tags.STEP_INPUT_STAGE.name(), []):
+        stage = read_input_stage_markdown(text)
+        if stage is not None:
+            named.setdefault(stage.name, []).append((weights.get(step, 1.0), stage))
+    if not named:
+        return None
+    found = max(named.values(), key=lambda traces: sum(w for w, _ in traces))
+    total = sum(w for w, _ in found)
+    return InputStage(found[-1][1].name, found[-1][1].path, sum(w * s.sec_per_step for w, s in found) / total)
+
+
+def read_step_time(scalars: Scalars, texts: Texts | None = None) -> StepTimeSummary | None:
+    """The step-time breakdown over every trace, each weighted by the steps it covered; `None` without traces.
+
+    The slowest input stage is the one the traces name for the most steps
+    (`step_time/input_stage`), with its mean time per batch over those traces.
+    """
+    points = scalars.get(_tags.STEP_SEC.name())
+    if not points:
+        return None
+    counts = dict(scalars.get(_tags.STEP_TRACED_STEPS.name(), []))
+    weights = {s: counts.get(s, 1.0) for s, _ in points}
+    total = sum(weights.values())
+
+    def mean(tag: str) -> float:
+        values = dict(scalars.get(tag, []))
+        return sum(w * values.get(s, 0.0) for s, w in weights.items()) / total
+
+    replica_tag = REPLICA_PARTS[0][0]
+    labels = sorted({fields["replica"] for t in scalars if (fields := replica_tag.match(t))}, key=_replica_order)
+    step = StepTime(
+        steps=int(total),
+        **{field: mean(tag.name()) for tag, field in STEP_PARTS},
+        replicas=tuple(
+            ReplicaTime(**{field: mean(tag.name(replica=label)) for tag, field in REPLICA_PARTS}) for label in labels
+        ),
+        source="report",
+        input_stage=_input_stage(texts or {}, weights),
+    )
+    return StepTimeSummary(step=step, traces=len(points), replica_labels=tuple(labels))
+
+
+def read_cluster(scalars: Scalars) -> ClusterReport | None:
+    """The chief's cluster view over every gather, the straggler if one is clear; `None` without gathers logged."""
+    slowest = scalars.get(_tags.CLUSTER_SLOWEST_WORKER.name())
+    imbalance = dict(scalars.get(_tags.CLUSTER_IMBALANCE.name(), []))
+    if not slowest:
+        return None
+    gathers = [(int(worker), imbalance[step]) for step, worker in slowest if imbalance.get(step) is not None]
+    straggler, ratio = straggler_over(gathers)
+    reporting = scalars.get(_tags.CLUSTER_WORKERS_REPORTING.name(), [])
+    spreads = {
+        part: {stat: scalars[tag.name()][-1][1] for stat, tag in zip(SPREAD_STATS, stat_tags) if tag.name() in scalars}
+        for part, stat_tags in CLUSTER_SPREADS
+    }
+    return ClusterReport(
+        gathers=len(gathers),
+        straggler=straggler,
+        imbalance=ratio,
+        workers_reporting=reporting[-1][1] if reporting else None,
+        **spreads,
+    )
+
+
+def read_memory(scalars: Scalars) -> MemorySummary:
+    """Each allocator's peak, NVML's statistics per GPU and metric, and the host's peak RSS."""
+    allocator: dict[str, float] = {}
+    gpus: dict[str, dict[str, SeriesStats]] = {}
+    for name, points in scalars.items():
+        if (found := _tags.match(name, _ALLOC_TAGS)) is not None:
+            device = found[1]["device"]
+            allocator[device] = max(allocator.get(device, 0.0), max(v for _, v in points))
+        elif (found := _tags.match(name, _GPU_TAGS)) is not None:
+            tag, fields = found
+            gpus.setdefault(fields["gpu"], {})[tag.pattern.split("/", 2)[2]] = series_stats(points)
+    host = scalars.get(_tags.HOST_PEAK_RSS.name()) or scalars.get(_tags.HOST_RSS.name())
+    return MemorySummary(
+        allocator_peak_bytes={device: peak for device, peak in allocator.items() if peak > 0},
+        allocator_uncounted={device: uncounted_allocator(device) for device, peak in allocator.items() if peak <= 0},
+        gpus=gpus,
+        host_rss_peak_bytes=max(v for _, v in host) if host else None,
+    )
