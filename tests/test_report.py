@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from keras_gpu.output import writer as _writer
 from keras_gpu.cli import report as report_cli
+from keras_gpu.output import writer as _writer
 from keras_gpu.output.reader import find_runs, read_report, read_scalars, summarize
 
 
@@ -275,7 +275,10 @@ def test_an_allocator_that_counted_nothing_is_explained_not_shown_as_zero(capsys
 
 def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsys):
     from keras_gpu.meters import step_time as steptime
-    from keras_gpu.output.step_time_text import input_stage_markdown, read_input_stage_markdown
+    from keras_gpu.output.step_time_text import (
+        input_stage_markdown,
+        read_input_stage_markdown,
+    )
 
     log_dir = str(tmp_path / "logs")
     run = os.path.join(log_dir, "train")
@@ -315,8 +318,14 @@ def test_the_slowest_input_stage_is_read_from_the_text_summaries(tmp_path, capsy
     assert read_input_stage_markdown("| a | b |\n|---|---|\n| 1 | 2 |") is None
 
 
-def test_the_records_are_the_json_and_the_hints_read_them(two_workers, tmp_path):
-    from keras_gpu.output.report_records import MemorySummary, PlacementDigest, Report, RunSummary, SeriesStats
+def test_the_records_are_the_json_and_the_hints_read_them(two_workers):
+    from keras_gpu.output.report_records import (
+        MemorySummary,
+        PlacementDigest,
+        Report,
+        RunSummary,
+        SeriesStats,
+    )
 
     report = read_report(two_workers)
     assert isinstance(report, Report) and all(isinstance(r, RunSummary) for r in report.runs)

@@ -32,7 +32,7 @@ from keras_gpu.output.report_hints import (
     report_hints,
 )
 from keras_gpu.output.report_records import PlacementDigest, Report, RunSummary
-from keras_gpu.output.tag_records import uncounted_allocator
+from keras_gpu.output.tag_records import Scalars, Texts, uncounted_allocator
 
 __all__ = [
     "FIRST_STEP_SHARE",
@@ -94,22 +94,22 @@ def _events(run_path: str) -> Iterator[Any]:
             continue
 
 
-def read_scalars(run_path: str) -> dict[str, list[tuple[int, float]]]:
+def read_scalars(run_path: str) -> Scalars:
     """Every scalar in a run directory as `tag -> [(step, value), ...]`, in file order."""
     return _read(run_path)[0]
 
 
-def read_texts(run_path: str) -> dict[str, list[tuple[int, str]]]:
+def read_texts(run_path: str) -> Texts:
     """Every text summary in a run directory as `tag -> [(step, text), ...]`, in file order."""
     return _read(run_path)[1]
 
 
-def _read(run_path: str) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[tuple[int, str]]]]:
+def _read(run_path: str) -> tuple[Scalars, Texts]:
     """The scalars and the text summaries of a run directory, in one pass over its event files."""
     from tensorboard.util import tensor_util
 
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    texts: dict[str, list[tuple[int, str]]] = {}
+    scalars: Scalars = {}
+    texts: Texts = {}
     for event in _events(run_path):
         if not event.HasField("summary"):
             continue
