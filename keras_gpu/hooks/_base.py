@@ -1,21 +1,23 @@
-"""What every keras-gpu callback shares: argument checks, the run directory and the writer."""
+"""What every keras-gpu callback shares: its shared options checked once, the run directory and the writer."""
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import keras
 
 from keras_gpu.core import backend
+from keras_gpu.core.checks import check_bool, check_log_dir, check_positive
 from keras_gpu.core.cluster import ClusterInfo
-from keras_gpu.core.checks import check_bool, check_log_dir, check_positive  # kept importable from here
 from keras_gpu.core.log import log_once
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.layout import write_layout
 
-__all__ = ["LoggingCallback", "PER_WORKER_RUNS_MAX", "check_log_dir", "check_positive", "read_step"]
+# check_log_dir and check_positive (from core.checks) stay importable from here.
+__all__ = ["LoggingCallback", "PER_WORKER_RUNS_MAX", "RunOptions", "check_log_dir", "check_positive", "read_step"]
 
 #: Up to this many workers, every worker writes its own run by default; above
 #: it, only the chief does (one readable run instead of hundreds).
@@ -40,17 +42,48 @@ def read_step(model: Any, fallback: int = 0) -> int:
         return fallback
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """The options every logging callback shares, checked: where the runs go and which workers write one.
+
+    Declared once for `keras_gpu.callbacks()` and the callbacks it builds:
+    the factory checks them (:meth:`checked`) and passes the record in place
+    of `log_dir`; a callback built directly checks its own.
+    """
+
+    log_dir: str
+    per_worker_runs: bool | None = None
+
+    @classmethod
+    def checked(cls, log_dir: Any, per_worker_runs: Any = None) -> RunOptions:
+        """The record of `log_dir` and `per_worker_runs` as a user passed them, each checked once.
+
+        Raises:
+            TypeError, ValueError: `log_dir` is not a non-empty path, or
+                `per_worker_runs` is not True, False or None.
+        """
+        return cls(check_log_dir(log_dir), check_bool("per_worker_runs", per_worker_runs, allow_none=True))
+
+
 class LoggingCallback(keras.callbacks.Callback):
     """Base class: resolves this worker's run directory and holds the shared writer per `fit`.
 
     Subclasses call :meth:`_open` from `on_train_begin` and :meth:`_close`
     from `on_train_end`.
+
+    Each value is checked once, where it enters: a callback built directly
+    checks its arguments; one built by `keras_gpu.callbacks()` gets a
+    :class:`RunOptions` as `log_dir` and takes the options that factory
+    checked and forwards (`every_s`, `profile_every_s`) as they are
+    (:attr:`_forwarded` is then True).
     """
 
-    def __init__(self, log_dir: str | os.PathLike, per_worker_runs: bool | None = None) -> None:
+    def __init__(self, log_dir: str | os.PathLike | RunOptions, per_worker_runs: bool | None = None) -> None:
         super().__init__()
-        self.log_dir = check_log_dir(log_dir)
-        self.per_worker_runs = check_bool("per_worker_runs", per_worker_runs, allow_none=True)
+        self._forwarded = isinstance(log_dir, RunOptions)
+        run = log_dir if isinstance(log_dir, RunOptions) else RunOptions.checked(log_dir, per_worker_runs)
+        self.log_dir = run.log_dir
+        self.per_worker_runs = run.per_worker_runs
         self._writer: _writer.SummaryWriter | None = None
         self._task: ClusterInfo | None = None
         self.run_dir: str | None = None

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import keras
 
-from keras_gpu.core import backend
+from keras_gpu.hooks.chief_only import ChiefWrites
 
 __all__ = ["BackupAndRestore"]
 
 
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
+class BackupAndRestore(ChiefWrites, keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` whose backup only the chief writes; every worker restores from it.
 
     Takes the same arguments as `keras.callbacks.BackupAndRestore`. Whether
@@ -33,27 +33,23 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     Attributes:
         writes_backup: Whether this process writes (and at the end deletes)
             the backup; `None` before training begins.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as backup_dir:
+        ...     backup = keras_gpu.BackupAndRestore(backup_dir)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+        >>> backup.writes_backup
+        True
     """
 
-    def __init__(self, backup_dir, **kwargs):
-        super().__init__(backup_dir, **kwargs)
-        self.writes_backup = None
-
-    def on_train_begin(self, logs=None):
-        self.writes_backup = backend.task_info(self.model).is_chief
-        super().on_train_begin(logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.writes_backup:
-            with backend.writing_alone():
-                super().on_epoch_end(epoch, logs)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.writes_backup:
-            with backend.writing_alone():
-                super().on_train_batch_end(batch, logs)
-
-    def on_train_end(self, logs=None):
-        if self.writes_backup:
-            with backend.writing_alone():
-                super().on_train_end(logs)
+    @property
+    def writes_backup(self) -> bool | None:
+        """Whether this process writes (and at the end deletes) the backup; `None` before training begins."""
+        return self.chief_writes

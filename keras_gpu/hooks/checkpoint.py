@@ -13,16 +13,14 @@ workers; use `BatchNormalization(synchronized=True)`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import keras
 
-from keras_gpu.core import backend
+from keras_gpu.hooks.chief_only import ChiefWrites
 
 __all__ = ["ModelCheckpoint"]
 
 
-class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
+class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
     """`ModelCheckpoint` that writes on the chief only; on other workers it does nothing.
 
     Takes the same arguments as `keras.callbacks.ModelCheckpoint`. Whether
@@ -35,27 +33,24 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
     Attributes:
         writes_checkpoints: Whether this process writes checkpoints; `None`
             before training begins.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "model.keras")
+        ...     checkpoint = keras_gpu.ModelCheckpoint(path)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[checkpoint], verbose=0)
+        ...     print(checkpoint.writes_checkpoints, os.path.exists(path))
+        True True
     """
 
-    def __init__(self, filepath: Any, **kwargs: Any) -> None:
-        super().__init__(filepath, **kwargs)
-        self.writes_checkpoints: bool | None = None
-
-    def on_train_begin(self, logs=None):
-        self.writes_checkpoints = backend.task_info(self.model).is_chief
-        super().on_train_begin(logs)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.writes_checkpoints:
-            with backend.writing_alone():
-                super().on_train_batch_end(batch, logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.writes_checkpoints:
-            with backend.writing_alone():
-                super().on_epoch_end(epoch, logs)
-
-    def on_train_end(self, logs=None):
-        if self.writes_checkpoints:
-            with backend.writing_alone():
-                super().on_train_end(logs)
+    @property
+    def writes_checkpoints(self) -> bool | None:
+        """Whether this process writes checkpoints; `None` before training begins."""
+        return self.chief_writes

@@ -5,9 +5,8 @@ Add the recommended set to a `fit` call you already have::
     model.fit(x, y, callbacks=keras_gpu.callbacks("runs/exp1"))
 
 or pick single callbacks: :class:`ThroughputLogger`, :class:`MemoryLogger`,
-:class:`PlacementLogger` (also importable from `keras_gpu.hooks.factory`). The
-package is named `loggers` so that it never shadows the `keras_gpu.callbacks`
-factory function. Each worker of a cluster writes its own run
+:class:`PlacementLogger`, :class:`StepTimeLogger` (also importable from
+`keras_gpu.hooks.factory`). Each worker of a cluster writes its own run
 (`log_dir/train` for the chief, `log_dir/worker_k/train` for worker k), so one
 `tensorboard --logdir log_dir` shows them all.
 """
@@ -20,21 +19,15 @@ import os
 import keras
 
 from keras_gpu.core import backend
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, made_by_factory
-from keras_gpu.core.checks import check_bool
-from keras_gpu.hooks._base import check_log_dir, check_positive
+from keras_gpu.hooks._base import RunOptions
 from keras_gpu.hooks.memory_logger import MemoryLogger
 from keras_gpu.hooks.placement_logger import PlacementLogger
 from keras_gpu.hooks.step_time_logger import StepTimeLogger, check_profile_every_s
 from keras_gpu.hooks.throughput_logger import ThroughputLogger
 
 __all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger", "StepTimeLogger"]
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
 
 
 def callbacks(
@@ -92,35 +85,32 @@ def callbacks(
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
         your own.
     """
-    log_dir = check_log_dir(log_dir)
-    check_bool("per_worker_runs", per_worker_runs, allow_none=True)
-    runs = {"per_worker_runs": per_worker_runs}
-    check_positive("every_s", every_s, allow_none=True)
+    # Each value is checked here, once; the callbacks take what this forwards as it is (see RunOptions).
+    run = RunOptions.checked(log_dir, per_worker_runs)
+    every_s = check_positive("every_s", every_s, allow_none=True)
     out: list[keras.callbacks.Callback] = []
     window = {} if every_s is None else {"every_s": every_s}
-    if _flag("throughput", throughput):
+    if check_bool("throughput", throughput):
         out.append(
             ThroughputLogger(
-                log_dir,
+                run,
                 batch_size=batch_size,
                 samples_per_epoch=samples_per_epoch,
                 flops_per_sample=flops_per_sample,
                 peak_flops=peak_flops,
                 **window,
-                **runs,
             )
         )
-    if _flag("memory", memory):
+    if check_bool("memory", memory):
         memory_window = dict(window)
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
-        out.append(MemoryLogger(log_dir, **memory_window, **runs))
-    if profile_every_s is not None:
-        profile_every_s = check_profile_every_s(profile_every_s)
-    if _flag("placement", placement):
+        out.append(MemoryLogger(run, **memory_window))
+    profile_every_s = check_profile_every_s(profile_every_s, allow_none=True)
+    if check_bool("placement", placement):
         backend_name = backend.name()
         if backend_name == "tensorflow":
-            out.append(PlacementLogger(log_dir, **runs))
+            out.append(PlacementLogger(run))
         else:
             log_once(
                 logging.INFO,
@@ -129,9 +119,9 @@ def callbacks(
                 "keras_gpu.callbacks() leaves PlacementLogger out.",
                 backend_name,
             )
-    if _flag("step_time", step_time) and profile_every_s != 0:
+    if check_bool("step_time", step_time) and profile_every_s != StepTimeLogger.NO_TRACING:
         profile = {} if profile_every_s is None else {"profile_every_s": profile_every_s}
-        out.append(StepTimeLogger(log_dir, **profile, **runs))
+        out.append(StepTimeLogger(run, **profile))
     if not out and placement:
         raise ValueError(
             f"keras_gpu.callbacks() has nothing to log on the {backend.name()} backend: placement is "

@@ -10,14 +10,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-
 from keras_gpu.core import backend
 from keras_gpu.core import nvml as _nvml
-from keras_gpu.hooks.fit_introspection import FitWatch
+from keras_gpu.core.checks import check_bool
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.units import format_bytes
-from keras_gpu.output import writer as _writer
 from keras_gpu.hooks._base import LoggingCallback, check_positive, read_step
+from keras_gpu.hooks.fit_introspection import FitWatch
+from keras_gpu.output import writer as _writer
 from keras_gpu.output.reader import uncounted_allocator
 
 __all__ = ["MemoryLogger"]
@@ -152,7 +152,8 @@ class MemoryLogger(LoggingCallback):
         per_worker_runs: bool | None = None,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
-        self.every_s = float(check_positive("every_s", every_s))
+        # keras_gpu.callbacks() checked the every_s it forwards.
+        self.every_s = float(every_s if self._forwarded else check_positive("every_s", every_s))
         self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
         if self.sample_interval_s > self.every_s:
             raise ValueError(
@@ -160,8 +161,7 @@ class MemoryLogger(LoggingCallback):
                 f"Received: sample_interval_s={sample_interval_s!r}, every_s={every_s!r}"
             )
         for name, value in (("nvml", nvml), ("allocator", allocator), ("host", host)):
-            if not isinstance(value, bool):
-                raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+            check_bool(name, value)
         if not (nvml or allocator or host):
             raise ValueError(
                 "MemoryLogger has nothing to log: set at least one of `nvml`, `allocator`, `host` to True. "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.backend import require_tensorflow_backend
+from keras_gpu.core.checks import check_bool
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.hooks._base import LoggingCallback, check_positive
 from keras_gpu.meters import placement as _placement
@@ -124,9 +125,7 @@ class PlacementLogger(LoggingCallback):
         require_tensorflow_backend("keras_gpu.PlacementLogger")
         super().__init__(log_dir, per_worker_runs)
         self.max_rows = check_positive("max_rows", max_rows, integer=True)
-        if not isinstance(write_graph, bool):
-            raise TypeError(f"`write_graph` must be True or False. Received: write_graph={write_graph!r}")
-        self.write_graph = write_graph
+        self.write_graph = check_bool("write_graph", write_graph)
         self.report: _records.PlacementReport | None = None
         self.analysis_count = 0
         self.overhead_s = 0.0

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from typing import Any
 
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
-from keras_gpu.core.checks import check_bool, check_positive
+from keras_gpu.core.checks import check_bool, check_positive, fail
 from keras_gpu.core.log import Once, log_once, logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks._base import LoggingCallback
@@ -148,6 +149,8 @@ class StepTimeLogger(LoggingCallback):
     """
 
     DEFAULT_PROFILE_EVERY_S = 300.0
+    NO_TRACING = 0.0
+    """The `profile_every_s` that turns tracing off (`keras_gpu.callbacks()` then leaves this callback out)."""
 
     def __init__(
         self,
@@ -161,7 +164,8 @@ class StepTimeLogger(LoggingCallback):
         per_worker_runs: bool | None = None,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
-        self.profile_every_s = check_profile_every_s(profile_every_s)
+        # keras_gpu.callbacks() checked the profile_every_s it forwards.
+        self.profile_every_s = profile_every_s if self._forwarded else check_profile_every_s(profile_every_s)
         self.profile_steps = check_positive("profile_steps", profile_steps, integer=True)
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)
         self.max_traces = check_positive("max_traces", max_traces, integer=True)
@@ -210,7 +214,7 @@ class StepTimeLogger(LoggingCallback):
                 self._cluster_fit = self._probe_cluster(workers)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
-        if self.profile_every_s == 0:
+        if self.profile_every_s == self.NO_TRACING:
             return
         if workers > 1 and tensorflow and not self.multiworker_tracing:
             return  # the probe measures every worker; TensorFlow's profiler is not safe here
@@ -391,14 +395,18 @@ class StepTimeLogger(LoggingCallback):
         )
 
 
-def check_profile_every_s(value: Any) -> float:
-    """Validate `profile_every_s`: a positive, finite number of seconds, or 0 for no tracing."""
-    if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
-        return 0.0
+def check_profile_every_s(value: Any, *, allow_none: bool = False) -> float | None:
+    """`value` as a float when it is a positive, finite number of seconds, or 0 for no tracing (or None with `allow_none`).
+
+    Raises:
+        ValueError: anything else (wrong types included).
+    """
+    if value is None and allow_none:
+        return None
     try:
-        return float(check_positive("profile_every_s", value))
-    except ValueError:
-        raise ValueError(
-            "`profile_every_s` must be a positive, finite number of seconds, or 0 to turn tracing off. "
-            f"Received: profile_every_s={value!r}"
-        ) from None
+        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond the float range
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        fail("profile_every_s", "be a positive, finite number of seconds, or 0 to turn tracing off", value)
+    return seconds or StepTimeLogger.NO_TRACING  # -0.0 too

@@ -123,6 +123,20 @@ class ThroughputLogger(LoggingCallback):
     Attributes:
         summary: After `fit`: totals and mean rates (see
             :meth:`keras_gpu.meters.throughput.ThroughputMeter.summary`).
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((14, 4), "float32"), np.zeros((14, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as log_dir:
+        ...     throughput = keras_gpu.ThroughputLogger(log_dir, every_n_steps=2)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[throughput], verbose=0)
+        >>> throughput.summary["steps"], throughput.summary["samples"]  # the last batch holds 2 samples
+        (4, 14)
     """
 
     def __init__(
@@ -139,7 +153,8 @@ class ThroughputLogger(LoggingCallback):
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
-        self.every_s = check_positive("every_s", every_s, allow_none=True)
+        # keras_gpu.callbacks() checked the every_s it forwards.
+        self.every_s = every_s if self._forwarded else check_positive("every_s", every_s, allow_none=True)
         if every_n_steps is not None and every_s is not None:
             raise ValueError(
                 "Pass only one of `every_n_steps` (windows by steps) and `every_s` (windows by time). "

@@ -1,0 +1,53 @@
+"""The chief-only gate of the callbacks that write files: only the chief writes; every worker trains.
+
+Keras' `ModelCheckpoint` and `BackupAndRestore` have no notion of workers:
+in a multi-worker job every worker would write the same files. The mixin
+here runs their writing hooks on the chief only (the `"chief"` task, else
+worker 0; on JAX process 0 of `jax.distributed`), outside the multi-process
+distribution, and skips them on the other workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras_gpu.core import backend
+
+__all__ = ["ChiefWrites"]
+
+
+class ChiefWrites:
+    """Mixin for a Keras callback that writes files: its writing hooks run on the chief only.
+
+    List it before the Keras callback class in the bases. Whether this
+    process is the chief is read from the model when training begins
+    (`backend.task_info`) and held in :attr:`chief_writes`; the hooks
+    `on_train_batch_end`, `on_epoch_end` and `on_train_end` then run Keras'
+    own on the chief, inside `backend.writing_alone()` so that saving runs
+    no collective, and do nothing elsewhere. `on_train_begin` runs on every
+    worker (where `BackupAndRestore` restores).
+
+    Attributes:
+        chief_writes: Whether this process writes; `None` before training begins.
+    """
+
+    chief_writes: bool | None = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.chief_writes = backend.task_info(self.model).is_chief
+        super().on_train_begin(logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.chief_writes:
+            with backend.writing_alone():
+                super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.chief_writes:
+            with backend.writing_alone():
+                super().on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self.chief_writes:
+            with backend.writing_alone():
+                super().on_train_end(logs)
