@@ -175,6 +175,19 @@ def resolve_cluster(
             a SLURM step is malformed or larger than any real job.
         TypeError: `environ` is not a mapping of strings, or an argument has
             the wrong type.
+
+    Example:
+        >>> import json
+        >>> import keras_gpu
+        >>> info = keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1)
+        >>> info.source, info.num_workers, info.is_chief
+        ('explicit', 2, False)
+        >>> tf_config = {"cluster": {"worker": ["node0:12345", "node1:12345"]},
+        ...              "task": {"type": "worker", "index": 0}}
+        >>> print(keras_gpu.resolve_cluster(environ={"TF_CONFIG": json.dumps(tf_config)}).describe())
+        2 workers from tf_config; this process is worker:0 (rank 0, chief)
+        >>> print(keras_gpu.resolve_cluster(environ={}).describe())
+        single process (source: local)
     """
     return ClusterOptions(**locals()).resolve()  # the parameters are ClusterOptions' fields
 
@@ -344,11 +357,32 @@ def is_chief(strategy: Any = None) -> bool:
 
     True for a single process, for the `"chief"` task, and for worker 0 of a
     cluster without a chief task.
+
+    Example:
+        A process with no TF_CONFIG and no multi-worker strategy is the chief;
+        the second worker of a cluster is not:
+
+        >>> import keras_gpu
+        >>> keras_gpu.is_chief()
+        True
+        >>> keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1).is_chief
+        False
     """
     return task_info(strategy).is_chief
 
 
 def worker_index(strategy: Any = None) -> int:
-    """This process's rank among the training processes (0 when single or chief)."""
+    """This process's rank among the training processes (0 when single or chief).
+
+    Example:
+        A single process is rank 0; with a chief, worker 0 is rank 1:
+
+        >>> import keras_gpu
+        >>> keras_gpu.worker_index()
+        0
+        >>> cluster = {"chief": ["node0:2222"], "worker": ["node1:2222"]}
+        >>> keras_gpu.resolve_cluster(cluster=cluster, task_index=0).worker_index
+        1
+    """
     index = task_info(strategy).worker_index
     return 0 if index is None else index

@@ -118,6 +118,20 @@ def make_strategy(
             port is taken; some tasks of the cluster did not start within
             `startup_timeout`; the tasks' cluster descriptions disagree; or
             the default strategy was asked for inside another strategy's scope.
+
+    Example:
+        Two replicas on a CPU-only machine, in a fresh process (the CPU is
+        split before TensorFlow starts):
+
+        >>> import keras
+        >>> import keras_gpu
+        >>> _ = keras_gpu.configure_devices(cpu_devices=2)
+        >>> strategy = keras_gpu.make_strategy()  # "auto": mirrored over the 2 logical CPUs
+        >>> strategy.num_replicas_in_sync
+        2
+        >>> with strategy.scope():
+        ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        ...     model.compile(optimizer="sgd", loss="mse")
     """
     arguments = dict(locals())  # the parameters: StrategyOptions' keywords
     if selected() != "tensorflow":  # JAX: a keras.distribution over the same cluster; others: one clear error

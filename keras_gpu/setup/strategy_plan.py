@@ -77,6 +77,15 @@ class StrategyPlan:
             a local kind ignores.
         startup_timeout: For `"multiworker"`: seconds to wait for every task
             of the cluster to start, else `None`.
+
+    Example:
+        >>> import keras_gpu
+        >>> from keras_gpu.setup.strategy import LocalDevices
+        >>> plan = keras_gpu.plan_strategy(local_devices=LocalDevices(cpus=("/device:CPU:0", "/device:CPU:1")))
+        >>> plan.kind, plan.devices
+        ('mirrored', ('/device:CPU:0', '/device:CPU:1'))
+        >>> plan.reason
+        'no GPU is visible and the CPU is split into 2 logical devices'
     """
 
     kind: str
@@ -183,6 +192,19 @@ def plan_strategy(
         ValueError: An argument has a bad value, arguments contradict each
             other, a device does not exist, or the cluster is malformed.
         TypeError: An argument has the wrong type.
+
+    Example:
+        With the cluster and the local devices given, nothing is detected and
+        TensorFlow's runtime is not started:
+
+        >>> import keras_gpu
+        >>> from keras_gpu.setup.strategy import LocalDevices
+        >>> plan = keras_gpu.plan_strategy(local_devices=LocalDevices(gpus=("/device:GPU:0", "/device:GPU:1")))
+        >>> plan.kind, plan.cross_device_ops
+        ('mirrored', 'nccl')
+        >>> plan = keras_gpu.plan_strategy(cluster=["node0:12345", "node1:12345"], task_index=0)
+        >>> print(plan.describe())
+        multiworker (2 workers from explicit; this process is worker:0 (rank 0, chief); communication auto): ...
     """
     require_tensorflow("keras_gpu.plan_strategy()")
     keywords = dict(locals())  # the parameters: StrategyOptions' keywords, and local_devices
