@@ -1,0 +1,88 @@
+"""Every public name of `keras_gpu` carries an `Example:` section, and its examples run on CPU.
+
+The examples run with `doctest`, never in the pytest process: the names whose
+examples change process-wide state (TensorFlow's devices, a strategy) each in a
+fresh interpreter of their own, the others together in one more, each name with
+fresh globals. GPUs are hidden from the children, so the examples show what a
+CPU-only machine prints, on any machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+
+import pytest
+
+import keras_gpu
+from tests._util import run_python
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="the examples run on Keras' TensorFlow backend"
+)
+
+PUBLIC = [name for name in keras_gpu.__all__ if name != "__version__"]
+
+# Name -> the process-wide state its example changes; each runs in a fresh interpreter.
+OWN_PROCESS = {
+    "configure_devices": "splits the CPU into logical devices",
+    "make_strategy": "splits the CPU and initialises TensorFlow's devices",
+}
+
+# Name -> why its example cannot run on a CPU (it is checked for, but not run).
+NEEDS_GPU: dict[str, str] = {}
+
+_CHILD = """
+import doctest, json, re
+import keras_gpu
+
+results = {}
+for name in NAMES:
+    obj = getattr(keras_gpu, name)
+    doc = obj.__doc__ or ""
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    report = []
+    if RUN:
+        for test in doctest.DocTestFinder(recurse=False).find(obj, f"keras_gpu.{name}", globs={}):
+            runner.run(test, out=report.append)
+    results[name] = {
+        "example": re.search(r"^ *Examples?:$", doc, re.M) is not None,
+        "attempted": runner.tries,
+        "failed": runner.failures,
+        "report": "".join(report),
+    }
+print("RESULTS", json.dumps(results))
+"""
+
+
+@functools.cache
+def _results(names: tuple[str, ...], run: bool) -> dict[str, dict]:
+    """Run the examples of `names` (or, with `run` false, only look for them) in one fresh interpreter."""
+    code = f"NAMES = {list(names)!r}\nRUN = {run!r}\n{_CHILD}"
+    proc = run_python(code, env={"CUDA_VISIBLE_DEVICES": ""}, timeout=240)
+    line = next(text for text in proc.stdout.splitlines() if text.startswith("RESULTS "))
+    return json.loads(line[len("RESULTS "):])
+
+
+def _result(name: str) -> dict:
+    if name in NEEDS_GPU:
+        return _results(tuple(NEEDS_GPU), False)[name]
+    if name in OWN_PROCESS:
+        return _results((name,), True)[name]
+    shared = tuple(n for n in PUBLIC if n not in OWN_PROCESS and n not in NEEDS_GPU)
+    return _results(shared, True)[name]
+
+
+def test_the_lists_name_public_names_only():
+    assert set(OWN_PROCESS) <= set(PUBLIC) and set(NEEDS_GPU) <= set(PUBLIC)
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_public_name_has_an_example_that_runs_on_cpu(name):
+    result = _result(name)
+    assert result["example"], f"keras_gpu.{name}'s docstring has no 'Example:' section"
+    if name in NEEDS_GPU:
+        pytest.skip(f"keras_gpu.{name}'s example needs a GPU: {NEEDS_GPU[name]}")
+    assert result["attempted"] > 0, f"keras_gpu.{name}'s 'Example:' section has no '>>>' line"
+    assert result["failed"] == 0, result["report"]
