@@ -84,6 +84,20 @@ def callbacks(
     Returns:
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
         your own.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as log_dir:
+        ...     callbacks = keras_gpu.callbacks(log_dir)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=callbacks, verbose=0)
+        >>> [type(callback).__name__ for callback in callbacks]  # on the TensorFlow backend
+        ['ThroughputLogger', 'MemoryLogger', 'PlacementLogger', 'StepTimeLogger']
     """
     # Each value is checked here, once; the callbacks take what this forwards as it is (see RunOptions).
     run = RunOptions.checked(log_dir, per_worker_runs)

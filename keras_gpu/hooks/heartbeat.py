@@ -31,6 +31,18 @@ class Heartbeat(keras.callbacks.Callback):
     Attributes:
         writer: The process's progress writer, or `None` when not launched
             with `--hang-timeout`.
+
+    Example:
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> heartbeat = keras_gpu.Heartbeat()
+        >>> _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[heartbeat], verbose=0)
+        >>> heartbeat.writer is None  # not started by `keras-gpu launch --hang-timeout`: a no-op
+        True
     """
 
     async_safe = True  # only sets ints; keeps Keras' asynchronous batch hooks on backends that have them

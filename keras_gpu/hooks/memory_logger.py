@@ -134,6 +134,20 @@ class MemoryLogger(LoggingCallback):
 
     Raises:
         TypeError, ValueError: An argument is malformed.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as log_dir:
+        ...     memory = keras_gpu.MemoryLogger(log_dir, every_s=1.0)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[memory], verbose=0)
+        ...     print(os.listdir(log_dir))  # this process's run
+        ['train']
     """
 
     DEFAULT_SAMPLE_INTERVAL_S = 0.5

@@ -112,6 +112,22 @@ class PlacementLogger(LoggingCallback):
         overhead_s: Seconds spent in this callback during the last `fit`,
             the training step itself excluded.
         last_analysis_s: Seconds the last analysis and its writing took.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as log_dir:
+        ...     placement = keras_gpu.PlacementLogger(log_dir, write_graph=False)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[placement], verbose=0)
+        ...     print(os.path.exists(os.path.join(log_dir, "train", "placement.json")))
+        True
+        >>> placement.analysis_count, placement.report.strategy.kind
+        (1, 'default')
     """
 
     def __init__(

@@ -146,6 +146,20 @@ class StepTimeLogger(LoggingCallback):
         traces: Breakdowns logged in this `fit`, oldest first.
         cluster: In multi-worker TensorFlow jobs, what each all-gather brought (:class:`keras_gpu.meters.cluster_view.ClusterSummary`,
             or `None` when no worker had a breakdown ready).
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import keras
+        >>> import keras_gpu
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
+        >>> with tempfile.TemporaryDirectory() as log_dir:
+        ...     step_time = keras_gpu.StepTimeLogger(log_dir, warmup_steps=1, profile_steps=2)
+        ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[step_time], verbose=0)
+        >>> len(step_time.traces), step_time.last.steps  # one trace of two steps
+        (1, 2)
     """
 
     DEFAULT_PROFILE_EVERY_S = 300.0
