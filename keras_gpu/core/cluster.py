@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keras_gpu.core.checks import clip_repr
+from keras_gpu.core.checks import check_bool, clip_repr
 from keras_gpu.core.cluster_agreement import check_cluster_agreement, cluster_difference
 from keras_gpu.core.cluster_info import TASK_TYPES, TRAINING_TASK_TYPES, ClusterInfo
 from keras_gpu.core.slurm import (
@@ -100,10 +100,7 @@ class ClusterOptions:
             raise ValueError(f"`source` must be one of {SOURCES}. Received: source={self.source!r}")
         check_port_base(self.slurm_port_base)
         check_gpus_per_task(self.slurm_gpus_per_task)
-        if not isinstance(self.slurm_assign_gpus, bool):
-            raise TypeError(
-                f"`slurm_assign_gpus` must be True or False. Received: slurm_assign_gpus={self.slurm_assign_gpus!r}"
-            )
+        check_bool("slurm_assign_gpus", self.slurm_assign_gpus)
 
     def resolve(self) -> ClusterInfo:
         """The validated :class:`ClusterInfo` these options describe (see :func:`resolve_cluster`)."""
