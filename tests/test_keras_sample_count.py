@@ -52,6 +52,8 @@ def test_a_count_reset_within_the_epoch_stops_samples_with_one_warning_never_a_w
     assert len(result["warnings"]) == 1
     assert "was reset during the epoch" in result["warnings"][0]
     assert "batch_size=" in result["warnings"][0]
+    again = fitted["reset_mid_epoch_next_fit"]  # the same model fitted again: counted in the step, exactly
+    assert again["source"] == "probe" and again["summary_samples"] == again["truth"] and again["warnings"] == []
 
 
 # -- the Keras internals read, in this process ------------------------------------------------

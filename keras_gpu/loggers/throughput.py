@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
+_PROBE_NEXT = "_keras_gpu_count_in_step"  # set on a model whose Keras count could not be trusted in a fit
 
 
 class ThroughputLogger(LoggingCallback):
@@ -68,16 +69,26 @@ class ThroughputLogger(LoggingCallback):
     * arrays, and `tf.data` datasets with a static batch dimension: from the
       running `fit`'s data (batch size, batches, the short last batch);
     * anything else on TensorFlow (`tf.data` with a dynamic batch,
-      generators, `PyDataset`): a counting probe in the training step
-      (:mod:`keras_gpu.step_probe` with `timing=False`: one add of the step's
-      batch size per replica to a host variable, read once per window; the
-      same probe that measures multi-worker jobs, never a second one);
+      generators, `PyDataset`): Keras' own count, nothing added to the step.
+      Keras' default `train_step` adds each replica's batch size to its loss
+      tracker's `count` (:class:`keras_gpu._keras_compat.KerasSampleCount`);
+      it is read once per window and at the epoch's last batch end, before
+      validation or a callback's `evaluate` resets it. It is a float32: a
+      count reset within an epoch by another callback, or past 2**24 samples
+      per replica and epoch, stops samples/s for the rest of that `fit` with
+      one warning, and the model's next `fit` counts in the step instead;
+    * on TensorFlow where Keras' count cannot be read (a model with its own
+      `train_step`, epochs whose length only the data decides): a counting
+      probe in the training step (:mod:`keras_gpu.step_probe` with
+      `timing=False`: one integer add of (1, batch size) per replica, read
+      once per window; the same probe that measures multi-worker jobs, never
+      a second one);
     * anything else on JAX and PyTorch (generators, `PyDataset`, a PyTorch
       `DataLoader`): the batches the train function takes from `fit`'s
       epoch iterator, counted on the host by their first dimension.
 
-    In a multi-worker TensorFlow job each worker's probe counts its own
-    replicas' samples; the global count is that times the number of workers,
+    In a multi-worker TensorFlow job each worker's count (Keras' or the
+    probe's) holds its own replicas' samples; the global count is that times the number of workers,
     exact where the workers' batches are the same size (every full batch),
     and off by the difference where a short last batch splits unevenly over
     workers: an exact sum would need a collective per window. Where no count
@@ -268,11 +279,13 @@ class ThroughputLogger(LoggingCallback):
         fit.warned_counter = True
         reason = fit.keras_count.lost_reason if fit.keras_count is not None else None
         if reason is not None:
+            object.__setattr__(self.model, _PROBE_NEXT, True)  # the next fit counts in the step
             self._once.log(
                 logging.WARNING,
                 "throughput:keras-count-lost",
                 "keras-gpu: ThroughputLogger counts the samples with Keras' loss tracker, which %s, so samples/s is "
-                "not logged from here on; pass %s to log it.",
+                "not logged from here on in this fit (the next fit of this model counts them in its training step); "
+                "pass %s to log it.",
                 reason,
                 call_with(self, "batch_size"),
             )
@@ -356,9 +369,13 @@ class ThroughputLogger(LoggingCallback):
 
         That needs Keras' default TensorFlow training step and an epoch whose
         length Keras knows (its last batch end is where the count is read:
-        validation and callbacks calling `evaluate` reset it after that).
+        validation and callbacks calling `evaluate` reset it after that). A
+        model whose count was lost in an earlier fit (reset within an epoch,
+        or past 2**24 samples per replica and epoch) counts with the probe.
         """
         if self._count_with == "probe" or data is None or data.num_batches is None:
+            return None
+        if getattr(model, _PROBE_NEXT, False):
             return None
         from keras_gpu._keras_compat import keras_sample_count
 

@@ -71,8 +71,12 @@ class EvaluateAtEpochEnd(keras.callbacks.Callback):
 class ResetMidEpoch(keras.callbacks.Callback):
     """Placed before the logger: resets the model's metrics in the middle of the first epoch."""
 
+    def __init__(self, done=False):
+        super().__init__()
+        self.done = done
+
     def on_train_batch_end(self, batch, logs=None):
-        if batch == 50 and not getattr(self, "done", False):
+        if batch == 50 and not self.done:
             self.done = True
             self.model.reset_metrics()
 
@@ -108,8 +112,13 @@ def main(log_dir: str) -> None:
 
     logging.getLogger("keras_gpu").addHandler(Collect(logging.WARNING))
     results = {}
-    for name, make in cases().items():
+    made = cases()
+    reset = {}
+    made["reset_mid_epoch_next_fit"] = lambda: (reset["model"], {"x": DS.batch(BATCH)}, [ResetMidEpoch(done=True)])
+    for name, make in made.items():
         model, fit_kwargs, before = make()
+        if name == "reset_mid_epoch":
+            reset["model"] = model
         run_dir = os.path.join(log_dir, name)
         logger = ThroughputLogger(run_dir, every_n_steps=30)
         start = len(messages)
