@@ -14,14 +14,27 @@ round, each on its own model (traced once, before the rounds):
 * `none`: no callback;
 * `given`: `ThroughputLogger(batch_size=64)`: the batch size from the user,
   nothing counted;
-* `counted`: `ThroughputLogger()`: the samples counted (TensorFlow: the
-  counting step probe; JAX and PyTorch: the batches counted on the host).
+* `counted`: `ThroughputLogger()`: the samples counted (TensorFlow: Keras'
+  own count, read from its loss tracker once per window; JAX and PyTorch:
+  the batches counted on the host).
+
+On TensorFlow two more variants compare the ways to count inside the step
+(`--variants` picks any subset):
+
+* `probe`: `ThroughputLogger()` made to use the counting step probe (one
+  integer add of (1, batch size) per replica, what a model with its own
+  `train_step` gets);
+* `scatter`: the same probe with the scatter of float64 values into its
+  per-replica rows that it used before (kept here as the reference).
 
 Each variant's round is one epoch of `--steps` steps; its steady time runs
 from the end of the first batch to the end of the last (a timestamp
 callback placed last). The counting's direct cost is the median over rounds
 of `counted - given` (the same logger, with and without the count) as a share
-of the median `given` epoch; `given - none` is the logger's own cost. It
+of the median `given` epoch, and likewise for `probe` and `scatter`;
+`given - none` is the logger's own cost. The process CPU time over the same
+interval is compared the same way: on a machine shared with other work it
+moves less than the wall time (waiting for a core is not counted). It
 reports; it never fails because a budget is missed. On a machine shared with
 other work the spread across rounds is printed beside the medians.
 """
@@ -38,27 +51,32 @@ from typing import Any
 
 BATCH = 64
 VARIANTS = ("none", "given", "counted")
+TF_VARIANTS = (*VARIANTS, "probe", "scatter")
+COUNTING = ("counted", "probe", "scatter")
 
 
 def _clock() -> Any:
-    """A callback holding the seconds from the first batch end to the last one of the epoch (`seconds()`)."""
+    """A callback holding the wall and process CPU seconds from the first batch end to the last one of the epoch."""
     import keras
 
     class Clock(keras.callbacks.Callback):
-        first: float | None = None
-        last: float | None = None
+        first: tuple[float, float] | None = None
+        last: tuple[float, float] | None = None
 
         def on_epoch_begin(self, epoch, logs=None):
             self.first = self.last = None
 
         def on_train_batch_end(self, batch, logs=None):
-            t = time.perf_counter()
+            t = (time.perf_counter(), time.process_time())
             if self.first is None:
                 self.first = t
             self.last = t
 
         def seconds(self) -> float:
-            return (self.last or 0.0) - (self.first or 0.0)
+            return (self.last or (0.0, 0.0))[0] - (self.first or (0.0, 0.0))[0]
+
+        def cpu_seconds(self) -> float:
+            return (self.last or (0.0, 0.0))[1] - (self.first or (0.0, 0.0))[1]
 
     return Clock()
 
@@ -81,14 +99,38 @@ def _data(steps: int, seed: int) -> Any:
     return lambda: {"x": batches()}
 
 
-def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
-    """Interleaved rounds of the three variants; seconds of each variant's steady epoch, per round."""
+def _scatter_step(probe: Any, original: Any, data: Any) -> Any:
+    """The counting probe's step as it was: a scatter of (1.0, batch size) as float64 into this replica's row."""
+    import tensorflow as tf
+
+    from keras_gpu.hooks import step_probe as sp
+
+    r = sp._local_replica(probe.local_replicas)
+    values = tf.stack([tf.constant(1.0, tf.float64), tf.cast(sp._batch_size(data), tf.float64)])
+    indices = tf.stack([tf.fill([2], r), tf.constant([sp._F["steps"], sp._F["samples"]], tf.int32)], axis=1)
+    probe._sums.scatter_nd_add(indices, values)
+    return original(data)
+
+
+def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Interleaved rounds of the variants; seconds of each variant's steady epoch, per round."""
+    import functools
+
     import keras
 
     from benchmarks._workload import build_model, setup_replicas
+    from keras_gpu.hooks import step_probe
     from keras_gpu.hooks.factory import ThroughputLogger
 
-    strategy = setup_replicas(1) if keras.backend.backend() == "tensorflow" else None
+    tf_backend = keras.backend.backend() == "tensorflow"
+    variants = tuple(variants or (TF_VARIANTS if tf_backend else VARIANTS))
+    unknown = [v for v in variants if v not in (TF_VARIANTS if tf_backend else VARIANTS)]
+    if unknown or "given" not in variants:
+        raise ValueError(
+            f"`variants` must include 'given' and name only {TF_VARIANTS if tf_backend else VARIANTS}. "
+            f"Received: variants={variants!r}"
+        )
+    strategy = setup_replicas(1) if tf_backend else None
     data = _data(steps, seed)
     log_root = tempfile.mkdtemp(prefix="keras-gpu-count-cost-")
 
@@ -96,14 +138,22 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
         if variant == "none":
             return []
         size = {"batch_size": BATCH} if variant == "given" else {}
-        return [ThroughputLogger(f"{log_root}/{variant}_{n}", **size)]
+        logger = ThroughputLogger(f"{log_root}/{variant}_{n}", **size)
+        if variant in ("probe", "scatter"):
+            logger._count_with = "probe"
+        return [logger]
 
     models: dict[str, Any] = {}
-    for variant in VARIANTS:  # trace each model's train function once, outside the rounds
-        models[variant] = _model(build_model, strategy, seed)
-        models[variant].fit(epochs=1, verbose=0, callbacks=callbacks(variant, -1), **data())
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    order = list(VARIANTS)
+    for variant in variants:  # trace each model's train function once, outside the rounds
+        models[variant] = model = _model(build_model, strategy, seed)
+        if variant == "scatter":
+            probe = step_probe.install(model, 1, timing=False)
+            probe._counted_step = functools.partial(_scatter_step, probe)
+            probe._timed = True  # its counts are in the per-replica rows
+        model.fit(epochs=1, verbose=0, callbacks=callbacks(variant, -1), **data())
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    order = list(variants)
     rng = random.Random(seed)
     for n in range(rounds):
         rng.shuffle(order)
@@ -111,19 +161,36 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
             clock = _clock()
             models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
             times[variant].append(clock.seconds())
+            cpu[variant].append(clock.cpu_seconds())
     med = {v: statistics.median(t) for v, t in times.items()}
-    paired = [c - g for c, g in zip(times["counted"], times["given"])]
-    return {
+    cpu_med = {v: statistics.median(t) for v, t in cpu.items()}
+    cost: dict[str, Any] = {}
+    for variant in (v for v in COUNTING if v in variants):
+        paired = [c - g for c, g in zip(times[variant], times["given"])]
+        cpu_paired = [c - g for c, g in zip(cpu[variant], cpu["given"])]
+        cost[variant] = {
+            "share": statistics.median(paired) / med["given"],
+            "spread": [min(paired) / med["given"], max(paired) / med["given"]],
+            "us_per_step": 1e6 * statistics.median(paired) / max(1, steps - 1),
+            "cpu_share": statistics.median(cpu_paired) / cpu_med["given"],
+            "cpu_us_per_step": 1e6 * statistics.median(cpu_paired) / max(1, steps - 1),
+        }
+    out = {
         "backend": keras.backend.backend(),
         "rounds": rounds,
         "steps": steps,
         "seconds": times,
+        "cpu_seconds": cpu,
         "median_sec": med,
+        "median_cpu_sec": cpu_med,
         "step_ms": {v: 1e3 * s / max(1, steps - 1) for v, s in med.items()},
-        "count_cost_share": statistics.median(paired) / med["given"],
-        "count_cost_share_spread": [min(paired) / med["given"], max(paired) / med["given"]],
-        "logger_cost_share": (med["given"] - med["none"]) / med["none"],
+        "cost": cost,
+        "logger_cost_share": (med["given"] - med["none"]) / med["none"] if "none" in med else None,
     }
+    if "counted" in cost:
+        out["count_cost_share"] = cost["counted"]["share"]
+        out["count_cost_share_spread"] = cost["counted"]["spread"]
+    return out
 
 
 def _model(build_model: Any, strategy: Any, seed: int) -> Any:
@@ -143,16 +210,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--output", default=None, help="write the result as JSON here")
-    args = parser.parse_args(argv)
-    result = run(args.rounds, args.steps)
-    ms = result["step_ms"]
-    lo, hi = result["count_cost_share_spread"]
-    print(
-        f"{result['backend']}: {result['rounds']} rounds of {result['steps']} steps; median step "
-        f"none {ms['none']:.3f} ms, given {ms['given']:.3f} ms, counted {ms['counted']:.3f} ms; "
-        f"counting costs {100 * result['count_cost_share']:+.2f}% of the epoch (paired rounds "
-        f"{100 * lo:+.2f}% .. {100 * hi:+.2f}%); the logger itself {100 * result['logger_cost_share']:+.2f}%"
+    parser.add_argument(
+        "--variants", default=None, help="comma-separated subset (must include given); default: all of this backend"
     )
+    args = parser.parse_args(argv)
+    variants = tuple(args.variants.split(",")) if args.variants else None
+    result = run(args.rounds, args.steps, variants=variants)
+    ms = result["step_ms"]
+    steps = ", ".join(f"{v} {t:.3f} ms" for v, t in ms.items())
+    print(f"{result['backend']}: {result['rounds']} rounds of {result['steps']} steps; median step {steps}")
+    for variant, c in result["cost"].items():
+        lo, hi = c["spread"]
+        print(
+            f"  {variant}: counting costs {100 * c['share']:+.2f}% of the epoch ({c['us_per_step']:+.1f} us/step; "
+            f"paired rounds {100 * lo:+.2f}% .. {100 * hi:+.2f}%), {100 * c['cpu_share']:+.2f}% of its process CPU "
+            f"time ({c['cpu_us_per_step']:+.1f} us/step)"
+        )
+    if result["logger_cost_share"] is not None:
+        print(f"  the logger itself (given - none): {100 * result['logger_cost_share']:+.2f}%")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -186,9 +186,27 @@ def test_dataset_without_static_batch_is_counted_by_the_probe(tmp_path, caplog):
     assert (cb.summary["samples"], cb.summary["steps"]) == (2 * N, 32)
 
 
-def test_callbacks_set_before_fit_cannot_count_a_dynamic_batch_warn_once_and_log_steps_only(tmp_path, caplog):
-    # A CallbackList made before `fit`: set_model ran outside it, so no probe is in the step.
+def test_callbacks_set_before_fit_read_keras_count_of_a_dynamic_batch(tmp_path, caplog):
+    # A CallbackList made before `fit`: no probe is in the step, but Keras' own step counts the samples.
     model = _mlp()
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    callbacks = keras.callbacks.CallbackList([cb], add_history=True, model=model)
+    caplog.set_level(logging.WARNING, logger="keras_gpu")
+    model.fit(ds, epochs=2, verbose=0, callbacks=callbacks)
+    assert not caplog.records
+    assert (cb.summary["samples"], cb.summary["steps"]) == (2 * N, 32)
+
+
+def test_callbacks_set_before_fit_cannot_count_a_dynamic_batch_warn_once_and_log_steps_only(tmp_path, caplog):
+    # A CallbackList made before `fit`: set_model ran outside it, so no probe is in the step (its own step).
+    class OwnStep(keras.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    model = OwnStep(_mlp().layers)
+    model.compile("sgd", "mse")
     x, y = _data()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
     cb = ThroughputLogger(tmp_path, every_n_steps=4)

@@ -61,6 +61,8 @@ class FitData:
         steps_per_epoch: The `steps_per_epoch` passed to `fit`.
         steps_per_execution: The model's `steps_per_execution`.
         x_spec: The (nested) `tf.TensorSpec` of the model input `x`, or `None`.
+        num_batches: Steps Keras runs per epoch (its epoch iterator's
+            `num_batches`), or `None` where it stops at the data's end.
     """
 
     adapter: str = "unknown"
@@ -72,6 +74,7 @@ class FitData:
     steps_per_epoch: int | None = None
     steps_per_execution: int = 1
     x_spec: Any = None
+    num_batches: int | None = None
 
 
 # --------------------------------------------------------------------------- the stack
@@ -249,6 +252,7 @@ def inspect_fit(model: Any) -> FitData | None:
             adapter=name,
             steps_per_epoch=_int_or_none(getattr(iterator, "steps_per_epoch", None)),
             steps_per_execution=spe,
+            num_batches=_int_or_none(getattr(iterator, "num_batches", None)),
             **fields,
         )
     except Exception as exc:  # noqa: BLE001 - introspection must never break fit

@@ -30,11 +30,12 @@ callback's `set_model`), and the train function Keras builds runs the probed
 step, whatever else wraps that function later. XLA cannot compile `tf.timestamp()`, so a model compiled
 with `jit_compile=True` is not probed (:func:`install` returns `None`).
 
-A probe made with `timing=False` only counts: one add of the step and of
-its batch size per replica, no timestamp (what `ThroughputLogger` needs to
-count samples where the input does not say its batch size, at a fraction of
-the timing's cost). It works under XLA too: its counters then live on the
-model's device, and a read copies them once per window. Installing with
+A probe made with `timing=False` only counts: one integer add of (1, the
+batch size) per replica to a two-element variable, no timestamp, no identity
+over the outputs, no scatter (what `ThroughputLogger` needs to count samples
+where the input does not say its batch size and Keras' own count cannot be
+read). It works under XLA too: its counters then live on the model's device,
+and a read copies them once per window. Installing with
 `timing=True` later turns the same probe into a timing one (one probe per
 model, never two in the step).
 """
@@ -138,7 +139,7 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
         object.__setattr__(model, _ATTR, probe)
         model.train_function = None
     elif timing and not probe.timing:
-        probe.timing = True
+        probe.timing = probe._timed = True
         model.train_function = None  # the next trace adds the timestamps
     probe._wrap_optimizer(getattr(model, "optimizer", None))
     return probe
@@ -165,11 +166,13 @@ class StepProbe:
 
         self.local_replicas = max(1, int(local_replicas))
         self.timing = bool(timing)
+        self._timed = self.timing  # whether a timing step ever ran: its samples are in the sums
         self.on_device = bool(on_device)
         self._base = time.time()
-        self._sums, self._prev = _host_variables(
+        self._sums, self._prev, self._count = _host_variables(
             tf.zeros((self.local_replicas, len(FIELDS)), tf.float64),
             tf.zeros((self.local_replicas,), tf.float64),
+            tf.zeros((2,), tf.int64),  # counting steps: (steps of every local replica, samples)
             device=None if on_device else "/cpu:0",
         )
         self._trace = threading.local()  # the step being traced: where its t1 goes
@@ -215,9 +218,13 @@ class StepProbe:
         A running total that :meth:`read` does not disturb, so several readers
         can share the probe, each keeping its own last value.
         """
-        sums = self._sums.numpy()
-        steps, samples = _F["steps"], _F["samples"]
-        return round(float(sums[0, steps])), round(float(sums[:, samples].sum()))
+        counted_steps, counted_samples = (int(v) for v in self._count.numpy())
+        steps, samples = counted_steps // self.local_replicas, counted_samples
+        if self._timed:
+            sums = self._sums.numpy()
+            steps += round(float(sums[0, _F["steps"]]))
+            samples += round(float(sums[:, _F["samples"]].sum()))
+        return steps, samples
 
     # -- wrapping ---------------------------------------------------------------------------
 
@@ -283,13 +290,16 @@ class StepProbe:
             return tf.nest.map_structure(_identity, outputs, expand_composites=True)
 
     def _counted_step(self, original: Any, data: Any) -> Any:
-        """The step and one add of (1 step, its batch size) to this replica's row: no timestamp, no dependency."""
+        """The step and one integer add of (1, its batch size): no timestamp, no dependency, no replica index.
+
+        Every local replica adds to the same two integers (an add on a
+        variable is atomic), so the steps are summed over the local replicas
+        and the samples are the worker's. A stateful op: the function runs it
+        before it returns.
+        """
         import tensorflow as tf
 
-        r = _local_replica(self.local_replicas)
-        values = tf.stack([tf.constant(1.0, tf.float64), tf.cast(_batch_size(data), tf.float64)])
-        indices = tf.stack([tf.fill([2], r), tf.constant([_F["steps"], _F["samples"]], tf.int32)], axis=1)
-        self._sums.scatter_nd_add(indices, values)  # a stateful op: the function runs it before it returns
+        self._count.assign_add(tf.stack([tf.constant(1, tf.int64), _batch_size(data)]))
         return original(data)
 
     def _mark_gradients_ready(self, grads: Any) -> Any:

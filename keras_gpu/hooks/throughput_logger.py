@@ -5,21 +5,30 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keras_gpu.core import backend
-from keras_gpu.hooks import step_probe
-from keras_gpu.hooks.fit_introspection import FitData, count_batches, inspect_fit
+from keras_gpu.core import backend, topology
 from keras_gpu.core.log import call_with, logger, process_once
+from keras_gpu.hooks import step_probe
 from keras_gpu.hooks._base import LoggingCallback, check_positive
-from keras_gpu.output import tags as _tags
-from keras_gpu.core import topology
+from keras_gpu.hooks.fit_introspection import FitData, count_batches, inspect_fit
 from keras_gpu.meters import model_flops
-from keras_gpu.meters.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
+from keras_gpu.meters.throughput import (
+    DataSchedule,
+    EpochTimes,
+    FirstExecution,
+    ThroughputMeter,
+    Window,
+)
+from keras_gpu.output import tags as _tags
+
+if TYPE_CHECKING:
+    from keras_gpu.setup.keras_compat import KerasSampleCount
 
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
+_PROBE_NEXT = "_keras_gpu_count_in_step"  # set on a model whose Keras count could not be trusted in a fit
 
 
 class ThroughputLogger(LoggingCallback):
@@ -67,16 +76,26 @@ class ThroughputLogger(LoggingCallback):
     * arrays, and `tf.data` datasets with a static batch dimension: from the
       running `fit`'s data (batch size, batches, the short last batch);
     * anything else on TensorFlow (`tf.data` with a dynamic batch,
-      generators, `PyDataset`): a counting probe in the training step
-      (:mod:`keras_gpu.hooks.step_probe` with `timing=False`: one add of the step's
-      batch size per replica to a host variable, read once per window; the
-      same probe that measures multi-worker jobs, never a second one);
+      generators, `PyDataset`): Keras' own count, nothing added to the step.
+      Keras' default `train_step` adds each replica's batch size to its loss
+      tracker's `count` (:class:`keras_gpu.setup.keras_compat.KerasSampleCount`);
+      it is read once per window and at the epoch's last batch end, before
+      validation or a callback's `evaluate` resets it. It is a float32: a
+      count reset within an epoch by another callback, or past 2**24 samples
+      per replica and epoch, stops samples/s for the rest of that `fit` with
+      one warning, and the model's next `fit` counts in the step instead;
+    * on TensorFlow where Keras' count cannot be read (a model with its own
+      `train_step`, epochs whose length only the data decides): a counting
+      probe in the training step (:mod:`keras_gpu.hooks.step_probe` with
+      `timing=False`: one integer add of (1, batch size) per replica, read
+      once per window; the same probe that measures multi-worker jobs, never
+      a second one);
     * anything else on JAX and PyTorch (generators, `PyDataset`, a PyTorch
       `DataLoader`): the batches the train function takes from `fit`'s
       epoch iterator, counted on the host by their first dimension.
 
-    In a multi-worker TensorFlow job each worker's probe counts its own
-    replicas' samples; the global count is that times the number of workers,
+    In a multi-worker TensorFlow job each worker's count (Keras' or the
+    probe's) holds its own replicas' samples; the global count is that times the number of workers,
     exact where the workers' batches are the same size (every full batch),
     and off by the difference where a short last batch splits unevenly over
     workers: an exact sum would need a collective per window. Where no count
@@ -137,6 +156,7 @@ class ThroughputLogger(LoggingCallback):
         ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[throughput], verbose=0)
         >>> throughput.summary["steps"], throughput.summary["samples"]  # the last batch holds 2 samples
         (4, 14)
+
     """
 
     def __init__(
@@ -165,6 +185,7 @@ class ThroughputLogger(LoggingCallback):
         self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
+        self._count_with: str | None = None  # "probe": never Keras' own count (benchmarks compare the two)
         self._fit: _ThroughputFit | None = None
         self._once = process_once()  # its hints appear once per process, however many fits
 
@@ -177,7 +198,8 @@ class ThroughputLogger(LoggingCallback):
             return
         try:
             data = inspect_fit(model)
-            if data is not None and (data.batch_size is None or data.last_batch_size is None):
+            counted = data is not None and (data.batch_size is None or data.last_batch_size is None)
+            if counted and self._keras_count(model, data) is None:
                 step_probe.install(model, len(backend.replica_devices(model)), timing=False)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
@@ -188,7 +210,11 @@ class ThroughputLogger(LoggingCallback):
         self.summary = None
         self._open()
         try:
-            self._fit = _ThroughputFit(self._build_meter(), t0)
+            meter, keras_count = self._build_meter()
+            self._fit = _ThroughputFit(meter, t0)
+            if keras_count is not None:
+                self._fit.keras_count = keras_count
+                self._fit.last_index = keras_count.last_index
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
@@ -204,6 +230,8 @@ class ThroughputLogger(LoggingCallback):
         self._write_epoch(fit.meter.epoch_close(t))
         if not fit.meter.exact_steps:
             fit.epoch_iterations = self._iterations()
+        if fit.keras_count is not None:
+            fit.keras_count.epoch_begin()
         fit.meter.epoch_begin(t)
         fit.last_batch, fit.last_t = -1, t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
@@ -213,6 +241,8 @@ class ThroughputLogger(LoggingCallback):
         fit = self._fit
         if fit is None:
             return
+        if batch >= fit.last_index:  # the epoch's last step: Keras' count read before anything resets it
+            fit.keras_count.epoch_end()
         if batch >= fit.next_batch or t >= fit.next_time:
             self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
             fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
@@ -270,6 +300,19 @@ class ThroughputLogger(LoggingCallback):
         if fit.warned_counter:
             return
         fit.warned_counter = True
+        reason = fit.keras_count.lost_reason if fit.keras_count is not None else None
+        if reason is not None:
+            object.__setattr__(self.model, _PROBE_NEXT, True)  # the next fit counts in the step
+            self._once.log(
+                logging.WARNING,
+                "throughput:keras-count-lost",
+                "keras-gpu: ThroughputLogger counts the samples with Keras' loss tracker, which %s, so samples/s is "
+                "not logged from here on in this fit (the next fit of this model counts them in its training step); "
+                "pass %s to log it.",
+                reason,
+                call_with(self, "batch_size"),
+            )
+            return
         self._once.log(
             logging.WARNING,
             "throughput:counter-failed",
@@ -314,7 +357,7 @@ class ThroughputLogger(LoggingCallback):
 
     # -- set-up ---------------------------------------------------------------------
 
-    def _build_meter(self) -> ThroughputMeter:
+    def _build_meter(self) -> tuple[ThroughputMeter, _KerasCount | None]:
         model = self.model
         strategy = self._strategy()  # None off the TensorFlow backend
         if strategy is not None:
@@ -322,7 +365,7 @@ class ThroughputLogger(LoggingCallback):
         fit = inspect_fit(model)
         counter = None
         if self.batch_size is None and (fit is None or fit.batch_size is None or fit.last_batch_size is None):
-            counter = self._counter()
+            counter = self._counter(fit)
         schedule = self._schedule(fit, counted=counter is not None)
         num_replicas = backend.num_replicas(model)
         devices = list(backend.replica_devices(model))
@@ -332,7 +375,7 @@ class ThroughputLogger(LoggingCallback):
         peak = None
         if flops_per_sample is not None:
             peak = self._peak_total(model, devices, num_replicas)
-        return ThroughputMeter(
+        meter = ThroughputMeter(
             schedule,
             every_n_steps=self.every_n_steps,
             every_s=self.every_s,
@@ -342,17 +385,38 @@ class ThroughputLogger(LoggingCallback):
             initial_step=self._initial_step(),
             counter=counter,
         )
+        return meter, counter if isinstance(counter, _KerasCount) else None
 
-    def _counter(self) -> Any:
+    def _keras_count(self, model: Any, data: FitData | None) -> KerasSampleCount | None:
+        """Keras' own sample count, where it can be read exactly at the epoch's last batch end; else `None`.
+
+        That needs Keras' default TensorFlow training step and an epoch whose
+        length Keras knows (its last batch end is where the count is read:
+        validation and callbacks calling `evaluate` reset it after that). A
+        model whose count was lost in an earlier fit (reset within an epoch,
+        or past 2**24 samples per replica and epoch) counts with the probe.
+        """
+        if self._count_with == "probe" or data is None or data.num_batches is None:
+            return None
+        if getattr(model, _PROBE_NEXT, False):
+            return None
+        from keras_gpu.setup.keras_compat import keras_sample_count
+
+        return keras_sample_count(model)
+
+    def _counter(self, data: FitData | None = None) -> Any:
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
         model = self.model
         if backend.name() != "tensorflow":
             return count_batches(model)  # the batches' own shapes: global arrays under a JAX distribution
-        probe = step_probe.installed(model)
-        if probe is None:
-            return None
         task = self._task
         workers = max(1, task.num_workers) if task is not None else 1
+        probe = step_probe.installed(model)
+        source = self._keras_count(model, data) if probe is None else None
+        if source is not None:
+            return _KerasCount(source, workers, data.num_batches)
+        if probe is None:
+            return None
 
         def counts() -> tuple[int, int]:
             steps, samples = probe.counts()
@@ -551,7 +615,10 @@ def _int_attr(obj: Any, name: str) -> int | None:
 class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
-    __slots__ = ("epoch_iterations", "last_batch", "last_t", "meter", "next_batch", "next_time", "t0", "warned_counter")
+    __slots__ = (
+        "epoch_iterations", "keras_count", "last_batch", "last_index", "last_t", "meter", "next_batch", "next_time",
+        "t0", "warned_counter",
+    )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
         self.meter = meter
@@ -562,3 +629,54 @@ class _ThroughputFit:
         self.last_t = t0
         self.epoch_iterations: int | None = None
         self.warned_counter = False
+        self.keras_count: _KerasCount | None = None
+        self.last_index: float = _INF  # Keras' batch index of the epoch's last step, where Keras' count is read
+
+
+class _KerasCount:
+    """This fit's running samples from Keras' own per-epoch count (:class:`keras_gpu.setup.keras_compat.KerasSampleCount`).
+
+    Called as a meter's counter: `(None, samples)` (Keras' batch index counts
+    the steps), all workers' samples (this worker's times the workers, as
+    with the probe). Keras resets its count before each epoch: each epoch's
+    reads are deltas from the read in :meth:`epoch_begin`, and the read at
+    the epoch's last batch end (:meth:`epoch_end`) holds until the next
+    epoch. A count reset within the epoch (by a callback before this one)
+    or past the float's exact range gives `None`: samples not logged from
+    then on (:attr:`lost_reason` says why).
+    """
+
+    def __init__(self, source: KerasSampleCount, workers: int, num_batches: int) -> None:
+        self._source = source
+        self._workers = workers
+        self.last_index = num_batches - 1
+        self._last = 0.0
+        self._total = 0.0
+        self._frozen = True  # before the first epoch, the count is the previous fit's or evaluate's
+        self._resets = source.resets
+        self.lost_reason: str | None = None  # why the count cannot be trusted any more
+
+    def epoch_begin(self) -> None:
+        self._frozen = False
+        self._resets = self._source.resets  # Keras' reset before this epoch is the last allowed
+        self._last = sum(self._read())  # 0 after that reset; read, not assumed
+
+    def epoch_end(self) -> None:
+        self.__call__()
+        self._frozen = True
+
+    def __call__(self) -> tuple[None, int | None]:
+        if not self._frozen and self.lost_reason is None:
+            values = self._read()
+            now = sum(values)
+            if now < self._last or self._source.resets != self._resets:
+                self.lost_reason = "was reset during the epoch (a callback calling `evaluate`?)"
+            elif max(values) >= self._source.exact_below:
+                self.lost_reason = f"counts exactly only to {self._source.exact_below:.0f} samples per replica and epoch"
+            else:
+                self._total += now - self._last
+                self._last = now
+        return None, (None if self.lost_reason else round(self._total) * self._workers)
+
+    def _read(self) -> list[float]:
+        return self._source.read()

@@ -21,7 +21,9 @@ with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
 *counter* counts instead: a callable giving the steps and samples done so
 far, read when a window closes (never per batch). The meter then takes each
 window's steps and samples from the counter, so short and uneven batches,
-and an execution that stopped early, count as they ran.
+and an execution that stopped early, count as they ran. A counter that
+counts samples only gives `None` steps: Keras' batch index then counts them
+(exact where every execution runs all its steps).
 
 Conventions:
 
@@ -284,6 +286,9 @@ class ThroughputMeter:
         counter: Running totals `(steps, samples)` of this fit, exact at any
             batch end (see the module's docstring); read once per window.
             With it, the counts come from the counter, not from `schedule`.
+            Steps `None`: counted from Keras' batch index; samples `None`
+            (or a raise): the counter can no longer tell, samples are not
+            logged from then on.
     """
 
     def __init__(
@@ -296,7 +301,7 @@ class ThroughputMeter:
         flops_per_sample: float | None = None,
         peak_flops: float | None = None,
         initial_step: int = 0,
-        counter: Callable[[], tuple[int, int]] | None = None,
+        counter: Callable[[], tuple[int | None, int | None]] | None = None,
     ) -> None:
         if not isinstance(schedule, DataSchedule):
             raise TypeError(f"`schedule` must be a DataSchedule. Received: schedule={schedule!r}")
@@ -323,7 +328,10 @@ class ThroughputMeter:
         self.step = initial_step
         self.epochs = 0
         self._counter = counter
-        self._counted = counter() if counter is not None else (0, 0)
+        self._counted = (0, 0)
+        if counter is not None:
+            steps0, samples0 = counter()
+            self._counted = (steps0 or 0, samples0 or 0)
         self.counter_failed = False  # the counter saw no step where Keras ran some: samples unknown from then on
         self._totals = _Totals()
         # Position in the current pass over the data, true and as Keras counts it.
@@ -596,10 +604,15 @@ class ThroughputMeter:
         try:
             steps_now, samples_now = self._counter()
         except Exception:  # noqa: BLE001 - a failed read costs the samples, never training
-            steps_now, samples_now = self._counted
-        steps = steps_now - self._counted[0]
-        samples = samples_now - self._counted[1]
-        self._counted = (steps_now, samples_now)
+            steps_now, samples_now = self._counted[0], None
+        if samples_now is None:  # the counter can no longer tell
+            steps, samples = 0, -1
+        else:
+            if steps_now is None:  # the counter counts samples only: Keras' batch index is exact
+                steps_now = self._counted[0] + nominal
+            steps = steps_now - self._counted[0]
+            samples = samples_now - self._counted[1]
+            self._counted = (steps_now, samples_now)
         if steps <= 0 or steps > nominal or samples < 0:
             # The counter does not see the steps Keras ran: count them by index, samples unknown.
             self.counter_failed = True

@@ -90,6 +90,8 @@ from keras_gpu.core.topology import device_type
 
 __all__ = [
     "KerasMultiWorkerMirroredStrategy",
+    "KerasSampleCount",
+    "keras_sample_count",
     "steps_per_execution_affected",
     "warn_steps_per_execution",
 ]
@@ -307,3 +309,100 @@ def warn_steps_per_execution(strategy: Any, steps_per_execution: int | None, *, 
     )
     return True
 
+
+
+# -- Keras internals read, not fixed --------------------------------------------------------
+
+
+class KerasSampleCount:
+    """The samples Keras' default TensorFlow `train_step` counts, read from the host.
+
+    That step updates the model's loss tracker (`model._loss_tracker`, a
+    `keras.metrics.Mean`) with `sample_weight=tf.shape(first input)[0]`, so
+    its `count` variable grows by each replica's batch size, inside the step
+    Keras already runs: reading it costs the step nothing. Keras resets it
+    (`reset_metrics()`) before each epoch's `on_epoch_begin` and, in
+    `evaluate`, just after `on_test_begin`: a reader takes the counts
+    within one epoch, and its last read before validation at the latest in
+    `on_test_begin`. Under a strategy the variable is a sync-on-read sum;
+    :meth:`read` copies this worker's replicas' components one by one and
+    adds them on the host, never the strategy's cross-worker reduction (a
+    collective). Anything else may reset the tracker within an epoch (a
+    callback calling `evaluate` or `reset_metrics`): :attr:`resets` counts
+    the calls of the tracker's `reset_state` (wrapped once, on the host; the
+    resets run eagerly), so a reader knows its count was cut. The private
+    attributes read here: `Model._loss_tracker`, Keras' TensorFlow
+    `Variable._value` (the `tf.Variable`).
+
+    Attributes:
+        exact_below: Counts are exact integers below this (2**24 for a
+            float32 count): beyond it a float add of a batch size rounds to
+            the variable's spacing (an add of a batch smaller than half that
+            spacing is lost), so a reader must stop trusting the count there.
+    """
+
+    def __init__(self, tracker: Any, variable: Any) -> None:
+        import numpy as np
+
+        self._variable = variable
+        self.exact_below = float(2 ** np.finfo(variable.dtype.as_numpy_dtype).nmant) * 2.0
+        self._resets = _count_resets(tracker)
+
+    @property
+    def resets(self) -> int:
+        """How often the tracker was reset since it was first read here (Keras resets it before each epoch)."""
+        return self._resets[0]
+
+    def read(self) -> list[float]:
+        """This worker's count per local replica (one small copy per replica)."""
+        variable = self._variable
+        components = variable.values if isinstance(variable, tf.distribute.DistributedValues) else (variable,)
+        return [float(c.numpy()) for c in components]
+
+
+def keras_sample_count(model: Any) -> KerasSampleCount | None:
+    """Keras' own per-step sample count of `model`, where its training step is Keras' default one; else `None`.
+
+    `None` where the model's class (or the model itself) overrides
+    `train_step` (a step keras-gpu's step probe wraps still counts), where
+    the loss tracker is missing, or where its `count` is not a float32 or
+    float64 variable (a `float16` floatx counts exactly only to 2048).
+    """
+    try:
+        from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+        from keras.src.metrics import Mean
+    except ImportError:
+        return None
+    if getattr(type(model), "train_step", None) is not TensorFlowTrainer.train_step:
+        return None
+    step = model.__dict__.get("train_step")
+    while step is not None and getattr(step, "_keras_gpu_step_probe", None) is not None:
+        step = getattr(step, "__wrapped__", None)
+    if step is not None and getattr(step, "__func__", None) is not TensorFlowTrainer.train_step:
+        return None
+    tracker = getattr(model, "_loss_tracker", None)
+    variable = getattr(getattr(tracker, "count", None), "_value", None)
+    if not isinstance(tracker, Mean) or not isinstance(variable, tf.Variable):
+        return None
+    if variable.dtype not in (tf.float32, tf.float64):
+        return None
+    return KerasSampleCount(tracker, variable)
+
+
+_RESETS = "_keras_gpu_resets"
+
+
+def _count_resets(tracker: Any) -> list[int]:
+    """A one-element list counting the calls of `tracker.reset_state` (the method wrapped once per tracker)."""
+    resets = tracker.__dict__.get(_RESETS)
+    if resets is None:
+        resets = [0]
+        original = tracker.reset_state
+
+        def reset_state(*args: Any, **kwargs: Any) -> Any:
+            resets[0] += 1
+            return original(*args, **kwargs)
+
+        object.__setattr__(tracker, "reset_state", reset_state)
+        object.__setattr__(tracker, _RESETS, resets)
+    return resets

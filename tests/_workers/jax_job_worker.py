@@ -121,8 +121,9 @@ result.update(
 )
 
 model.set_weights(initial)
-model.fit(Batches(), epochs=EPOCHS, verbose=0)
-result["pydataset"] = weights(model)
+counted = keras_gpu.ThroughputLogger(os.path.join(attempt, "logs_pydataset"))  # no batch size known: counted
+model.fit(Batches(), epochs=EPOCHS, verbose=0, callbacks=[counted])
+result.update(pydataset=weights(model), pydataset_summary=counted.summary)
 
 model = build()
 model.set_weights(initial)

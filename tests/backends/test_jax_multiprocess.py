@@ -102,6 +102,10 @@ def test_chief_logs_global_samples_per_second_and_each_worker_its_run(job):
     assert implied == pytest.approx(results[0]["stopwatch"][1], rel=0.02)
     summary = results[0]["summary"]
     assert (summary["steps"], summary["samples"], summary["num_replicas"]) == (2 * STEPS, 2 * STEPS * GLOBAL, 4)
+    # The PyDataset fit passes no batch size anywhere: its samples are counted, global, once (not per process).
+    for result in results:
+        counted = result["pydataset_summary"]
+        assert (counted["steps"], counted["samples"], counted["num_replicas"]) == (2 * STEPS, 2 * STEPS * GLOBAL, 4)
     assert (root / "attempt_1" / "logs" / "worker_1" / "train").is_dir()
     assert not (root / "attempt_1" / "logs" / "worker_0").exists()
     # No step probe on JAX: one INFO line per worker and attempt says so.
