@@ -105,8 +105,8 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
 def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str, Any]:
     """Write one hour of logging for a job of `workers` workers; returns runs, tags and points."""
     from keras_gpu.core.cluster import ClusterInfo
-    from keras_gpu.output import writer as _writer
     from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
+    from keras_gpu.output import writer as _writer
     from keras_gpu.output.layout import write_layout
 
     writing = range(workers) if (all_runs or workers <= PER_WORKER_RUNS_MAX) else range(1)

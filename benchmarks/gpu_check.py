@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -71,7 +72,7 @@ BACKEND_MODULES = {"jax": "jax", "torch": "torch"}
 
 def hand_flops_per_sample(widths: Sequence[int]) -> int:
     """Training FLOPs per sample of an MLP: 3 x (2 x in x out) per Dense layer."""
-    return 3 * sum(2 * a * b for a, b in zip(widths, widths[1:]))
+    return 3 * sum(2 * a * b for a, b in itertools.pairwise(widths))
 
 
 # --------------------------------------------------------------------------- results
@@ -313,8 +314,8 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
     import numpy as np
 
     import keras_gpu
-    from keras_gpu.meters import flops
     from keras_gpu.core import nvml
+    from keras_gpu.meters import flops
     from keras_gpu.output.reader import read_scalars
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")

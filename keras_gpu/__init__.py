@@ -43,7 +43,7 @@ _EXPORTS: dict[str, str] = {
     "StepTimeLogger": "keras_gpu.hooks.factory",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604 - the public names are the keys of _EXPORTS
 
 
 def __getattr__(name: str) -> Any:
@@ -60,10 +60,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
+    from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
     from keras_gpu.hooks.backup import BackupAndRestore  # noqa: F401
     from keras_gpu.hooks.checkpoint import ModelCheckpoint  # noqa: F401
-    from keras_gpu.hooks.heartbeat import Heartbeat  # noqa: F401
     from keras_gpu.hooks.factory import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger, callbacks  # noqa: F401
-    from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
+    from keras_gpu.hooks.heartbeat import Heartbeat  # noqa: F401
     from keras_gpu.setup.devices import DeviceConfig, configure_devices  # noqa: F401
     from keras_gpu.setup.strategy import StrategyPlan, make_strategy, plan_strategy  # noqa: F401

@@ -38,7 +38,7 @@ def _has_nvidia_gpu() -> bool:
             return pynvml.nvmlDeviceGetCount() > 0
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means no usable NVML
         return False
 
 

@@ -180,7 +180,7 @@ class FakePynvml(types.ModuleType):
 
             def make_new(val: int):
                 def new(cls, *args: Any):
-                    return NVMLError.__new__(cls, val)
+                    return NVMLError.__new__(cls, val)  # noqa: B023 - `cls` is new()'s own argument
 
                 return new
 
@@ -223,14 +223,14 @@ class FakePynvml(types.ModuleType):
 
     # -- init
 
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+    def nvmlInit(self) -> None:
         self._record("nvmlInit")
         self.init_calls += 1
         if self.init_error is not None:
             raise self.error(self.init_error)
         self.refcount += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self._record("nvmlShutdown")
         if self.refcount <= 0:
             raise self.error("Uninitialized")
@@ -239,21 +239,21 @@ class FakePynvml(types.ModuleType):
 
     # -- system
 
-    def nvmlSystemGetDriverVersion(self) -> str | bytes:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
         self._record("nvmlSystemGetDriverVersion")
         return self._str(self.driver)
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         self._record("nvmlDeviceGetCount")
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         self._record("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self.gpus):
             raise self.error("InvalidArgument")
         return _Handle(index)
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Handle:  # noqa: N802
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Handle:
         self._record("nvmlDeviceGetHandleByUUID")
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
         for i, gpu in enumerate(self.gpus):
@@ -263,40 +263,40 @@ class FakePynvml(types.ModuleType):
                 return _Handle(i, mig=uuid)
         raise self.error("NotFound")
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: _Handle) -> _Handle:  # noqa: N802
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: _Handle) -> _Handle:
         self._record("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", device=True)
         if not isinstance(handle, _Handle) or handle.mig is None:
             raise self.error("InvalidArgument")
         return _Handle(handle.gpu)
 
-    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:  # noqa: N802
+    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
         self._record("nvmlDeviceGetIndex", device=True)
         self._gpu(handle, "nvmlDeviceGetIndex")
         return handle.gpu
 
     # -- static
 
-    def nvmlDeviceGetName(self, handle: _Handle) -> str | bytes:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: _Handle) -> str | bytes:
         self._record("nvmlDeviceGetName", device=True)
         return self._str(self._gpu(handle, "nvmlDeviceGetName").name)
 
-    def nvmlDeviceGetUUID(self, handle: _Handle) -> str | bytes:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str | bytes:
         self._record("nvmlDeviceGetUUID", device=True)
         gpu = self._gpu(handle, "nvmlDeviceGetUUID")
         return self._str(handle.mig or gpu.uuid)
 
-    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> types.SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> types.SimpleNamespace:
         self._record("nvmlDeviceGetPciInfo", device=True)
         gpu = self._gpu(handle, "nvmlDeviceGetPciInfo")
         return types.SimpleNamespace(busId=self._str(gpu.pci_bus_id))
 
-    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:  # noqa: N802
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
         self._record("nvmlDeviceGetCudaComputeCapability", device=True)
         return tuple(self._gpu(handle, "nvmlDeviceGetCudaComputeCapability").compute_capability)
 
     # -- dynamic
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> types.SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> types.SimpleNamespace:
         self._record("nvmlDeviceGetMemoryInfo", device=True)
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
         total, used = gpu.read("memory_total"), gpu.read("memory_used")
@@ -304,34 +304,34 @@ class FakePynvml(types.ModuleType):
             total, used = total // 7, used // 7
         return types.SimpleNamespace(total=total, used=used, free=total - used)
 
-    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> types.SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> types.SimpleNamespace:
         self._record("nvmlDeviceGetUtilizationRates", device=True)
         gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
         if handle.mig is not None:
             raise self.error("NotSupported")
         return types.SimpleNamespace(gpu=gpu.read("utilization_gpu"), memory=gpu.read("utilization_memory"))
 
-    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         self._record("nvmlDeviceGetPowerUsage", device=True)
         return self._gpu(handle, "nvmlDeviceGetPowerUsage").read("power_mw")
 
-    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         self._record("nvmlDeviceGetTemperature", device=True)
         if sensor != self.NVML_TEMPERATURE_GPU:
             raise self.error("InvalidArgument")
         return self._gpu(handle, "nvmlDeviceGetTemperature").read("temperature_c")
 
-    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock_type: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock_type: int) -> int:
         self._record("nvmlDeviceGetClockInfo", device=True)
         gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
         if clock_type != self.NVML_CLOCK_SM:
             raise self.error("InvalidArgument")
         return gpu.read("sm_clock_mhz")
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[FakeProcess]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[FakeProcess]:
         self._record("nvmlDeviceGetComputeRunningProcesses", device=True)
         return list(self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses").read("compute_processes"))
 
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[FakeProcess]:  # noqa: N802
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[FakeProcess]:
         self._record("nvmlDeviceGetGraphicsRunningProcesses", device=True)
         return list(self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses").read("graphics_processes"))

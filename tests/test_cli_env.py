@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from keras_gpu.cli import envinfo
-from keras_gpu.core import nvml
 from keras_gpu.cli.env import render_text
+from keras_gpu.core import nvml
 from tests._util import subprocess_env
 
 TWO_WORKERS = json.dumps(

@@ -21,7 +21,8 @@ import pytest
 
 from keras_gpu.cli import launch as launch_mod
 from keras_gpu.cli.main import SUBCOMMANDS, build_parser, main
-from tests._util import alive as _alive, REPO, subprocess_env
+from tests._util import REPO, subprocess_env
+from tests._util import alive as _alive
 
 WORKERS = REPO / "tests" / "_workers"
 EXAMPLE = REPO / "examples" / "multiworker_fit.py"

@@ -123,7 +123,7 @@ def test_a_slow_worker_is_named_the_straggler_without_the_profiler(tmp_path, mod
     assert waits[0] > waits[1]
     assert records[0]["last"]["source"] == "probe"
     # No worker ran TensorFlow's profiler: no trace anywhere in the run.
-    assert not [p for p in pathlib.Path(log_dir).rglob("*.xplane.pb")]
+    assert not list(pathlib.Path(log_dir).rglob("*.xplane.pb"))
     assert report["cluster"]["straggler"] == 1
     assert report["cluster"]["sentence"].startswith("worker 1 is the straggler: the other workers wait for it ")
     assert "[worker 0] keras-gpu: cluster view (2 of 2 workers" in text and "worker 1 is the straggler" in text

@@ -61,7 +61,7 @@ def with_gpus(n, memory=16 * GIB, **overrides):
         visible_gpus=tuple(range(n)),
         memory_growth=(None,) * n,
         gpu_logical_mb=(None,) * n,
-        gpu_memory_bytes={i: memory for i in range(n)},
+        gpu_memory_bytes=dict.fromkeys(range(n), memory),
     )
     base.update(overrides)
     return cpu_only(**base)
@@ -220,10 +220,7 @@ def test_without_gpus_gpu_options_are_skipped_and_cpu_options_planned():
         gpu_thread_count=2,
         cpu_devices=2,
     )
-    assert dict(p.skipped) == {
-        n: "no GPU visible to TensorFlow"
-        for n in ("visible_gpus", "memory_growth", "logical_gpus", "gpu_thread_mode", "gpu_thread_count")
-    }
+    assert dict(p.skipped) == dict.fromkeys(("visible_gpus", "memory_growth", "logical_gpus", "gpu_thread_mode", "gpu_thread_count"), "no GPU visible to TensorFlow")
     assert [c.setting for c in p.changes] == ["cpu_devices"]
     assert changes(p)["cpu_devices"].target == 2
 
@@ -687,7 +684,7 @@ def test_same_settings_after_initialisation_are_a_no_op(cpu_run):
     second = cpu_run["second"]
     assert second["applied"] == {}
     assert second["in_force"] == cpu_run["first"]["applied"]
-    assert [m for level, m in cpu_run["second_logs"] if level == "INFO"][0].startswith("configure_devices: no GPU")
+    assert next(m for level, m in cpu_run["second_logs"] if level == "INFO").startswith("configure_devices: no GPU")
 
 
 def test_late_change_raises_with_advice_and_changes_nothing(cpu_run):

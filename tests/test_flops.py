@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from keras_gpu.meters import flops
@@ -23,7 +25,7 @@ def test_dense_mlp_matches_analytic_count():
     model = _mlp(sizes)
     # A Dense layer costs 2 * in * out FLOPs per sample (multiply-add = 2); biases
     # and activations are not counted.
-    expected = sum(2 * a * b for a, b in zip(sizes, sizes[1:]))
+    expected = sum(2 * a * b for a, b in itertools.pairwise(sizes))
     assert flops.forward_flops(model) == expected
     assert flops.training_flops_per_sample(model) == 3 * expected
 

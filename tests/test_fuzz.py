@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import keras_gpu
-from keras_gpu.setup import device_args, device_plan, device_request, device_settings, device_snapshot
 from keras_gpu.core.cluster import resolve_cluster
+from keras_gpu.setup import device_args, device_plan, device_request, device_settings, device_snapshot
 from keras_gpu.setup.strategy import KINDS, LocalDevices, make_strategy, plan_strategy
 from tests._util import REPO, run_python
 

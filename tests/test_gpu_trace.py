@@ -6,10 +6,9 @@ import os
 
 import pytest
 
-from keras_gpu.meters import gpu_lines
-from keras_gpu.meters import step_time as steptime
 from keras_gpu.core import topology
-from keras_gpu.meters import xspace
+from keras_gpu.meters import gpu_lines, xspace
+from keras_gpu.meters import step_time as steptime
 
 US = 1_000_000  # picoseconds per microsecond
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "gpu_multi_worker.xplane.pb")

@@ -15,15 +15,15 @@ import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
-from keras_gpu.core import nvml  # noqa: E402
-from keras_gpu.hooks import memory_logger as memory  # noqa: E402
-from keras_gpu.hooks.memory_logger import MemoryLogger  # noqa: E402
-from keras_gpu.output import writer as _writer  # noqa: E402
-from tests._util import run_python  # noqa: E402
-from tests.fake_pynvml import GIB, FakeGpu, FakeProcess, FakePynvml  # noqa: E402
+from keras_gpu.core import nvml
+from keras_gpu.hooks import memory_logger as memory
+from keras_gpu.hooks.memory_logger import MemoryLogger
+from keras_gpu.output import writer as _writer
+from tests._util import run_python
+from tests.fake_pynvml import GIB, FakeGpu, FakeProcess, FakePynvml
 
 THREAD_NAMES = ("keras-gpu-memory-logger", "keras-gpu-nvml-sampler")
 STEPS_PER_EPOCH = 4

@@ -8,6 +8,7 @@ so that nothing is left waiting on a peer.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -202,7 +203,7 @@ def _assert_trained_together(results: list[dict]) -> None:
         assert r["replicas"] == 2
         assert "fit_error" not in r, r.get("fit_error")
         loss = r["loss"]
-        assert len(loss) == 4 and all(b < a for a, b in zip(loss, loss[1:])) and loss[-1] < 0.5 * loss[0]
+        assert len(loss) == 4 and all(b < a for a, b in itertools.pairwise(loss)) and loss[-1] < 0.5 * loss[0]
         assert r["predict_shape"] == [256, 1] and r["predict_matches_local"] is True
     assert w0["loss"] == w1["loss"]
     assert len(w0["weights"]) == len(w1["weights"]) == 4

@@ -11,9 +11,9 @@ import pytest
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
-import keras_gpu  # noqa: E402
-from keras_gpu.core.cluster import ClusterInfo  # noqa: E402
-from keras_gpu.hooks import _base# noqa: E402
+import keras_gpu
+from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.hooks import _base
 
 
 def _as_worker(monkeypatch, workers: int, index: int) -> None:

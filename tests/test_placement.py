@@ -297,9 +297,7 @@ def test_device_names(device, short, kind):
 
 def _report(ops: R.OpPlacement | None = None, n_vars: int = 3, reason: str | None = None) -> R.PlacementReport:
     strategy = R.StrategyInfo("MirroredStrategy", "mirrored", 2, (GPU0, GPU1), 0, 1, True)
-    variables = tuple(
-        R.VariableInfo(f"model/dense_{i}/kernel", "trainable", (4, 3), "float32", "MirroredVariable", (GPU0, GPU1)) for i in range(n_vars)
-    ) + (R.VariableInfo("adam/iteration", "optimizer", (), "int64", "MirroredVariable", (GPU0, GPU1)),)
+    variables = (*tuple(R.VariableInfo(f"model/dense_{i}/kernel", "trainable", (4, 3), "float32", "MirroredVariable", (GPU0, GPU1)) for i in range(n_vars)), R.VariableInfo("adam/iteration", "optimizer", (), "int64", "MirroredVariable", (GPU0, GPU1)))
     return R.PlacementReport(step=7, strategy=strategy, variables=variables, ops=ops, ops_unavailable_reason=reason)
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._util import alive as _alive, REPO, subprocess_env
+from tests._util import REPO, subprocess_env
+from tests._util import alive as _alive
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.hooks import step_time_trace  # noqa: E402
-from keras_gpu.hooks.step_time_logger import StepTimeLogger  # noqa: E402
-from keras_gpu.output.reader import read_scalars  # noqa: E402
+from keras_gpu.hooks import step_time_trace
+from keras_gpu.hooks.step_time_logger import StepTimeLogger
+from keras_gpu.output.reader import read_scalars
 
 PARTS = ("input_sec", "compute_sec", "communication_sec", "other_sec")
 

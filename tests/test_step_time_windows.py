@@ -16,10 +16,10 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters import xspace
 from keras_gpu.hooks.step_time_logger import StepTimeLogger
 from keras_gpu.hooks.throughput_logger import ThroughputLogger
+from keras_gpu.meters import step_time as steptime
+from keras_gpu.meters import xspace
 from keras_gpu.output.reader import read_scalars, read_texts
 from keras_gpu.output.step_time_text import read_input_stage_markdown
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -515,7 +516,7 @@ def test_auto_picks_mirrored_over_split_cpus_and_logs_one_line(split_cpu):
 
 def test_mirrored_fit_on_two_logical_cpus_learns(split_cpu):
     loss = split_cpu["auto_loss"]
-    assert len(loss) == 4 and all(b < a for a, b in zip(loss, loss[1:])) and loss[-1] < 0.5 * loss[0]
+    assert len(loss) == 4 and all(b < a for a, b in itertools.pairwise(loss)) and loss[-1] < 0.5 * loss[0]
 
 
 def test_explicit_devices_and_missing_devices(split_cpu):
@@ -563,7 +564,7 @@ def test_default_and_one_device_on_cpu(plain_cpu):
     name, device, replicas = plain_cpu["one_device"]
     assert (name, replicas) == ("OneDeviceStrategy", 1) and device.endswith("CPU:0")
     loss = plain_cpu["loss"]
-    assert all(b < a for a, b in zip(loss, loss[1:]))
+    assert all(b < a for a, b in itertools.pairwise(loss))
 
 
 def test_late_multiworker_strategy_is_a_clear_runtime_error(plain_cpu):

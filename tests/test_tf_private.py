@@ -12,8 +12,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from keras_gpu.core import tf_private as _tf  # noqa: E402
-from tests._util import run_python  # noqa: E402
+from keras_gpu.core import tf_private as _tf
+from tests._util import run_python
 
 
 def test_runtime_initialized_is_false_in_a_fresh_process_and_true_after_a_tensor():

@@ -15,9 +15,9 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.hooks.fit_introspection import FitData, inspect_fit  # noqa: E402
-from keras_gpu.hooks.throughput_logger import ThroughputLogger  # noqa: E402
-from keras_gpu.meters import flops  # noqa: E402
+from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
+from keras_gpu.hooks.throughput_logger import ThroughputLogger
+from keras_gpu.meters import flops
 
 N, BATCH = 1000, 64  # 16 batches per epoch, the last one holds 40 samples
 MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from keras_gpu.output import writer as _writer
-from keras_gpu.hooks._base import check_log_dir, check_positive
 from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.hooks._base import check_log_dir, check_positive
+from keras_gpu.output import writer as _writer
 
 TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
 WITH_CHIEF = {"chief": ("h:1",), "worker": ("h:2", "h:3"), "evaluator": ("h:4",)}
@@ -73,9 +73,8 @@ def test_check_positive_integer_and_none():
 
 
 def _read_scalars(path):
-    from tensorboard.backend.event_processing import event_accumulator
-
     import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
     acc.Reload()

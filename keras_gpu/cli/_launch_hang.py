@@ -119,7 +119,7 @@ class HangWatch:
         text = f"no progress for {self._timeout:g}s (--hang-timeout) on worker(s) {ranks}: {'; '.join(parts)}"
         key = [(p.steps, p.in_tensorflow) for _, p in self.stalled]
         if len(key) > 1 and key[0] != key[1]:
-            first, progress = self.stalled[0]
+            first, _progress = self.stalled[0]
             why = "the fewest batches" if key[0][0] < key[1][0] else "in Python while the others wait inside TensorFlow"
             text += f". Worker {first} stopped first ({why})"
         elif len(key) == 1:

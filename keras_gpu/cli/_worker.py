@@ -160,10 +160,10 @@ def _patch_callback_list(cls: type) -> None:
         return
 
     @functools.wraps(original)
-    def __init__(self, callbacks=None, *args, **kwargs):
+    def __init__(self, callbacks=None, *args, **kwargs):  # noqa: N807 - it replaces CallbackList.__init__
         original(self, _with_heartbeat(callbacks), *args, **kwargs)
 
-    __init__._keras_gpu_heartbeat = True  # type: ignore[attr-defined]
+    __init__._keras_gpu_heartbeat = True  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own mark
     cls.__init__ = __init__
 
 

@@ -15,7 +15,7 @@ import sys
 
 from keras_gpu.cli import UsageError
 
-__all__ = ["add_parser", "run", "make_dataset", "build_model"]
+__all__ = ["add_parser", "build_model", "make_dataset", "run"]
 
 _KINDS = ("auto", "default", "one_device", "mirrored", "multiworker")
 

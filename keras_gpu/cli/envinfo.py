@@ -82,7 +82,7 @@ def collect() -> dict[str, Any]:
     for name, fn in sections:
         try:
             report[name] = fn()
-        except Exception as exc:  # a broken section must not hide the rest of the report
+        except Exception as exc:  # noqa: BLE001 - a broken section must not hide the rest of the report
             message = f"{type(exc).__name__}: {exc}"
             report[name] = {"error": message}
             problems.append(f"{name}: {message}")

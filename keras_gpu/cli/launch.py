@@ -109,11 +109,11 @@ from keras_gpu.core.backend import require_tensorflow
 from keras_gpu.core.log import logger
 
 __all__ = [
-    "EXIT_HANG",
     "ENV_MAX_RESTARTS",
     "ENV_NUM_WORKERS",
     "ENV_RESTART_COUNT",
     "ENV_WORKER_INDEX",
+    "EXIT_HANG",
     "HangWatch",
     "WorkerExit",
     "WorkerGroup",

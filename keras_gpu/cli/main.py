@@ -22,9 +22,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from keras_gpu.core.log import PrefixFormatter
 from keras_gpu._version import __version__
 from keras_gpu.cli import UsageError
+from keras_gpu.core.log import PrefixFormatter
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         if not added:
             raise RuntimeError(f"Subcommand module {module_name!r} did not add a parser in add_parser().")
         for name in added:
-            subparsers.choices[name].set_defaults(_run=module.run)
+            subparsers.choices[name].set_defaults(run_command=module.run)
     return parser
 
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved_level = logger.level
     handler = _attach_log_handler(logger)
     try:
-        return int(args._run(args))
+        return int(args.run_command(args))
     except UsageError as exc:
         sys.stderr.write(f"{_PROG} {args.command}: error: {exc} (see `{_PROG} {args.command} --help`)\n")
         return 2

@@ -11,7 +11,7 @@ from keras_gpu.cli import UsageError
 if TYPE_CHECKING:
     from keras_gpu.output.report_records import Report, RunSummary, SeriesStats
 
-__all__ = ["add_parser", "run", "print_report", "render"]
+__all__ = ["add_parser", "print_report", "render", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

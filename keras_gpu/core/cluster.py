@@ -35,16 +35,16 @@ from keras_gpu.core.slurm import (
 )
 
 __all__ = [
+    "SOURCES",
     "ClusterInfo",
     "ClusterOptions",
-    "SOURCES",
     "TaskNotInClusterError",
     "check_cluster_agreement",
     "cluster_difference",
-    "resolve_cluster",
     "is_chief",
-    "worker_index",
+    "resolve_cluster",
     "task_info",
+    "worker_index",
 ]
 
 SOURCES = ("auto", "tf_config", "slurm", "explicit")

@@ -14,7 +14,7 @@ from typing import Any
 
 from keras_gpu.core.topology import visible_gpu_count
 
-__all__ = ["ClusterInfo", "TASK_TYPES", "TRAINING_TASK_TYPES"]
+__all__ = ["TASK_TYPES", "TRAINING_TASK_TYPES", "ClusterInfo"]
 
 TASK_TYPES = ("chief", "worker", "evaluator", "ps")
 """The task types a cluster description may name."""

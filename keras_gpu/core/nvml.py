@@ -53,20 +53,20 @@ from keras_gpu.core.nvml_session import stopped_reason as stopped_reason
 from keras_gpu.core.nvml_session import unregister_sampler as unregister_sampler
 
 __all__ = [
+    "METRICS",
     "GpuInfo",
     "GpuSample",
     "GpuSampler",
     "WindowStat",
-    "METRICS",
     "available",
-    "unavailable_reason",
-    "driver_version",
     "device_count",
-    "static_info",
+    "driver_version",
     "memory_total_bytes",
-    "tf_to_nvml_index",
     "process_memory_bytes",
     "sample",
+    "static_info",
+    "tf_to_nvml_index",
+    "unavailable_reason",
 ]
 
 _reset_for_tests = reset_for_tests

@@ -172,7 +172,7 @@ def _shutdown() -> None:
             nv, state.nv = state.nv, None
             try:
                 nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - nothing useful to do at exit
+            except Exception:  # noqa: BLE001, S110 - nothing useful to do at exit
                 pass
 
 

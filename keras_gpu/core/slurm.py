@@ -158,7 +158,7 @@ def expand_hostlist(hostlist: str, limit: int) -> list[str]:
     hosts: list[str] = []
     for item in _split_outside_brackets(hostlist):
         match = re.fullmatch(r"([^\[\],]*)(?:\[([0-9,\-]+)\])?", item)
-        if match is None or not match.group(1) and match.group(2) is None:
+        if match is None or (not match.group(1) and match.group(2) is None):
             raise ValueError(f"SLURM_STEP_NODELIST has a malformed entry {item!r}. Received: {clip_repr(hostlist)}")
         prefix, ranges = match.group(1), match.group(2)
         if ranges is None:

@@ -260,7 +260,7 @@ def trace_gpu_replicas(
         if order is not None and not 0 <= parsed.index < len(order):
             continue
         physical = order[parsed.index] if order is not None else parsed.index
-        mapping[physical] = mapping.get(physical, ()) + (replica,)
+        mapping[physical] = (*mapping.get(physical, ()), replica)
     return mapping
 
 

@@ -27,7 +27,7 @@ from keras_gpu.hooks.placement_logger import PlacementLogger
 from keras_gpu.hooks.step_time_logger import StepTimeLogger, check_profile_every_s
 from keras_gpu.hooks.throughput_logger import ThroughputLogger
 
-__all__ = ["callbacks", "ThroughputLogger", "MemoryLogger", "PlacementLogger", "StepTimeLogger"]
+__all__ = ["MemoryLogger", "PlacementLogger", "StepTimeLogger", "ThroughputLogger", "callbacks"]
 
 
 def callbacks(

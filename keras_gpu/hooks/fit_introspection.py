@@ -122,7 +122,8 @@ class FitWatch:
         target = self._frame
         if target is None:
             return False
-        if any(f is target for f in walk_stack(sys._current_frames().get(self._ident))):
+        frame = sys._current_frames().get(self._ident)  # noqa: SLF001 - CPython's documented frame access
+        if any(f is target for f in walk_stack(frame)):
             return True
         self._frame = None  # let the finished frame (and its locals) go
         return False
@@ -186,7 +187,7 @@ def _from_array_adapter(adapter: Any) -> dict[str, Any]:
     if inputs is not None:
         try:
             out["x_spec"] = _array_spec(_unpack_x(inputs))
-        except Exception:  # noqa: BLE001 - the spec is optional
+        except Exception:  # noqa: BLE001, S110 - the spec is optional
             pass
     return out
 
@@ -350,10 +351,10 @@ def count_batches(model: Any) -> BatchCounter | None:
         def _get_iterator() -> Iterator[Any]:
             return counter.wrap(make())
 
-        iterator._get_iterator = _get_iterator
+        iterator._get_iterator = _get_iterator  # noqa: SLF001 - Keras' epoch iterator has no public hook for its batches
         current = getattr(iterator, "_current_iterator", None)
         if current is not None:  # a pass already under way (Keras resets it before on_train_begin)
-            iterator._current_iterator = counter.wrap(current)
+            iterator._current_iterator = counter.wrap(current)  # noqa: SLF001 - as above
         return counter
     except Exception as exc:  # noqa: BLE001 - counting must never break fit
         logger.debug("keras-gpu: could not count the running fit's batches: %s: %s", type(exc).__name__, exc)

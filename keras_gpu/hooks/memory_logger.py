@@ -384,7 +384,7 @@ class _Run:
             try:
                 reading = backend.allocator_memory(allocator)
                 backend.reset_allocator_peak(allocator)
-            except Exception:  # noqa: BLE001 - a device that went away: skip it this window
+            except Exception:  # noqa: BLE001, S112 - a device that went away: skip it this window
                 continue
             if reading is None:
                 continue

@@ -204,7 +204,7 @@ class PlacementLogger(LoggingCallback):
             return result
 
         first_call.__wrapped__ = original  # type: ignore[attr-defined]
-        first_call._keras_gpu_placement = True  # type: ignore[attr-defined]
+        first_call._keras_gpu_placement = True  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own mark
         model.train_function = first_call
         fit.wrapped = (original, first_call)
 

@@ -224,7 +224,7 @@ class ProgressWriter:
 
 def _main_thread_frame(main: threading.Thread) -> tuple[str, bool]:
     """Where the main thread is: its innermost frame outside installed libraries, and whether it is inside TensorFlow."""
-    frame = sys._current_frames().get(main.ident) if main.ident is not None else None
+    frame = sys._current_frames().get(main.ident) if main.ident is not None else None  # noqa: SLF001 - CPython's documented frame access
     if frame is None:
         return "", False
     in_tf = f"{os.sep}tensorflow{os.sep}" in frame.f_code.co_filename

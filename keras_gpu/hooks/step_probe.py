@@ -133,15 +133,15 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
     if probe is None or probe.local_replicas != local_replicas or probe.on_device != on_device:
         if probe is not None:
             timing = timing or (probe.timing and not on_device)
-            probe._unwrap_step(model)
+            probe._unwrap_step(model)  # noqa: SLF001 - the module's own class
         probe = StepProbe(local_replicas, timing=timing, on_device=on_device)
-        probe._wrap_step(model)
+        probe._wrap_step(model)  # noqa: SLF001 - the module's own class
         object.__setattr__(model, _ATTR, probe)
         model.train_function = None
     elif timing and not probe.timing:
-        probe.timing = probe._timed = True
+        probe.timing = probe._timed = True  # noqa: SLF001 - the module's own class
         model.train_function = None  # the next trace adds the timestamps
-    probe._wrap_optimizer(getattr(model, "optimizer", None))
+    probe._wrap_optimizer(getattr(model, "optimizer", None))  # noqa: SLF001 - the module's own class
     return probe
 
 
@@ -350,7 +350,7 @@ def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWin
     else:
         input_sec, host = (float("nan"), gap) if gap_steps > 0 else (0.0, 0.0)
     return ProbeWindow(
-        steps=int(round(steps)),
+        steps=round(steps),
         compute_sec=max(compute),
         communication_sec=wait,
         input_sec=input_sec,

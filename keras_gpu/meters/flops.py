@@ -209,7 +209,7 @@ def _fail(model: Any, reason: str) -> None:
             pass
 
 
-class _Uncountable(Exception):
+class _UncountableError(Exception):
     """The graph holds work whose amount cannot be known statically."""
 
 
@@ -236,7 +236,7 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
     """
     try:
         signature, batch = _signature(model, input_spec)
-    except _Uncountable as exc:
+    except _UncountableError as exc:
         _fail(model, str(exc))
         return None
     except Exception as exc:  # noqa: BLE001 - an odd input spec must not break training
@@ -251,7 +251,7 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
         graph = _trace_forward_graph(model, signature)
         total = _count_graph(graph, depth=0)
         result: int | None = round(total / batch)
-    except _Uncountable as exc:
+    except _UncountableError as exc:
         _fail(model, str(exc))
         result = None
     except Exception as exc:  # noqa: BLE001 - a model we cannot trace must not break training
@@ -284,16 +284,16 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
             input_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)), struct)
     leaves = tf.nest.flatten(input_spec)
     if not leaves:
-        raise _Uncountable("empty input spec")
+        raise _UncountableError("empty input spec")
     batches = set()
     for leaf in leaves:
         if not isinstance(leaf, tf.TensorSpec):
-            raise _Uncountable(f"input {leaf!r} is not a dense TensorSpec")
+            raise _UncountableError(f"input {leaf!r} is not a dense TensorSpec")
         shape = leaf.shape
         if shape.rank is None or shape.rank == 0:
-            raise _Uncountable(f"input {leaf!r} has no batch dimension")
+            raise _UncountableError(f"input {leaf!r} has no batch dimension")
         if any(d is None for d in shape.as_list()[1:]):
-            raise _Uncountable(
+            raise _UncountableError(
                 f"its input {leaf!r} has a dimension besides the batch known only from the data (a variable "
                 "sequence length, say), so the FLOPs per sample vary"
             )
@@ -301,7 +301,7 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
     static = {b for b in batches if b is not None}
     batch = static.pop() if len(static) == 1 else 1
     if len(static) > 1:
-        raise _Uncountable(f"inputs disagree on the batch size: {sorted(batches)}")
+        raise _UncountableError(f"inputs disagree on the batch size: {sorted(batches)}")
 
     def fix(leaf):
         return tf.TensorSpec([batch, *leaf.shape.as_list()[1:]], leaf.dtype)
@@ -317,16 +317,14 @@ def _built_spec(model: Any) -> Any:
     config = model.get_build_config() if getattr(model, "built", False) else None
     shapes = (config or {}).get("input_shape")
     if shapes is None:
-        raise _Uncountable("it has no symbolic inputs and was not built with an input shape")
+        raise _UncountableError("it has no symbolic inputs and was not built with an input shape")
     return keras.tree.map_shape_structure(lambda shape: tf.TensorSpec(tuple(shape), keras.config.floatx()), shapes)
 
 
 def _spec_key(signature: Any) -> Any:
     import tensorflow as tf
 
-    return tuple((tuple(s.shape.as_list()), s.dtype.name) for s in tf.nest.flatten(signature)) + (
-        repr(tf.nest.map_structure(lambda _: 0, signature)),
-    )
+    return (*tuple((tuple(s.shape.as_list()), s.dtype.name) for s in tf.nest.flatten(signature)), repr(tf.nest.map_structure(lambda _: 0, signature)))
 
 
 def _trace_forward_graph(model: Any, signature: Any) -> Any:
@@ -344,7 +342,7 @@ def _trace_forward_graph(model: Any, signature: Any) -> Any:
 def _dims(tensor: Any) -> list[int]:
     dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
     if dims is None or any(d is None for d in dims):
-        raise _Uncountable(f"{tensor.name} has an unknown shape {tensor.shape}")
+        raise _UncountableError(f"{tensor.name} has an unknown shape {tensor.shape}")
     return dims
 
 
@@ -369,7 +367,7 @@ def _einsum_flops(op: Any) -> int:
     equation = equation.decode() if isinstance(equation, bytes) else str(equation)
     equation = equation.replace(" ", "")
     if "->" not in equation:
-        raise _Uncountable(f"implicit einsum output in {equation!r}")
+        raise _UncountableError(f"implicit einsum output in {equation!r}")
     lhs, out_labels = equation.split("->")
     in_terms = lhs.split(",")
     sizes: dict[str, int] = {}
@@ -381,7 +379,7 @@ def _einsum_flops(op: Any) -> int:
             head = term.split("...")[0]
             dims = dims[: len(head)] + dims[len(head) + n_ell :]
         if len(labels) != len(dims):
-            raise _Uncountable(f"einsum {equation!r} does not match shapes")
+            raise _UncountableError(f"einsum {equation!r} does not match shapes")
         for label, size in zip(labels, dims):
             sizes[label] = max(sizes.get(label, 1), size)
     contracted = [sizes[c] for c in set("".join(in_terms).replace(".", "")) if c not in out_labels]
@@ -419,12 +417,12 @@ def _function_graph(graph: Any, name: str) -> Any:
     body = function_body_graph(graph, name)
     if body is not None:
         return body
-    raise _Uncountable(f"cannot find the body of function {name!r}")
+    raise _UncountableError(f"cannot find the body of function {name!r}")
 
 
 def _count_graph(graph: Any, depth: int) -> int:
     if depth > 20:
-        raise _Uncountable("function calls nested too deeply")
+        raise _UncountableError("function calls nested too deeply")
     total = 0
     live = _live_ops(graph)
     for op in graph.get_operations():
@@ -469,17 +467,17 @@ def _live_ops(graph: Any) -> set[Any]:
 
 def _same(branches: list[int], op: Any) -> int:
     if len(set(branches)) > 1:
-        raise _Uncountable(f"conditional {op.name} has branches of different cost {branches}")
+        raise _UncountableError(f"conditional {op.name} has branches of different cost {branches}")
     return branches[0]
 
 
 def _trip_count(op: Any) -> int:
     """The constant `maximum_iterations` of a TF2 `While` (its second loop variable)."""
     if len(op.inputs) < 2:
-        raise _Uncountable(f"loop {op.name} has no iteration bound")
+        raise _UncountableError(f"loop {op.name} has no iteration bound")
     bound = _static_value(op.inputs[1], depth=0)
     if bound is None or getattr(bound, "ndim", 1) != 0 or int(bound) < 0:
-        raise _Uncountable(f"loop {op.name} has no constant iteration bound")
+        raise _UncountableError(f"loop {op.name} has no constant iteration bound")
     return int(bound)
 
 

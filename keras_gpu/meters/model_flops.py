@@ -77,7 +77,7 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
         return flops.training_flops_per_sample(model, input_spec)
     try:
         return _training_flops(model, current)
-    except _Uncounted as exc:
+    except _UncountedError as exc:
         reason = str(exc)
     _remember_failure(model, reason)
     logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", current,
@@ -104,7 +104,7 @@ _failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
-class _Uncounted(Exception):
+class _UncountedError(Exception):
     """The model's FLOPs cannot be counted; the message says why."""
 
 
@@ -112,7 +112,7 @@ def _training_flops(model: Any, current: str) -> float:
     """Training FLOPs per sample on the JAX or PyTorch backend, cached per model and input shape.
 
     Raises:
-        _Uncounted: Why the count is not possible.
+        _UncountedError: Why the count is not possible.
     """
     counter = _counter(current)
     inputs = _input_structure(model, _PROBE_BATCH[current])
@@ -123,12 +123,12 @@ def _training_flops(model: Any, current: str) -> float:
         return cached
     try:
         forward = counter(model, inputs)
-    except _Uncounted:
+    except _UncountedError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a model we cannot count must not break training
-        raise _Uncounted(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
+    except Exception as exc:
+        raise _UncountedError(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
     if forward <= 0:
-        raise _Uncounted("its forward pass holds no matmul or convolution")
+        raise _UncountedError("its forward pass holds no matmul or convolution")
     with _cache_lock:
         try:
             _cache.setdefault(model, {})[key] = 3.0 * forward
@@ -143,7 +143,7 @@ def _counter(current: str) -> Callable[[Any, Any], float]:
         return _jax_forward_flops
     if current == "torch":
         return _torch_forward_flops
-    raise _Uncounted(f"the {current} backend has no FLOP counter keras-gpu can use")
+    raise _UncountedError(f"the {current} backend has no FLOP counter keras-gpu can use")
 
 
 def _remember_failure(model: Any, reason: str) -> None:
@@ -168,7 +168,7 @@ def _input_structure(model: Any, batch: int) -> Any:
     """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
 
     Raises:
-        _Uncounted: The model has no known input shapes, or one of them has a
+        _UncountedError: The model has no known input shapes, or one of them has a
             dimension besides the batch whose size only the data decides.
     """
     import keras
@@ -180,7 +180,7 @@ def _input_structure(model: Any, batch: int) -> Any:
     config = model.get_build_config() if getattr(model, "built", False) else None
     shapes = (config or {}).get("input_shape")
     if shapes is None:
-        raise _Uncounted(
+        raise _UncountedError(
             "it has no symbolic inputs and was not built with an input shape (build it, or call it once, before fit)"
         )
     floatx = keras.config.floatx()
@@ -189,10 +189,10 @@ def _input_structure(model: Any, batch: int) -> Any:
 
 def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
     if not shape:
-        raise _Uncounted(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
+        raise _UncountedError(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
     if any(dim is None for dim in shape[1:]):
         what = f"input {label!r}" if label else "an input"
-        raise _Uncounted(
+        raise _UncountedError(
             f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
             "(a variable sequence length, say), so the FLOPs per sample vary"
         )
@@ -240,7 +240,7 @@ def _jax_forward_flops(model: Any, inputs: Any) -> float:
 def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
     """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
     if depth > 30:
-        raise _Uncounted("its forward pass nests functions too deeply to count")
+        raise _UncountedError("its forward pass nests functions too deeply to count")
     total = 0
     for eqn in jaxpr.eqns:
         prim = eqn.primitive.name
@@ -257,11 +257,11 @@ def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
         elif prim == "cond":
             costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
             if len(costs) > 1:
-                raise _Uncounted("a conditional in its forward pass has branches of different cost")
+                raise _UncountedError("a conditional in its forward pass has branches of different cost")
             total += costs.pop()
         elif prim == "while":
             if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
-                raise _Uncounted("a loop in its forward pass has no constant number of iterations")
+                raise _UncountedError("a loop in its forward pass has no constant number of iterations")
         else:  # calls (jit, custom gradients, remat): their bodies run once
             for value in eqn.params.values():
                 sub = getattr(value, "jaxpr", value)

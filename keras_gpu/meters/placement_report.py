@@ -26,15 +26,15 @@ from keras_gpu.core.topology import device_type
 __all__ = [
     "FORMAT",
     "VERSION",
-    "PlacedOp",
-    "Transfer",
-    "XlaCluster",
     "OpPlacement",
-    "VariableInfo",
-    "StrategyInfo",
+    "PlacedOp",
     "PlacementReport",
-    "write_json",
+    "StrategyInfo",
+    "Transfer",
+    "VariableInfo",
+    "XlaCluster",
     "read_json",
+    "write_json",
 ]
 
 FORMAT = "keras-gpu/placement"

@@ -39,5 +39,5 @@ def write_layout(writer: SummaryWriter) -> bool:
     summary = summary_pb2.Summary()
     summary.value.add(tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(), tensor=tensor)
     ok = writer.summary(summary, step=0)
-    writer._layout_written = ok  # type: ignore[attr-defined]
+    writer._layout_written = ok  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own writer
     return ok

@@ -112,7 +112,7 @@ def _copies(report: PlacementReport, max_rows: int) -> str:
     ops = report.ops
     if not ops.transfers:
         return "No cross-device transfers: the step runs on one device."
-    kinds = _table(("Kind", "Transfers per step"), list((f"`{k}`", str(n)) for k, n in ops.copies_by_kind.items()), max_rows)
+    kinds = _table(("Kind", "Transfers per step"), [(f"`{k}`", str(n)) for k, n in ops.copies_by_kind.items()], max_rows)
     order = {"host_to_device": 0, "device_to_host": 1, "device_to_device": 2, "host_to_host": 3, "host_memory": 4}
     transfers = sorted(ops.transfers, key=lambda t: (order.get(t.kind, 9), t.src, t.dst, t.tensor))
     rows = [

@@ -90,7 +90,7 @@ def _events(run_path: str) -> Iterator[Any]:
         try:
             for record in _records(os.path.join(run_path, name)):
                 yield event_pb2.Event.FromString(record)
-        except Exception:  # noqa: BLE001 - an unreadable file in a running job: keep what was read
+        except Exception:  # noqa: BLE001, S112 - an unreadable file in a running job: keep what was read
             continue
 
 

@@ -16,10 +16,10 @@ Field values:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-__all__ = ["Tag", "TAGS", "charts", "match", "by_name"]
+__all__ = ["TAGS", "Tag", "by_name", "charts", "match"]
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _FIELD_REGEX = {"device": r"[A-Za-z]+_\d+", "replica": r"\d+_[A-Za-z]+_\d+", "gpu": r"\d+"}

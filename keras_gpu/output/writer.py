@@ -40,10 +40,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from keras_gpu.core.log import logger
 from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.core.log import logger
 
-__all__ = ["run_dir", "check_writable", "SummaryWriter", "acquire", "release", "FLUSH_SECS"]
+__all__ = ["FLUSH_SECS", "SummaryWriter", "acquire", "check_writable", "release", "run_dir"]
 
 #: Seconds between background flushes of an event file (data also goes out
 #: at every `flush()`, which each callback calls when `fit` ends).
@@ -132,7 +132,7 @@ class _EventFile:
     def close(self) -> None:
         try:
             self.writer.close()
-        except Exception:  # noqa: BLE001 - a broken file has already been reported once
+        except Exception:  # noqa: BLE001, S110 - a broken file has already been reported once
             pass
 
 

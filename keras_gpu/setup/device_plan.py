@@ -83,7 +83,7 @@ def _gpu_changes(req: Request, snap: Snapshot) -> tuple[_Candidates, dict[str, s
     if not given:
         return [], {}
     if snap.gpu_count == 0:
-        return [], {n: "no GPU visible to TensorFlow" for n in given}
+        return [], dict.fromkeys(given, "no GPU visible to TensorFlow")
 
     out: _Candidates = []
     visible = _resolve_visible(req, snap)
@@ -97,7 +97,7 @@ def _gpu_changes(req: Request, snap: Snapshot) -> tuple[_Candidates, dict[str, s
             if req.visible_gpus is not None
             else "every GPU was hidden earlier with `tf.config.set_visible_devices`"
         )
-        return out, {n: reason for n in rest}
+        return out, dict.fromkeys(rest, reason)
 
     limits = _resolve_limits(req, snap, visible)
     if limits:

@@ -280,7 +280,7 @@ def apply(plan: Plan) -> None:
         for change in reversed(touched):
             try:
                 SETTERS[change.setting](change.restore)
-            except Exception as exc:  # keep the original error; report what could not be undone
+            except Exception as exc:  # noqa: BLE001 - keep the original error; report what could not be undone
                 logger.warning(
                     "configure_devices() failed and could not restore %s to %s: %s",
                     change.setting,

@@ -104,7 +104,7 @@ def configure_devices(**kwargs: Any) -> DeviceConfig:
     skipped: dict[str, str] = {}
     gpu_given = [name for name in _GPU_ARGS if name in wanted]
     if gpu_given and not _gpu_plugin():
-        skipped = {name: "no GPU plugin is installed for JAX" for name in gpu_given}
+        skipped = dict.fromkeys(gpu_given, "no GPU plugin is installed for JAX")
         logger.info("configure_devices: no GPU plugin is installed for JAX; skipped GPU options: %s", ", ".join(gpu_given))
         for name in gpu_given:
             del wanted[name]

@@ -85,7 +85,11 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gpu.core.log import log_once
-from keras_gpu.core.tf_private import collective_cross_device_ops, collective_keys_fixed_in_control_flow, strategy_devices
+from keras_gpu.core.tf_private import (
+    collective_cross_device_ops,
+    collective_keys_fixed_in_control_flow,
+    strategy_devices,
+)
 from keras_gpu.core.topology import device_type
 
 __all__ = [

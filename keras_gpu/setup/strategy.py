@@ -46,15 +46,15 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 __all__ = [
-    "KINDS",
-    "CROSS_DEVICE_OPS",
     "COMMUNICATIONS",
+    "CROSS_DEVICE_OPS",
     "DEFAULT_STARTUP_TIMEOUT",
+    "KINDS",
     "LocalDevices",
     "StrategyOptions",
     "StrategyPlan",
-    "plan_strategy",
     "make_strategy",
+    "plan_strategy",
 ]
 
 

@@ -20,10 +20,10 @@ from keras_gpu.core.checks import check_choice
 from keras_gpu.core.cluster import SOURCES, ClusterOptions
 
 __all__ = [
-    "KINDS",
-    "CROSS_DEVICE_OPS",
     "COMMUNICATIONS",
+    "CROSS_DEVICE_OPS",
     "DEFAULT_STARTUP_TIMEOUT",
+    "KINDS",
     "LOCAL_KINDS",
     "StrategyOptions",
 ]

@@ -16,7 +16,7 @@ from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.tf_private import has_kernel
 from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
 
-__all__ = ["LocalDevices", "StrategyPlan", "plan_strategy", "plan_from_options"]
+__all__ = ["LocalDevices", "StrategyPlan", "plan_from_options", "plan_strategy"]
 
 
 @dataclass(frozen=True)
