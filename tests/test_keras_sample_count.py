@@ -121,7 +121,7 @@ def test_only_keras_default_step_with_a_float_count_is_read(tf_keras):
 
 
 def test_the_running_count_spans_epochs_and_gives_up_where_the_float_stops_being_exact():
-    from keras_gpu.hooks.throughput_logger import _KerasCount
+    from keras_gpu.hooks.sample_counter import KerasCount
 
     class Source:
         exact_below = 100.0
@@ -135,7 +135,7 @@ def test_the_running_count_spans_epochs_and_gives_up_where_the_float_stops_being
 
     source = Source()
     source.values = [7.0, 7.0]  # the previous fit's count: not this fit's
-    count = _KerasCount(source, workers=2, num_batches=4)
+    count = KerasCount(source, workers=2, num_batches=4)
     assert count() == (None, 0) and count.last_index == 3
     source.values = [0.0, 0.0]
     count.epoch_begin()
@@ -153,7 +153,7 @@ def test_the_running_count_spans_epochs_and_gives_up_where_the_float_stops_being
     assert count() == (None, None)
     assert "counts exactly only to 100" in count.lost_reason
     source.values, source.resets = [0.0, 0.0], 1
-    count = _KerasCount(source, workers=1, num_batches=4)
+    count = KerasCount(source, workers=1, num_batches=4)
     count.epoch_begin()
     source.values = [4.0, 4.0]
     assert count() == (None, 8)

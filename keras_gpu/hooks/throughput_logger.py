@@ -1,34 +1,34 @@
-"""`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard."""
+"""`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard.
+
+The callback times and feeds :class:`keras_gpu.meters.throughput.ThroughputMeter`;
+its set-up once per `fit` is :mod:`keras_gpu.hooks.throughput_schedule` (the
+data schedule), :mod:`keras_gpu.hooks.sample_counter` (who counts the samples
+where the batch size is not known) and :mod:`keras_gpu.hooks.throughput_flops`
+(FLOPs per sample and the peak FLOP/s of MFU).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keras_gpu.core import backend, topology
+from keras_gpu.core import backend
 from keras_gpu.core.log import call_with, logger, process_once
-from keras_gpu.hooks import step_probe
+from keras_gpu.hooks import sample_counter
 from keras_gpu.hooks._base import LoggingCallback, check_positive
-from keras_gpu.hooks.fit_introspection import FitData, count_batches, inspect_fit
-from keras_gpu.meters import model_flops
-from keras_gpu.meters.throughput import (
-    DataSchedule,
-    EpochTimes,
-    FirstExecution,
-    ThroughputMeter,
-    Window,
-)
+from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
+from keras_gpu.hooks.sample_counter import KerasCount
+from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
+from keras_gpu.hooks.throughput_schedule import fit_schedule
+from keras_gpu.meters.throughput import EpochTimes, FirstExecution, ThroughputMeter, Window
 from keras_gpu.output import tags as _tags
-
-if TYPE_CHECKING:
-    from keras_gpu.setup.keras_compat import KerasSampleCount
 
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
-_PROBE_NEXT = "_keras_gpu_count_in_step"  # set on a model whose Keras count could not be trusted in a fit
+_KerasCount = KerasCount  # stays importable from here
 
 
 class ThroughputLogger(LoggingCallback):
@@ -194,13 +194,10 @@ class ThroughputLogger(LoggingCallback):
     def set_model(self, model):
         super().set_model(model)
         # Before `fit` builds its train function: a counting probe must be in the step that function runs.
-        if self.batch_size is not None or backend.name() != "tensorflow":
+        if self.batch_size is not None:
             return
         try:
-            data = inspect_fit(model)
-            counted = data is not None and (data.batch_size is None or data.last_batch_size is None)
-            if counted and self._keras_count(model, data) is None:
-                step_probe.install(model, len(backend.replica_devices(model)), timing=False)
+            sample_counter.install_probe(model, probe_only=self._count_with == "probe")
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
 
@@ -302,7 +299,7 @@ class ThroughputLogger(LoggingCallback):
         fit.warned_counter = True
         reason = fit.keras_count.lost_reason if fit.keras_count is not None else None
         if reason is not None:
-            object.__setattr__(self.model, _PROBE_NEXT, True)  # the next fit counts in the step
+            sample_counter.count_in_step_next(self.model)
             self._once.log(
                 logging.WARNING,
                 "throughput:keras-count-lost",
@@ -357,7 +354,7 @@ class ThroughputLogger(LoggingCallback):
 
     # -- set-up ---------------------------------------------------------------------
 
-    def _build_meter(self) -> tuple[ThroughputMeter, _KerasCount | None]:
+    def _build_meter(self) -> tuple[ThroughputMeter, KerasCount | None]:
         model = self.model
         strategy = self._strategy()  # None off the TensorFlow backend
         if strategy is not None:
@@ -366,183 +363,39 @@ class ThroughputLogger(LoggingCallback):
         counter = None
         if self.batch_size is None and (fit is None or fit.batch_size is None or fit.last_batch_size is None):
             counter = self._counter(fit)
-        schedule = self._schedule(fit, counted=counter is not None)
+        schedule = fit_schedule(
+            model,
+            fit,
+            batch_size=self.batch_size,
+            samples_per_epoch=self.samples_per_epoch,
+            counted=counter is not None,
+            caller=self,
+            once=self._once,
+        )
         num_replicas = backend.num_replicas(model)
         devices = list(backend.replica_devices(model))
-        flops_per_sample = None
+        flops = peak = None
         if schedule.counts_samples or counter is not None:
-            flops_per_sample = self._flops_per_sample(model, fit)
-        peak = None
-        if flops_per_sample is not None:
-            peak = self._peak_total(model, devices, num_replicas)
+            flops = flops_per_sample(model, fit, given=self.flops_per_sample, caller=self, once=self._once)
+        if flops is not None:
+            peak = peak_flops_total(model, devices, num_replicas, given=self.peak_flops, caller=self, once=self._once)
         meter = ThroughputMeter(
             schedule,
             every_n_steps=self.every_n_steps,
             every_s=self.every_s,
             num_replicas=num_replicas,
-            flops_per_sample=flops_per_sample,
+            flops_per_sample=flops,
             peak_flops=peak,
             initial_step=self._initial_step(),
             counter=counter,
         )
-        return meter, counter if isinstance(counter, _KerasCount) else None
-
-    def _keras_count(self, model: Any, data: FitData | None) -> KerasSampleCount | None:
-        """Keras' own sample count, where it can be read exactly at the epoch's last batch end; else `None`.
-
-        That needs Keras' default TensorFlow training step and an epoch whose
-        length Keras knows (its last batch end is where the count is read:
-        validation and callbacks calling `evaluate` reset it after that). A
-        model whose count was lost in an earlier fit (reset within an epoch,
-        or past 2**24 samples per replica and epoch) counts with the probe.
-        """
-        if self._count_with == "probe" or data is None or data.num_batches is None:
-            return None
-        if getattr(model, _PROBE_NEXT, False):
-            return None
-        from keras_gpu.setup.keras_compat import keras_sample_count
-
-        return keras_sample_count(model)
+        return meter, counter if isinstance(counter, KerasCount) else None
 
     def _counter(self, data: FitData | None = None) -> Any:
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
-        model = self.model
-        if backend.name() != "tensorflow":
-            return count_batches(model)  # the batches' own shapes: global arrays under a JAX distribution
         task = self._task
         workers = max(1, task.num_workers) if task is not None else 1
-        probe = step_probe.installed(model)
-        source = self._keras_count(model, data) if probe is None else None
-        if source is not None:
-            return _KerasCount(source, workers, data.num_batches)
-        if probe is None:
-            return None
-
-        def counts() -> tuple[int, int]:
-            steps, samples = probe.counts()
-            return steps, samples * workers  # see the class docstring: exact for equal batches on every worker
-
-        return counts
-
-    def _schedule(self, fit: FitData | None, counted: bool = False) -> DataSchedule:
-        data = fit or FitData(steps_per_execution=_int_attr(self.model, "steps_per_execution") or 1)
-        batch = self.batch_size or data.batch_size
-        last, batches = data.last_batch_size, data.batches_per_pass
-        if self.batch_size is not None and data.batch_size is not None and self.batch_size != data.batch_size:
-            self._once.log(
-                logging.WARNING,
-                "throughput:batch-mismatch",
-                "keras-gpu: %s differs from the batch size of the training data (%d); "
-                "using %d. `batch_size` is the global batch: all replicas on all workers.",
-                call_with(self, batch_size=self.batch_size),
-                data.batch_size,
-                self.batch_size,
-            )
-            last = self.batch_size
-        elif self.batch_size is not None and last is None:
-            last = self.batch_size
-            if not data.infinite and self.samples_per_epoch is None:
-                self._once.log(
-                    logging.INFO,
-                    "throughput:assume-full",
-                    "keras-gpu: ThroughputLogger assumes every batch holds batch_size=%d samples; pass "
-                    "%s if the last batch of each epoch is shorter.",
-                    self.batch_size,
-                    call_with(self, "batch_size", "samples_per_epoch"),
-                )
-        if self.samples_per_epoch is not None and batch is not None:
-            if data.infinite:
-                self._once.log(
-                    logging.WARNING,
-                    "throughput:samples-infinite",
-                    "keras-gpu: ThroughputLogger ignores samples_per_epoch=%d: the training data repeats forever, "
-                    "so every batch is full.",
-                    self.samples_per_epoch,
-                )
-            else:
-                explicit = DataSchedule.from_samples(self.samples_per_epoch, batch)
-                if batches is not None and batches != explicit.batches_per_pass:
-                    self._once.log(
-                        logging.WARNING,
-                        "throughput:samples-mismatch",
-                        "keras-gpu: %s with batch size %d gives %d batches per "
-                        "pass, but the training data has %d; using samples_per_epoch.",
-                        call_with(self, samples_per_epoch=self.samples_per_epoch),
-                        batch,
-                        explicit.batches_per_pass,
-                        batches,
-                    )
-                last, batches = explicit.last_batch_size, explicit.batches_per_pass
-        if (batch is None or last is None) and counted:
-            batch = last = None  # the counter counts
-        elif batch is None or last is None:
-            batch = last = None
-            self._once.log(
-                logging.WARNING,
-                f"throughput:no-batch:{data.adapter}",
-                "keras-gpu: ThroughputLogger cannot tell how many samples each step processes (training data: %s%s), "
-                "so it logs only steps/s. Pass %s (the global batch size, all replicas; `samples_per_epoch=` too "
-                "if the last batch of each epoch is short) to log samples/s, TFLOP/s and MFU.",
-                data.adapter,
-                " without a static batch dimension" if data.adapter == "TFDatasetAdapter" else "",
-                call_with(self, "batch_size"),
-            )
-        return DataSchedule(
-            batch_size=batch,
-            last_batch_size=last,
-            batches_per_pass=batches,
-            infinite=data.infinite and batches is None,
-            steps_per_epoch=data.steps_per_epoch,
-            steps_per_execution=data.steps_per_execution,
-        )
-
-    def _flops_per_sample(self, model: Any, fit: FitData | None) -> float | None:
-        if self.flops_per_sample is not None:
-            return float(self.flops_per_sample)
-        value = model_flops.training_flops_per_sample(model)
-        if value is None and fit is not None and fit.x_spec is not None:
-            value = model_flops.training_flops_per_sample(model, fit.x_spec)
-        if value is None:
-            self._once.log(
-                logging.INFO,
-                "throughput:no-flops",
-                "keras-gpu: ThroughputLogger could not count the FLOPs of model %r (%s), so "
-                "throughput/tflops_per_sec and throughput/mfu are not logged; pass %s "
-                "(training FLOPs per sample, about 3x the forward FLOPs) to log them.",
-                getattr(model, "name", "?"),
-                model_flops.flops_failure(model),
-                call_with(self, "flops_per_sample"),
-            )
-        return value
-
-    def _peak_total(self, model: Any, devices: list[str], num_replicas: int) -> float | None:
-        if self.peak_flops is not None:
-            return float(self.peak_flops) * num_replicas
-        kinds = {topology.device_type(d) or "device" for d in devices}
-        dtype = backend.compute_dtype(model)
-        if kinds != {"GPU"}:
-            self._once.log(
-                logging.INFO,
-                "throughput:no-peak",
-                "keras-gpu: ThroughputLogger logs no throughput/mfu: no peak FLOP/s is known for %s devices. "
-                "Pass %s (peak FLOP/s of one replica's device) to log it.",
-                "/".join(sorted(kinds)),
-                call_with(self, "peak_flops"),
-            )
-            return None
-        local, names = model_flops.gpu_peak_flops(model, dtype)
-        if local is None:
-            self._once.log(
-                logging.INFO,
-                "throughput:no-peak",
-                "keras-gpu: ThroughputLogger logs no throughput/mfu: no %s peak FLOP/s is known for %s. "
-                "Pass %s (peak FLOP/s of one replica's device) to log it.",
-                dtype,
-                ", ".join(sorted(set(names))) or "this GPU",
-                call_with(self, "peak_flops"),
-            )
-            return None
-        return local * max(1, num_replicas // max(1, len(devices)))
+        return sample_counter.choose_counter(self.model, data, workers=workers, probe_only=self._count_with == "probe")
 
     def _warn_steps_per_execution(self, strategy: Any) -> None:
         from keras_gpu.setup.keras_compat import warn_steps_per_execution
@@ -607,11 +460,6 @@ class ThroughputLogger(LoggingCallback):
         )
 
 
-def _int_attr(obj: Any, name: str) -> int | None:
-    value = getattr(obj, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
@@ -629,54 +477,5 @@ class _ThroughputFit:
         self.last_t = t0
         self.epoch_iterations: int | None = None
         self.warned_counter = False
-        self.keras_count: _KerasCount | None = None
+        self.keras_count: KerasCount | None = None
         self.last_index: float = _INF  # Keras' batch index of the epoch's last step, where Keras' count is read
-
-
-class _KerasCount:
-    """This fit's running samples from Keras' own per-epoch count (:class:`keras_gpu.setup.keras_compat.KerasSampleCount`).
-
-    Called as a meter's counter: `(None, samples)` (Keras' batch index counts
-    the steps), all workers' samples (this worker's times the workers, as
-    with the probe). Keras resets its count before each epoch: each epoch's
-    reads are deltas from the read in :meth:`epoch_begin`, and the read at
-    the epoch's last batch end (:meth:`epoch_end`) holds until the next
-    epoch. A count reset within the epoch (by a callback before this one)
-    or past the float's exact range gives `None`: samples not logged from
-    then on (:attr:`lost_reason` says why).
-    """
-
-    def __init__(self, source: KerasSampleCount, workers: int, num_batches: int) -> None:
-        self._source = source
-        self._workers = workers
-        self.last_index = num_batches - 1
-        self._last = 0.0
-        self._total = 0.0
-        self._frozen = True  # before the first epoch, the count is the previous fit's or evaluate's
-        self._resets = source.resets
-        self.lost_reason: str | None = None  # why the count cannot be trusted any more
-
-    def epoch_begin(self) -> None:
-        self._frozen = False
-        self._resets = self._source.resets  # Keras' reset before this epoch is the last allowed
-        self._last = sum(self._read())  # 0 after that reset; read, not assumed
-
-    def epoch_end(self) -> None:
-        self.__call__()
-        self._frozen = True
-
-    def __call__(self) -> tuple[None, int | None]:
-        if not self._frozen and self.lost_reason is None:
-            values = self._read()
-            now = sum(values)
-            if now < self._last or self._source.resets != self._resets:
-                self.lost_reason = "was reset during the epoch (a callback calling `evaluate`?)"
-            elif max(values) >= self._source.exact_below:
-                self.lost_reason = f"counts exactly only to {self._source.exact_below:.0f} samples per replica and epoch"
-            else:
-                self._total += now - self._last
-                self._last = now
-        return None, (None if self.lost_reason else round(self._total) * self._workers)
-
-    def _read(self) -> list[float]:
-        return self._source.read()
