@@ -18,6 +18,7 @@ from keras_gpu.core.units import format_bytes
 from keras_gpu.hooks._base import LoggingCallback, check_positive, read_step
 from keras_gpu.hooks.fit_introspection import FitWatch
 from keras_gpu.output import writer as _writer
+from keras_gpu.output.memory_tags import allocator_values, gpu_values, host_values
 from keras_gpu.output.reader import uncounted_allocator
 
 __all__ = ["MemoryLogger"]
@@ -391,9 +392,7 @@ class _Run:
             self._unread.pop(allocator.device, None)
             tag = allocator.tag
             self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), reading.peak_bytes)
-            values[f"memory/allocator/{tag}/current_bytes"] = reading.current_bytes
-            values[f"memory/allocator/{tag}/peak_bytes"] = reading.peak_bytes
-            values[f"memory/allocator/{tag}/run_peak_bytes"] = self.run_peaks[tag]
+            values.update(allocator_values(tag, reading.current_bytes, reading.peak_bytes, self.run_peaks[tag]))
 
     @staticmethod
     def _say_no_allocator(device: str, why: str) -> None:
@@ -414,17 +413,12 @@ class _Run:
             # The peak since the process started can never be below what was resident at any reading.
             peak = max(p for p in (peak, rss, self.host_peak) if p is not None)
             self.host_peak = peak
-        if rss is not None:
-            values["memory/host/rss_bytes"] = rss
-        if peak is not None:
-            values["memory/host/peak_rss_bytes"] = peak
+        values.update(host_values(rss, peak))
 
     def _gpu_window(self, values: dict[str, float]) -> None:
         for gpu, metrics in sorted(self.sampler.drain().items()):
             for name, stat in metrics.items():
-                values[f"gpu/{gpu}/{name}"] = stat.mean
-                if name != "memory_total_bytes":
-                    values[f"gpu/{gpu}/{name}_max"] = stat.max
+                values.update(gpu_values(gpu, name, stat.mean, stat.max))
                 key = (gpu, name)
                 self.gpu_peaks[key] = max(self.gpu_peaks.get(key, 0.0), stat.max)
 

@@ -23,7 +23,7 @@ from keras_gpu.hooks.sample_counter import KerasCount
 from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
 from keras_gpu.hooks.throughput_schedule import fit_schedule
 from keras_gpu.meters.throughput import EpochTimes, FirstExecution, ThroughputMeter, Window
-from keras_gpu.output import tags as _tags
+from keras_gpu.output.throughput_tags import epoch_values, window_values
 
 __all__ = ["ThroughputLogger"]
 
@@ -325,31 +325,14 @@ class ThroughputLogger(LoggingCallback):
         for event in events:
             if isinstance(event, FirstExecution):
                 continue  # logged with the epoch's other times (time/first_step_sec)
-            values = {_tags.STEPS_PER_SEC.name(): event.steps_per_sec}
-            if event.samples_per_sec is not None:
-                values[_tags.SAMPLES_PER_SEC.name()] = event.samples_per_sec
-                values[_tags.SAMPLES_PER_SEC_PER_REPLICA.name()] = event.samples_per_sec_per_replica
-            if event.tflops_per_sec is not None:
-                values[_tags.TFLOPS_PER_SEC.name()] = event.tflops_per_sec
-            if event.mfu is not None:
-                values[_tags.MFU.name()] = event.mfu
+            values = window_values(event)
             writer.scalars(values, event.step)
 
     def _write_epoch(self, times: EpochTimes | None) -> None:
         writer = self._writer
         if times is None or writer is None:
             return
-        values = {
-            _tags.EPOCH_SEC.name(): times.epoch_sec,
-            _tags.TRAIN_SEC.name(): times.train_sec,
-            _tags.FIRST_STEP_SEC.name(): times.first_step_sec,
-            _tags.VALIDATION_SEC.name(): times.validation_sec,
-            _tags.OTHER_EPOCH_SEC.name(): times.other_sec,
-        }
-        if times.steady_steps_per_sec is not None:
-            values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
-        if times.steady_samples_per_sec is not None:
-            values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+        values = epoch_values(times)
         writer.scalars(values, times.step)  # flushed by the writer's thread, and when fit ends
 
     # -- set-up ---------------------------------------------------------------------

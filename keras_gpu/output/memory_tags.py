@@ -1,0 +1,42 @@
+"""Memory readings as tag values: the one place an allocator, host or NVML reading becomes `memory/*` and `gpu/*`.
+
+The reader turns the same tags back into records
+(:mod:`keras_gpu.output.tag_records`).
+"""
+
+from __future__ import annotations
+
+from keras_gpu.output import tags as _tags
+
+__all__ = ["allocator_values", "gpu_values", "host_values"]
+
+
+def allocator_values(device: str, current_bytes: float, peak_bytes: float, run_peak_bytes: float) -> dict[str, float]:
+    """One allocator's window (`device` as in the tags, e.g. `GPU_0`): current, window peak and run peak bytes."""
+    return {
+        _tags.ALLOC_CURRENT.name(device=device): current_bytes,
+        _tags.ALLOC_PEAK.name(device=device): peak_bytes,
+        _tags.ALLOC_RUN_PEAK.name(device=device): run_peak_bytes,
+    }
+
+
+def host_values(rss_bytes: float | None, peak_rss_bytes: float | None) -> dict[str, float]:
+    """The process's resident set and its peak, where measured."""
+    values = {}
+    if rss_bytes is not None:
+        values[_tags.HOST_RSS.name()] = rss_bytes
+    if peak_rss_bytes is not None:
+        values[_tags.HOST_PEAK_RSS.name()] = peak_rss_bytes
+    return values
+
+
+def gpu_values(gpu: int | str, metric: str, mean: float, maximum: float) -> dict[str, float]:
+    """One NVML metric of one GPU over a window: its mean, and its maximum where the metric varies.
+
+    `metric` is the sampler's metric name (e.g. `utilization_percent`); the
+    tags are the declared `gpu/{gpu}/<metric>` and `gpu/{gpu}/<metric>_max`.
+    """
+    values = {_tags.by_name(f"gpu/{{gpu}}/{metric}").name(gpu=str(gpu)): mean}
+    if metric != "memory_total_bytes":  # a constant: no window maximum
+        values[_tags.by_name(f"gpu/{{gpu}}/{metric}_max").name(gpu=str(gpu))] = maximum
+    return values
