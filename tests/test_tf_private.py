@@ -19,7 +19,7 @@ from tests._util import run_python
 def test_runtime_initialized_is_false_in_a_fresh_process_and_true_after_a_tensor():
     code = (
         "import tensorflow as tf\n"
-        "from keras_gpu import _tf\n"
+        "from keras_gpu.core import tf_private as _tf\n"
         "before = _tf.runtime_initialized()\n"
         "tf.config.list_physical_devices('CPU')\n"
         "after_listing = _tf.runtime_initialized()\n"
@@ -33,7 +33,7 @@ def test_runtime_initialized_is_false_in_a_fresh_process_and_true_after_a_tensor
 def test_clearing_a_logical_configuration_restores_one_device_before_init_and_refuses_after():
     code = (
         "import tensorflow as tf\n"
-        "from keras_gpu import _tf\n"
+        "from keras_gpu.core import tf_private as _tf\n"
         "cpu = tf.config.list_physical_devices('CPU')[0]\n"
         "_tf.clear_logical_configuration(cpu)\n"
         "print(tf.config.get_logical_device_configuration(cpu))\n"
@@ -117,6 +117,6 @@ def test_strategy_devices_and_collective_ops():
 
 
 def test_coordination_service_is_unconfigured_in_a_plain_process():
-    code = "from keras_gpu import _tf\nprint(_tf.coordination_service_config())\n"
+    code = "from keras_gpu.core import tf_private as _tf\nprint(_tf.coordination_service_config())\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split()[-1] == "None"
