@@ -5,8 +5,19 @@ set. Every kind holds 1003 samples a pass, in batches of 10 with a short last
 batch of 3 (101 batches), and trains 2 epochs. For each kind the worker
 prints, in one `RESULT` JSON line:
 
-* `truth`: the samples the steps really processed (counted by hand from the
-  data: 2006, or less where a kind drops the short batch);
+* `truth`: the samples the model really trained on, read from the model
+  itself: a metric adds each train step's batch size (`y`'s first
+  dimension, inside the step), and a callback after the logger sums its
+  value at each epoch's end;
+* `expected`: the samples the data holds, counted by hand (2006, or less
+  where a kind drops the short batch). The two agree for every kind but
+  `pydataset_workers`: its enqueuer reshuffles each pass and hands a pass
+  first the batches it had fetched when the previous one stopped. On JAX
+  and PyTorch, Keras takes one batch to build the model's shapes before
+  the first epoch and stops there, so each epoch starts with about ten
+  batches of another order: an epoch may train the short batch twice or
+  not at all (1999 or 2013 samples in about 1 run of 4; TensorFlow skips
+  that probe without a distribution strategy);
 * `implied`: what the event file implies: each window's samples per step
   (`samples_per_sec / steps_per_sec`) times its steps (the difference of
   the global steps of consecutive points);
@@ -51,6 +62,31 @@ Y = rng.random((N, 1), dtype=np.float32)
 STARTS = range(0, N, BATCH)
 
 
+class TrainedSamples(keras.metrics.Metric):
+    """Samples in the batches the train steps took this epoch (each step adds its `y`'s first dimension)."""
+
+    def __init__(self, name="trained_samples"):
+        super().__init__(name=name)
+        self.total = self.add_variable((), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.total.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], self.total.dtype))
+
+    def result(self):
+        return keras.ops.convert_to_tensor(self.total)
+
+
+class Trained(keras.callbacks.Callback):
+    """Sums `TrainedSamples` over the epochs (Keras resets metrics at each epoch's start)."""
+
+    def __init__(self):
+        super().__init__()
+        self.samples = 0.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.samples += float(logs["trained_samples"])
+
+
 class Stopwatch(keras.callbacks.Callback):
     """Seconds from each epoch's start to its last training batch end."""
 
@@ -78,7 +114,7 @@ class Stopwatch(keras.callbacks.Callback):
 
 def one_input(compile_kwargs=None):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
-    model.compile("sgd", "mse", **(compile_kwargs or {}))
+    model.compile("sgd", "mse", metrics=[TrainedSamples()], **(compile_kwargs or {}))
     return model
 
 
@@ -86,7 +122,7 @@ def two_inputs(compile_kwargs=None):
     a, b = keras.Input((8,), name="a"), keras.Input((6,), name="b")
     h = keras.layers.Dense(32, activation="relu")(keras.layers.Concatenate()([a, b]))
     model = keras.Model({"a": a, "b": b}, keras.layers.Dense(1)(h))
-    model.compile("sgd", "mse", **(compile_kwargs or {}))
+    model.compile("sgd", "mse", metrics=[TrainedSamples()], **(compile_kwargs or {}))
     return model
 
 
@@ -94,7 +130,7 @@ def list_inputs():
     a, b = keras.Input((8,)), keras.Input((6,))
     h = keras.layers.Dense(32, activation="relu")(keras.layers.Concatenate()([a, b]))
     model = keras.Model([a, b], keras.layers.Dense(1)(h))
-    model.compile("sgd", "mse")
+    model.compile("sgd", "mse", metrics=[TrainedSamples()])
     return model
 
 
@@ -118,7 +154,7 @@ FULL = EPOCHS * N
 
 
 def kinds():
-    """`name -> (model, fit kwargs, true samples)` for this backend."""
+    """`name -> (model, fit kwargs, samples the data holds over the epochs)` for this backend."""
     out = {
         "numpy": lambda: (one_input(), {"x": X, "y": Y, "batch_size": BATCH}, FULL),
         "numpy_list": lambda: (list_inputs(), {"x": [X, X2], "y": Y, "batch_size": BATCH}, FULL),
@@ -195,14 +231,15 @@ def main(log_dir: str) -> None:
     logging.getLogger("keras_gpu").addHandler(Collect(logging.WARNING))
     results = {}
     for name, make in kinds().items():
-        model, fit_kwargs, truth = make()
+        model, fit_kwargs, expected = make()
         run_dir = os.path.join(log_dir, name)
         callbacks = keras_gpu.callbacks(run_dir, memory=False, placement=False, step_time=False, every_s=0.1)
-        watch = Stopwatch()
-        model.fit(epochs=EPOCHS, verbose=0, callbacks=[*callbacks, watch], **fit_kwargs)
+        watch, trained = Stopwatch(), Trained()
+        model.fit(epochs=EPOCHS, verbose=0, callbacks=[*callbacks, watch, trained], **fit_kwargs)
         samples, seconds, points = implied(os.path.join(run_dir, "train"))
         results[name] = {
-            "truth": truth,
+            "truth": trained.samples,
+            "expected": expected,
             "implied": samples,
             "implied_sec": seconds,
             "stopwatch_sec": watch.total,
