@@ -413,15 +413,7 @@ class ThroughputMeter:
             if n is not None and steps > 0 and self._pos + steps == n:
                 samples -= sched.batch_size - sched.last_batch_size
         self._pos += steps
-        self._epoch_steps += steps
-        self.step += steps
-        self._totals.steps += steps
-        if self._epoch is not None:
-            self._epoch.steps += steps
-            self._epoch.samples += samples or 0
-        if samples is not None:
-            self._totals.samples += samples
-        return steps, samples
+        return self._book(steps, samples)
 
     def _count(self, nominal: int) -> tuple[int, int | None]:
         """Steps and samples since the last read of the counter (`nominal`: the steps Keras' batch index implies)."""
@@ -445,6 +437,10 @@ class ThroughputMeter:
         if self.counter_failed:
             samples = None
             self._win_samples = None
+        return self._book(steps, samples)
+
+    def _book(self, steps: int, samples: int | None) -> tuple[int, int | None]:
+        """Add a read's steps and samples (`None`: not known) to the epoch and the totals; return them."""
         self._epoch_steps += steps
         self.step += steps
         self._totals.steps += steps
