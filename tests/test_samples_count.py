@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from tests._util import run_python
+from tests._util import check_trained, run_python
 
 KINDS = [
     "numpy", "numpy_list", "numpy_dict_spe3", "generator", "pydataset_workers", "pydataset_spe4", "tf_data_static",
@@ -35,21 +35,6 @@ def logged(tmp_path_factory):
     return json.loads(proc.stdout.split("RESULT", 1)[1])
 
 
-def _check_trained(result: dict, kind: str) -> None:
-    """The samples the model trained on (its own metric) are those the data holds, counted by hand.
-
-    A `PyDataset` with worker threads is the exception: Keras hands a pass
-    the batches its enqueuer had fetched before the previous pass stopped,
-    and reshuffles, so an epoch of 101 batches may hold the short batch of 3
-    twice or not at all: the total then differs by a multiple of 10 - 3.
-    """
-    if kind == "pydataset_workers":
-        difference = result["truth"] - result["expected"]
-        assert difference % 7 == 0 and abs(difference) <= 2 * 7  # 2 epochs
-    else:
-        assert result["truth"] == result["expected"]
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_samples_per_sec_is_logged_and_implies_the_true_sample_count(logged, kind):
     result = logged["results"][kind]
@@ -61,7 +46,7 @@ def test_samples_per_sec_is_logged_and_implies_the_true_sample_count(logged, kin
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_model_trained_on_the_samples_the_data_holds(logged, kind):
-    _check_trained(logged["results"][kind], kind)
+    check_trained(logged["results"][kind], kind)
 
 
 def test_no_kind_warns_that_it_cannot_count(logged):

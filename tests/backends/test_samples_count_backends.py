@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from tests._util import run_python
+from tests._util import check_trained, run_python
 
 pytestmark = [
     pytest.mark.backend,
@@ -48,21 +48,6 @@ def _logged(backend: str, tmp_path_factory) -> dict:
     return _RESULTS[backend]
 
 
-def _check_trained(result: dict, kind: str) -> None:
-    """The samples the model trained on (its own metric) are those the data holds, counted by hand.
-
-    A `PyDataset` with worker threads is the exception: Keras hands a pass
-    the batches its enqueuer had fetched before the previous pass stopped,
-    and reshuffles, so an epoch of 101 batches may hold the short batch of 3
-    twice or not at all: the total then differs by a multiple of 10 - 3.
-    """
-    if kind == "pydataset_workers":
-        difference = result["truth"] - result["expected"]
-        assert difference % 7 == 0 and abs(difference) <= 2 * 7  # 2 epochs
-    else:
-        assert result["truth"] == result["expected"]
-
-
 @pytest.mark.parametrize(("backend", "kind"), CASES)
 def test_samples_per_sec_is_logged_and_implies_the_true_sample_count(tmp_path_factory, backend, kind):
     logged = _logged(backend, tmp_path_factory)
@@ -76,7 +61,7 @@ def test_samples_per_sec_is_logged_and_implies_the_true_sample_count(tmp_path_fa
 
 @pytest.mark.parametrize(("backend", "kind"), CASES)
 def test_the_model_trained_on_the_samples_the_data_holds(tmp_path_factory, backend, kind):
-    _check_trained(_logged(backend, tmp_path_factory)["results"][kind], kind)
+    check_trained(_logged(backend, tmp_path_factory)["results"][kind], kind)
 
 
 @pytest.mark.parametrize(
