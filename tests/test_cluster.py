@@ -176,6 +176,31 @@ def test_bad_slurm(env, kwargs, match):
         resolve_cluster("slurm", environ=env, **kwargs)
 
 
+def test_the_jax_strategy_lays_out_a_slurm_step_node_by_node():
+    from keras_gpu.setup.jax_strategy import _slurm_cluster
+
+    info = _slurm_cluster(_slurm(3, 4, "node[1-2]", "2(x2)"), 9000)
+    assert info.cluster == {"worker": ("node1:9000", "node1:9001", "node2:9000", "node2:9001")}
+    assert (info.source, info.task_type, info.task_index) == ("slurm", "worker", 3)
+
+
+@pytest.mark.parametrize(
+    "env, port_base, match",
+    [
+        (_slurm(0, 3, "localhost", "2"), 8888, "Inconsistent SLURM step"),
+        (_slurm(0, 2, "node[01-02]", "2"), 8888, "expands to 2 hosts"),
+        (_slurm(0, 2, "node1,node1", "1(x2)"), 8888, "names a node twice"),
+        (_slurm("x", 2, "localhost", "2"), 8888, "cannot be parsed"),
+        (_slurm(0, 2, "localhost", "2"), 65535, "no room"),
+    ],
+)
+def test_the_jax_strategy_checks_a_slurm_step_as_the_tensorflow_one_does(env, port_base, match):
+    from keras_gpu.setup.jax_strategy import _slurm_cluster
+
+    with pytest.raises(ValueError, match=match):
+        _slurm_cluster(env, port_base)
+
+
 # --- explicit ----------------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "expand_tasks_per_node",
     "slurm_int",
     "slurm_layout",
+    "step_layout",
     "step_tasks",
 ]
 
@@ -58,21 +59,13 @@ def check_gpus_per_task(gpus_per_task: Any) -> int | None:
     return gpus_per_task
 
 
-def slurm_layout(
-    env: Mapping[str, str], port_base: int, gpus_per_task: int | None, assign_gpus: bool
-) -> tuple[dict[str, list[str]], str, int, int]:
-    """Lay this SLURM step out as a cluster with TensorFlow's SLURM resolver.
+def step_layout(env: Mapping[str, str], port_base: int) -> tuple[int, list[str], list[int]]:
+    """This SLURM step's `SLURM_PROCID`, its nodes and its tasks per node, every variable checked.
 
     Args:
         env: The environment holding the step's `SLURM_*` variables.
-        port_base: The first port on each node (checked by :func:`check_port_base`).
-        gpus_per_task: GPUs per task (checked by :func:`check_gpus_per_task`);
-            `None` reads the node's GPU count.
-        assign_gpus: Let the resolver set `CUDA_VISIBLE_DEVICES` to this task's GPUs.
-
-    Returns:
-        The cluster spec as TensorFlow lays it out, this task's type and
-        index, and its `SLURM_PROCID`.
+        port_base: The first port on each node: it must leave room for the
+            most tasks a node runs.
 
     Raises:
         ValueError: A variable is missing, malformed, inconsistent with the
@@ -107,11 +100,35 @@ def slurm_layout(
             f"Inconsistent SLURM step: SLURM_STEP_NUM_TASKS={num_tasks}, tasks per node {per_node}, "
             f"SLURM_PROCID={procid}."
         )
-    max_per_node = max(per_node)
-    if port_base + max_per_node - 1 > 65535:
+    if port_base + max(per_node) - 1 > 65535:
         raise ValueError(
-            f"`slurm_port_base` leaves no room for {max_per_node} tasks per node. Received: slurm_port_base={port_base}"
+            f"`slurm_port_base` leaves no room for {max(per_node)} tasks per node. Received: slurm_port_base={port_base}"
         )
+    return procid, hosts, per_node
+
+
+def slurm_layout(
+    env: Mapping[str, str], port_base: int, gpus_per_task: int | None, assign_gpus: bool
+) -> tuple[dict[str, list[str]], str, int, int]:
+    """Lay this SLURM step out as a cluster with TensorFlow's SLURM resolver.
+
+    Args:
+        env: The environment holding the step's `SLURM_*` variables.
+        port_base: The first port on each node (checked by :func:`check_port_base`).
+        gpus_per_task: GPUs per task (checked by :func:`check_gpus_per_task`);
+            `None` reads the node's GPU count.
+        assign_gpus: Let the resolver set `CUDA_VISIBLE_DEVICES` to this task's GPUs.
+
+    Returns:
+        The cluster spec as TensorFlow lays it out, this task's type and
+        index, and its `SLURM_PROCID`.
+
+    Raises:
+        ValueError: A variable is missing, malformed, inconsistent with the
+            others, or describes more tasks than any real job.
+    """
+    procid, _hosts, per_node = step_layout(env, port_base)
+    max_per_node = max(per_node)
     # TensorFlow's own resolver does the host/port layout. Two of its defaults do
     # not fit CPU-only nodes: with no nvidia-smi it raises FileNotFoundError, and
     # with gpus_per_node=0 cluster_spec() divides by a zero step. On such nodes

@@ -37,12 +37,7 @@ from typing import Any
 
 from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
-from keras_gpu.core.slurm import (
-    SLURM_STEP_VARS,
-    expand_hostlist,
-    expand_tasks_per_node,
-    slurm_int,
-)
+from keras_gpu.core.slurm import step_layout
 from keras_gpu.setup.startup_guards import check_own_port
 from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
 
@@ -220,26 +215,7 @@ def _resolve(where: ClusterOptions) -> ClusterInfo:
 
 def _slurm_cluster(env: Mapping[str, str], port_base: int) -> ClusterInfo:
     """This SLURM step as a cluster: tasks laid out node by node, ports `port_base` plus the task's slot on its node."""
-    missing = [v for v in SLURM_STEP_VARS if not env.get(v, "").strip()]
-    if missing:
-        raise ValueError(
-            f"cluster_source='slurm' but {', '.join(missing)} is not set: run the script as a SLURM job step "
-            "(`srun python train.py`)."
-        )
-    try:
-        procid = slurm_int(env, "SLURM_PROCID")
-        tasks = slurm_int(env, "SLURM_STEP_NUM_TASKS")
-        hosts = expand_hostlist(env["SLURM_STEP_NODELIST"], max(1, tasks))
-        per_node = expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"], max(1, tasks))
-    except ValueError as exc:
-        raise ValueError(f"The SLURM step variables cannot be parsed: {exc}") from None
-    if len(hosts) != len(per_node) or sum(per_node) != tasks or not 0 <= procid < tasks:
-        raise ValueError(
-            f"Inconsistent SLURM step: SLURM_STEP_NUM_TASKS={tasks}, nodes {hosts}, tasks per node {per_node}, "
-            f"SLURM_PROCID={procid}."
-        )
-    if port_base + max(per_node) - 1 > 65535:
-        raise ValueError(f"`slurm_port_base` leaves no room for {max(per_node)} tasks per node. Received: {port_base}")
+    procid, hosts, per_node = step_layout(env, port_base)
     addresses = tuple(f"{host}:{port_base + slot}" for host, count in zip(hosts, per_node) for slot in range(count))
     return ClusterInfo("slurm", {"worker": addresses}, "worker", procid)
 
