@@ -139,6 +139,13 @@ def test_a_balanced_job_names_nobody(tmp_path):
     records, report, log_dir, _ = _launch(tmp_path, "balanced")
     views = _gathered(records)
     assert [v["reporting"] for v in views] == [2, 2, 2]
+    for record in records.values():
+        # The rows rode on the steps' gradient all-reduce: TensorFlow traced as many all-reduces as for the
+        # same model without keras-gpu's callbacks, and the only all-gather was the fit's last row (no step
+        # followed to carry it).
+        assert record["rode"] is True
+        assert record["traced_all_reduce_v2"] == record["plain_collectives"] > 0
+        assert record["gathers"] == 1
     # One gather at each epoch's end, logged on ThroughputLogger's step axis (the epochs' ends under time/).
     from keras_gpu.output.reader import read_scalars
 

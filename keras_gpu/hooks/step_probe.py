@@ -48,6 +48,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from keras_gpu.hooks.row_ride import plain_variables
+
 __all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
 
 #: The running sums per local replica, in this order.
@@ -169,12 +171,14 @@ class StepProbe:
         self._timed = self.timing  # whether a timing step ever ran: its samples are in the sums
         self.on_device = bool(on_device)
         self._base = time.time()
-        self._sums, self._prev, self._count = _host_variables(
+        self._sums, self._prev, self._count = plain_variables(
             tf.zeros((self.local_replicas, len(FIELDS)), tf.float64),
             tf.zeros((self.local_replicas,), tf.float64),
             tf.zeros((2,), tf.int64),  # counting steps: (steps of every local replica, samples)
             device=None if on_device else "/cpu:0",
         )
+        with tf.device(None if on_device else "/cpu:0"):
+            self._no_prev = tf.zeros((self.local_replicas,), tf.float64)
         self._trace = threading.local()  # the step being traced: where its t1 goes
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
         self._call_time = 0.0  # and the sum of their start times, relative to _base
@@ -194,9 +198,7 @@ class StepProbe:
 
     def epoch_begin(self) -> None:
         """Forget the previous step: the time between epochs (validation, epoch-end callbacks) is no gap."""
-        import tensorflow as tf
-
-        self._prev.assign(tf.zeros_like(self._prev))
+        self._prev.assign(self._no_prev)
         self._first_call = True
 
     def read(self) -> ProbeWindow | None:
@@ -413,30 +415,3 @@ def _batch_size(data: Any) -> Any:
         if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
             return tf.shape(leaf, out_type=tf.int64)[0]
     return tf.constant(0, tf.int64)
-
-
-def _host_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:
-    """Plain variables on `device` (`None`: the default device), outside any distribution strategy's scope.
-
-    A strategy's scope is per thread, so the variables are made on a thread of
-    their own: inside a `with strategy.scope():` block (where users often call
-    `fit`), they would otherwise become mirrored variables.
-    """
-    import tensorflow as tf
-
-    made: list[Any] = []
-    errors: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            with tf.device(device):
-                made.extend(tf.Variable(v, trainable=False) for v in initial)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=create, name="keras-gpu-probe-variables")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return made

@@ -1,15 +1,18 @@
 """The cluster view of `StepTimeLogger` in a multi-worker TensorFlow fit: the step probe's windows, gathered from every worker.
 
 :class:`ClusterSchedule` decides, in counts of the fit's steps (alike on
-every worker), when every worker all-gathers what its step probe
-(:mod:`keras_gpu.hooks.step_probe`) measured since the last gather; the rows
-become a :class:`keras_gpu.meters.cluster_view.ClusterSummary`.
+every worker), when every worker shares what its step probe
+(:mod:`keras_gpu.hooks.step_probe`) measured since the last share: on the
+gradient all-reduce of the next step (:mod:`keras_gpu.hooks.row_ride`), or
+by an all-gather; the rows become a
+:class:`keras_gpu.meters.cluster_view.ClusterSummary`.
 :func:`log_cluster` is the chief's end-of-fit line.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,35 +41,51 @@ MIN_GATHER_STEPS = 5
 
 #: `write(breakdown, replica labels, global step)`: logs this worker's own window.
 Write = Callable[[steptime.StepTime, list[str], int], None]
+#: A cluster view: `(global step, summary)`, the summary `None` when no worker had a window.
+View = tuple[int, ClusterSummary | None]
 
 
 class ClusterSchedule:
-    """The cluster view's state in one multi-worker `fit`: the probe, the gather, and when to gather next.
+    """The cluster view's state in one multi-worker `fit`: the probe, how the rows travel, and when.
 
-    Every decision is a count of this fit's steps, so every worker gathers at
-    the same steps.
+    Every decision is a count of this fit's steps, so every worker shares its
+    row at the same steps. A row rides on the next training step's gradient
+    all-reduce where the step carries `ride` (:mod:`keras_gpu.hooks.row_ride`:
+    no collective of its own; every worker reads the rows at the next batch
+    end); otherwise, and for the fit's last row (no step follows it), every
+    worker all-gathers the rows with `gather` at once.
 
     Args:
         probe: The step probe installed in the model's train step.
         gather: The all-gather of one row per worker (:class:`keras_gpu.hooks.gather.RowGather`).
         replicas: `(tag label, device)` per local replica.
         first_step: The global step this fit starts from.
+        ride: The rows' ride on the gradient all-reduce (`None`: gather every time).
     """
 
     def __init__(
-        self, probe: step_probe.StepProbe, gather: Any, replicas: list[tuple[str, str]], first_step: int = 0
+        self,
+        probe: step_probe.StepProbe,
+        gather: Any,
+        replicas: list[tuple[str, str]],
+        first_step: int = 0,
+        ride: Any = None,
     ) -> None:
         self.probe = probe
         self.gather = gather
+        self.ride = ride
         self.replicas = replicas
         self.first_step = first_step
         self.base = 0  # steps of this fit before the current epoch
         self.last_batch = -1
         self.warm = False  # the first batch end starts the first window
-        self.gathered_at = 0  # the step of the last gather (or of the first window's start)
+        self.gathered_at = 0  # the step of the last shared row (or of the first window's start)
         self.t_window = 0.0
-        self.gather_at: int | None = None  # the next gather within an epoch, once the chief proposed a period
+        self.gather_at: int | None = None  # the next share within an epoch, once the chief proposed a period
         self.next_batch: float = 0
+        self.pending: int | None = None  # the step of the published row the next training step carries
+        self.published: list[float] = []  # this worker's last published row (with its sequence number)
+        self.failed = False  # the rows could not be shared: the cluster view is off for this fit
 
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
@@ -78,12 +97,12 @@ class ClusterSchedule:
         self.schedule()
 
     def due_at_epoch_end(self) -> bool:
-        """Whether the epoch's end gathers: a point every worker reaches, after enough steps (alike on every worker)."""
+        """Whether the epoch's end shares a row: a point every worker reaches, after enough steps (alike everywhere)."""
         return self.warm and self.step_of(self.last_batch) - self.gathered_at >= MIN_GATHER_STEPS
 
     def schedule(self) -> None:
         """The next batch (of this epoch) whose end has something to do."""
-        if not self.warm:
+        if not self.warm or self.pending is not None:
             self.next_batch = 0
         elif self.gather_at is None:
             self.next_batch = _INF
@@ -91,10 +110,12 @@ class ClusterSchedule:
             self.next_batch = self.gather_at - self.base - 1
 
     def batch_end(self, batch: int) -> bool:
-        """At the end of `batch`: start the first window after the fit's first step; whether to gather now."""
+        """At the end of `batch`: start the first window after the fit's first step; whether to call :meth:`at_batch_end`."""
         self.last_batch = batch
         if batch < self.next_batch:
             return False
+        if self.pending is not None:
+            return True  # the step just done carried the published rows
         if not self.warm:
             # The fit's first step (tracing, first runs of every op) stays out of every window.
             self.probe.reset()
@@ -102,18 +123,56 @@ class ClusterSchedule:
             self.gathered_at = self.step_of(batch)
             self.t_window = time.perf_counter()
         elif self.gather_at is not None and self.step_of(batch) >= self.gather_at:
-            return True  # `gather_rows` schedules the next batch
+            return True
         self.schedule()
         return False
 
-    def gather_rows(self, write: Write | None, once: Once) -> tuple[int, ClusterSummary | None] | None:
-        """All-gather every worker's probe window, at a step every worker reaches.
+    def at_batch_end(self, write: Write | None, once: Once) -> list[View]:
+        """Where :meth:`batch_end` said so: the view the step just done carried, and this worker's row when due."""
+        views = self._collect(once)
+        if self.gather_at is not None and self.step_of(self.last_batch) >= self.gather_at:
+            views += self._share(write, once)
+        self.schedule()
+        return views
 
-        This worker's own window goes to `write` first (unless it is `None`).
-        Returns `(global step, summary)`, the summary `None` when no worker had
-        a window; `None` where the gather failed (one warning: the cluster
-        view is then off for this fit).
-        """
+    def at_epoch_end(self, write: Write | None, once: Once) -> list[View]:
+        """At an epoch's end (before :meth:`epoch_end`): this worker's row, when enough steps went by."""
+        views = self._collect(once)
+        if self.due_at_epoch_end():
+            views += self._share(write, once)
+        return views
+
+    def at_fit_end(self, once: Once) -> list[View]:
+        """At the fit's end: a published row that no step carried is all-gathered now (every worker has one)."""
+        views = self._collect(once)
+        if self.pending is not None and not self.failed:
+            views += self._view(self.pending, self._guarded(once, self.gather, self.published[:-1]))
+        self.pending = None
+        return views
+
+    def _share(self, write: Write | None, once: Once) -> list[View]:
+        """This worker's window: published for the next step to carry, or all-gathered now."""
+        step, row = self._take_row(write)
+        if self.ride is None or not self.ride.rode:
+            return self._view(step, self._guarded(once, self.gather, row))
+        self.published = [*row, self.published[-1] + 1.0 if self.published else 1.0]
+        if self._guarded(once, self.ride.publish, self.published) is not None:
+            self.pending = step
+        return []
+
+    def _collect(self, once: Once) -> list[View]:
+        """The rows a training step carried since the last publish (a stale row: that worker is not reporting)."""
+        if self.pending is None or self.step_of(self.last_batch) <= self.pending or self.failed:
+            return []
+        step, self.pending = self.pending, None
+        rows = self._guarded(once, self.ride.read)
+        if rows is None:
+            return []
+        seq, stale = self.published[-1], [math.nan] * (len(ROW_FIELDS))
+        return self._view(step, [row[:-1] if row[-1] == seq else stale for row in rows])
+
+    def _take_row(self, write: Write | None) -> tuple[int, list[float]]:
+        """This worker's window since the last share as a row (:data:`ROW_FIELDS`), with its proposed period."""
         step = self.step_of(self.last_batch)
         now = time.perf_counter()
         steps, elapsed = step - self.gathered_at, now - self.t_window
@@ -127,25 +186,35 @@ class ClusterSchedule:
             ]
             if write is not None:
                 write(as_step_time(window), [label for label, _ in self.replicas], self.first_step + step)
-        # This worker's proposal for the next gather, in steps at its pace: the chief's is adopted.
+        # This worker's proposal for the next share, in steps at its pace: the chief's is adopted.
         row.append(float(max(1, round(CLUSTER_EVERY_S * steps / elapsed))) if steps > 0 and elapsed > 0 else 0.0)
+        return step, row
+
+    def _guarded(self, once: Once, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)`, or `None` once it failed (one warning; the cluster view is then off for this fit)."""
         try:
-            rows = self.gather(row)
+            result = call(*args)
         except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
             once.log(
                 logging.WARNING,
                 "gather-failed",
-                "keras-gpu: StepTimeLogger could not gather the workers' measurements (%s: %s); the cluster view is "
+                "keras-gpu: StepTimeLogger could not share the workers' measurements (%s: %s); the cluster view is "
                 "off for this fit.",
                 type(exc).__name__,
                 exc,
             )
+            self.failed = True
             return None
+        return True if result is None else result
+
+    def _view(self, step: int, rows: Any) -> list[View]:
+        """The view at `step` from every worker's row, and the next share the chief proposed."""
+        if not isinstance(rows, list):
+            return []
         period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
         if period is not None:
             self.gather_at = step + period
-        self.schedule()
-        return self.first_step + step, summarize_rows(rows)
+        return [(self.first_step + step, summarize_rows(rows))]
 
 
 def as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:

@@ -19,6 +19,7 @@ from keras_gpu.core.checks import check_bool, check_positive, fail
 from keras_gpu.core.log import Once, log_once, logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks._base import LoggingCallback
+from keras_gpu.hooks.row_ride import RowRide, install_ride
 from keras_gpu.hooks.step_time_cluster import (
     CLUSTER_EVERY_S,
     ClusterSchedule,
@@ -190,6 +191,7 @@ class StepTimeLogger(LoggingCallback):
         self._fit: TraceSchedule | None = None
         self._cluster_fit: ClusterSchedule | None = None
         self._probe: step_probe.StepProbe | None = None
+        self._ride: RowRide | None = None
         self._once = Once()
         self._parser: TraceParser | None = None
         self._first_step = 0
@@ -200,7 +202,7 @@ class StepTimeLogger(LoggingCallback):
     def set_model(self, model):
         super().set_model(model)
         # Before `fit` builds its train function: the probe must be in the step that function runs.
-        self._probe = None
+        self._probe = self._ride = None
         try:
             task = _backend.task_info(model)
             if task.num_workers > 1 and _backend.name() == "tensorflow":
@@ -208,7 +210,12 @@ class StepTimeLogger(LoggingCallback):
                 if reason is not None:
                     self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
                     return
-                self._probe = step_probe.install(model, len(_backend.replica_devices(model)))
+                devices = list(_backend.replica_devices(model))
+                self._probe = step_probe.install(model, len(devices))
+                if self._probe is not None:
+                    self._ride = install_ride(
+                        model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
+                    )
             elif task.num_workers > 1:
                 self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
                                "runs on the TensorFlow backend only (this is %s).", _backend.name())
@@ -277,7 +284,7 @@ class StepTimeLogger(LoggingCallback):
     def on_train_batch_end(self, batch, logs=None):
         cluster = self._cluster_fit
         if cluster is not None and cluster.batch_end(batch):
-            self._cluster_gather(cluster)
+            self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
         if fit is not None:
             self._submit(fit.batch_end(batch))
@@ -294,8 +301,7 @@ class StepTimeLogger(LoggingCallback):
             fit.epoch_end()
         cluster = self._cluster_fit
         if cluster is not None:
-            if cluster.due_at_epoch_end():
-                self._cluster_gather(cluster)
+            self._cluster_views(cluster, cluster.at_epoch_end(self._own_window(), self._once))
             cluster.epoch_end()
 
     def on_train_end(self, logs=None):
@@ -311,6 +317,7 @@ class StepTimeLogger(LoggingCallback):
         elif cluster is not None and self.last is not None:
             self._log_breakdown(self.last, [])
         if cluster is not None:
+            self._cluster_views(cluster, cluster.at_fit_end(self._once))
             log_cluster(self.cluster, self._task)
         self._close()
 
@@ -347,18 +354,20 @@ class StepTimeLogger(LoggingCallback):
         from keras_gpu.hooks.gather import RowGather
 
         gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
-        return ClusterSchedule(probe, gather, self._replicas(), self._first_step)
+        return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=self._ride)
 
-    def _cluster_gather(self, cluster: ClusterSchedule) -> None:
-        """All-gather every worker's probe window (its own written first); the chief logs the summary."""
-        gathered = cluster.gather_rows(None if self.multiworker_tracing else self._write, self._once)
-        if gathered is None:
+    def _own_window(self) -> Any:
+        """Where this worker's own probe window goes (nowhere while the profiler measures it)."""
+        return None if self.multiworker_tracing else self._write
+
+    def _cluster_views(self, cluster: ClusterSchedule, views: list[Any]) -> None:
+        """Keep the views that became complete; the chief logs them. A schedule that failed ends the view."""
+        for step, summary in views:
+            self.cluster.append(summary)
+            if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
+                self._writer.scalars(cluster_values(summary), step)
+        if cluster.failed:
             self._cluster_fit = None
-            return
-        step, summary = gathered
-        self.cluster.append(summary)
-        if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
-            self._writer.scalars(cluster_values(summary), step)
 
     # -- set-up and summary -------------------------------------------------------------
 

@@ -95,6 +95,7 @@ from keras_gpu.core.topology import device_type
 __all__ = [
     "KerasMultiWorkerMirroredStrategy",
     "KerasSampleCount",
+    "add_to_gradient_all_reduce",
     "keras_sample_count",
     "steps_per_execution_affected",
     "warn_steps_per_execution",
@@ -410,3 +411,57 @@ def _count_resets(tracker: Any) -> list[int]:
         object.__setattr__(tracker, "reset_state", reset_state)
         object.__setattr__(tracker, _RESETS, resets)
     return resets
+
+
+_ALL_REDUCE = "_all_reduce_sum_gradients"
+_ADDED = "_keras_gpu_added_to_all_reduce"
+_ADDED_MARK = object()  # the variable paired with the added tensor (only ever zipped back, never updated)
+
+
+def add_to_gradient_all_reduce(
+    optimizer: Any, extra: Callable[[list[Any]], Any | None], reduced: Callable[[Any], None]
+) -> bool:
+    """Reduce one more dense tensor in the batched all-reduce of `optimizer`'s gradients, at no extra collective.
+
+    Keras' TensorFlow optimizer sums the replicas' gradients in one call,
+    `replica_context.all_reduce(SUM, gradients)` (its private
+    `_all_reduce_sum_gradients`), which TensorFlow's collective ops pack into
+    one collective per pack of tensors. The wrapper, set on this optimizer
+    object (and on its `inner_optimizer`, where a `LossScaleOptimizer` wraps
+    one), asks `extra(dense gradients)` in each replica's context for a
+    tensor to add (`None`: add nothing), appends it to the gradients, and
+    hands its sum over every replica to `reduced` before the optimizer
+    updates the variables. The tensor must have the gradients' dtype (the
+    pack is one concatenation). Wrapping again replaces the previous
+    `extra` and `reduced`. Returns whether the optimizer has the method
+    (`False`: nothing was wrapped).
+
+    Example:
+        >>> import keras
+        >>> optimizer = keras.optimizers.SGD()
+        >>> add_to_gradient_all_reduce(optimizer, lambda grads: None, lambda total: None)
+        True
+    """
+    wrapped = False
+    for opt in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        method = getattr(opt, _ALL_REDUCE, None)
+        if method is None:
+            continue
+        original = getattr(method, "__wrapped__", method) if getattr(method, _ADDED, False) else method
+
+        def all_reduce(grads_and_vars: Any, _original: Any = original) -> Any:
+            pairs = list(grads_and_vars)
+            if tf.distribute.get_replica_context() is None:
+                return _original(pairs)
+            tensor = extra([g for g, _ in pairs if isinstance(g, tf.Tensor)])
+            if tensor is None:
+                return _original(pairs)
+            out = list(_original([*pairs, (tensor, _ADDED_MARK)]))
+            reduced(out[-1][0])
+            return out[:-1]
+
+        all_reduce.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(all_reduce, _ADDED, True)
+        object.__setattr__(opt, _ALL_REDUCE, all_reduce)
+        wrapped = True
+    return wrapped

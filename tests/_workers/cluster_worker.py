@@ -13,8 +13,11 @@ MODE:
 - `soak`: balanced, 4 short epochs (many jobs in a row, each must end well).
 
 The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
-writes OUT/w<rank>.json: its own last breakdown and what it received at each
-gather.
+writes OUT/w<rank>.json: its own last breakdown, what it received at each
+gather, whether the steps carried the rows, how often it all-gathered rows,
+and how many all-reduces and all-gathers TensorFlow traced for the fit (in
+`balanced` mode also the all-reduces for the same model trained without
+keras-gpu's callbacks, first).
 """
 
 from __future__ import annotations
@@ -36,9 +39,25 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
+    from tensorflow.python.ops import collective_ops
+
+    from keras_gpu.hooks import gather as row_gather
     from keras_gpu.hooks import step_time_logger as step_time
 
     rank = keras_gpu.worker_index(strategy)
+    counts = {"traced_all_reduce_v2": 0, "traced_all_gather_v2": 0, "gathers": 0}
+
+    def counted(key, original, traced=False):
+        def call(*args, **kwargs):
+            if not (traced and tf.executing_eagerly()):
+                counts[key] += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in ("all_reduce_v2", "all_gather_v2"):  # outside eager mode, each call traces one collective op
+        setattr(collective_ops, name, counted(f"traced_{name}", getattr(collective_ops, name), traced=True))
+    row_gather.RowGather.__call__ = counted("gathers", row_gather.RowGather.__call__)
 
     class Extra(keras.layers.Layer):
         """Eight matmuls whose result is multiplied by 0: more work, same variables."""
@@ -76,17 +95,25 @@ def main() -> None:
             self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
             return {"loss": loss}
 
-    with strategy.scope():
-        # Steps of several ms of real compute, so that host jitter stays small beside them.
-        layers = [keras.Input((256,))]
-        if mode in ("compute", "custom") and rank == 1:
-            layers.append(Extra())
-        layers += [keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
-        model = (Custom if mode == "custom" else keras.Sequential)(layers)
-        model.compile("sgd", "mse")
+    def build():
+        with strategy.scope():
+            # Steps of several ms of real compute, so that host jitter stays small beside them.
+            layers = [keras.Input((256,))]
+            if mode in ("compute", "custom") and rank == 1:
+                layers.append(Extra())
+            layers += [keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
+            model = (Custom if mode == "custom" else keras.Sequential)(layers)
+            model.compile("sgd", "mse")
+        return model
+
     rng = np.random.default_rng(0)
     steps = 12 if mode == "soak" else 64
     x, y = rng.random((256 * steps, 256), dtype=np.float32), rng.random((256 * steps, 10), dtype=np.float32)
+    plain_collectives = None
+    if mode == "balanced":
+        build().fit(x[:1024], y[:1024], batch_size=256, epochs=1, verbose=0)
+        plain_collectives, counts["traced_all_reduce_v2"] = counts["traced_all_reduce_v2"], 0
+    model = build()
     callbacks = keras_gpu.callbacks(log_dir)
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     if mode == "host" and rank == 1:
@@ -99,6 +126,9 @@ def main() -> None:
     model.fit(x, y, batch_size=256, epochs=epochs, verbose=0, callbacks=callbacks)
     record = {
         "rank": rank,
+        "rode": bool(getattr(getattr(model, "_keras_gpu_row_ride", None), "rode", False)),
+        "plain_collectives": plain_collectives,
+        **counts,
         "last": None if cb.last is None else cb.last.as_dict(),
         "cluster": [
             None

@@ -1,0 +1,171 @@
+"""A row of numbers from every worker, carried by the gradient all-reduce that each training step already runs.
+
+The cluster view needs each worker's measurements on the chief. A separate
+all-gather at an epoch's end costs a collective round trip of its own (about
+2 ms on loopback gRPC, a quarter of a percent of a one-second epoch); the
+gradient all-reduce runs anyway. So each worker *publishes* its row into a
+small variable on its first local replica's device (one host-to-device copy
+per publish), and every training step adds a `(workers, 2 * width)` tensor to
+the optimizer's batched gradient all-reduce
+(:func:`keras_gpu.setup.keras_compat.add_to_gradient_all_reduce`): the
+worker's first replica fills its own slot with the published row, every
+other slot and every other replica holds zeros, so the sum is every worker's
+row, exactly. The sum lands in a second variable on the same device; a
+worker *reads* it (one small device-to-host copy) at the first batch end
+after a publish. Per step that is a few tiny ops inside the step and
+`(workers, 2 * width)` more numbers in the gradients' pack: no new collective,
+no device sync, no host transfer.
+
+The pack is one concatenation, so the row travels in the gradients' dtype,
+split into a high and a low part (`x = hi + lo`, each a float32 where the
+gradients are float32), which keeps a float64 to about 1e-14 relative. A step
+whose dense gradients are not all float32 or all float64 carries nothing
+(:attr:`RowRide.rode` stays `False`), and the caller gathers another way.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["RowRide", "install_ride", "plain_variables"]
+
+_ATTR = "_keras_gpu_row_ride"
+
+
+def install_ride(model: Any, workers: int, worker: int, width: int, local_replicas: int, device: str) -> RowRide | None:
+    """A ride on `model.optimizer`'s gradient all-reduce, set up before `fit` builds its train function.
+
+    A ride installed earlier on the same model and optimizer with the same
+    layout is reused (its traced train function already carries it);
+    otherwise the model's
+    train function is dropped, so `fit` traces the step anew with the ride.
+    `None` where the optimizer has no such all-reduce to ride on.
+    """
+    from keras_gpu.setup.keras_compat import add_to_gradient_all_reduce
+
+    optimizer = getattr(model, "optimizer", None)
+    ride = getattr(model, _ATTR, None)
+    layout = (workers, worker, width, local_replicas, device)
+    if isinstance(ride, RowRide) and ride.layout == layout and ride.optimizer is optimizer:
+        return ride
+    ride = RowRide(*layout)
+    if optimizer is None or not add_to_gradient_all_reduce(optimizer, ride.slots, ride.received):
+        return None
+    ride.optimizer = optimizer
+    object.__setattr__(model, _ATTR, ride)
+    model.train_function = None
+    return ride
+
+
+class RowRide:
+    """Every worker's published row, summed into each worker's copy by the gradient all-reduce.
+
+    Args:
+        workers: Workers in the job (the table's rows).
+        worker: This worker's index.
+        width: Numbers per row.
+        local_replicas: Replicas per worker (replica `r` is worker `r // local_replicas`).
+        device: This worker's first local replica's device, where both variables live.
+    """
+
+    def __init__(self, workers: int, worker: int, width: int, local_replicas: int, device: str) -> None:
+        import tensorflow as tf
+
+        self.layout = (workers, worker, width, local_replicas, device)
+        self.workers, self.worker, self.width = workers, worker, width
+        self.local_replicas = max(1, local_replicas)
+        self.rode = False  # set while tracing: a step carries the rows
+        self.optimizer: Any = None  # the optimizer whose all-reduce carries the rows
+        self._row, self._table = plain_variables(
+            tf.fill((width,), tf.constant(math.nan, tf.float64)),
+            tf.zeros((workers, width), tf.float64),
+            device=device,
+        )
+
+    def publish(self, row: Sequence[float]) -> None:
+        """This worker's row, for the next training step to carry (one small copy to the device)."""
+        if len(row) != self.width:
+            raise ValueError(f"`row` must hold {self.width} numbers. Received: {len(row)} numbers")
+        self._row.assign([float(v) for v in row])
+
+    def read(self) -> list[list[float]]:
+        """Every worker's row as the last training step carried it, worker 0 first (one small copy)."""
+        return [[float(v) for v in row] for row in self._table.numpy()]
+
+    # -- inside the traced step (the optimizer's all-reduce, in each replica's context) ------------
+
+    def slots(self, grads: list[Any]) -> Any:
+        """The tensor this replica adds to the all-reduce: its worker's row in its slot, or zeros."""
+        import tensorflow as tf
+
+        dtypes = {g.dtype for g in grads}
+        if len(dtypes) != 1 or not dtypes <= {tf.float32, tf.float64}:
+            return None
+        dtype = dtypes.pop()
+        shape = (self.workers, 2 * self.width)
+        first = self._first_local()
+        if first is False:
+            self.rode = True
+            return tf.zeros(shape, dtype)
+        row = self._row.read_value()
+        hi = tf.cast(row, dtype)
+        lo = tf.cast(row - tf.cast(hi, tf.float64), dtype)
+        slot = tf.concat([hi, lo], axis=0)
+        mine = tf.equal(tf.range(self.workers), self.worker)
+        if first is None:  # the replica is known only at run time
+            mine = tf.logical_and(mine, tf.equal(self._replica() % self.local_replicas, 0))
+        self.rode = True
+        # `where`, not a product: a NaN of an unmeasured row stays in its own slot.
+        return tf.where(mine[:, None], slot[None, :], tf.zeros(shape, dtype))
+
+    def received(self, total: Any) -> None:
+        """Keep the summed rows (every worker's, `hi + lo`) on this worker's first replica."""
+        import tensorflow as tf
+
+        if self._first_local() is False:
+            return
+        width = self.width
+        table = tf.cast(total[:, :width], tf.float64) + tf.cast(total[:, width:], tf.float64)
+        self._table.assign(table)
+
+    def _replica(self) -> Any:
+        import tensorflow as tf
+
+        return tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
+
+    def _first_local(self) -> bool | None:
+        """Whether this replica is its worker's first (known while tracing); `None` where only the run knows."""
+        import tensorflow as tf
+
+        rid = tf.get_static_value(self._replica())
+        return None if rid is None else int(rid) % self.local_replicas == 0
+
+
+def plain_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:
+    """Plain variables on `device` (`None`: the default device), outside any distribution strategy's scope.
+
+    A strategy's scope is per thread, so the variables are made on a thread of
+    their own: inside a `with strategy.scope():` block (where users often call
+    `fit`), they would otherwise become mirrored variables.
+    """
+    import tensorflow as tf
+
+    made: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            with tf.device(device):
+                made.extend(tf.Variable(v, trainable=False) for v in initial)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=create, name="keras-gpu-plain-variables")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return made
