@@ -108,13 +108,21 @@ def _step_probe(ctx: Context) -> list:
 
     from keras_gpu.core import backend
     from keras_gpu.hooks import step_probe
+    from keras_gpu.hooks.row_ride import install_ride
+    from keras_gpu.meters.cluster_view import ROW_FIELDS
 
     class StepProbeOnly(keras.callbacks.Callback):
-        """The step probe in every training step, never read: its in-graph cost alone."""
+        """The step probe in every training step (and in multi-worker jobs the rows' ride), never read: in-graph cost."""
 
         def set_model(self, model):
             super().set_model(model)
-            step_probe.install(model, len(backend.replica_devices(model)))
+            devices = list(backend.replica_devices(model))
+            step_probe.install(model, len(devices))
+            task = backend.task_info(model)
+            if task.num_workers > 1:  # what StepTimeLogger adds to multi-worker steps
+                install_ride(
+                    model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
+                )
 
     return [StepProbeOnly()]
 
@@ -129,7 +137,7 @@ VARIANTS: dict[str, Variant] = {
         Variant("kg-throughput", "ThroughputLogger", _keras_gpu("ThroughputLogger"), "keras_gpu"),
         Variant("kg-memory", "MemoryLogger", _keras_gpu("MemoryLogger"), "keras_gpu"),
         Variant("kg-placement", "PlacementLogger", _keras_gpu("PlacementLogger"), "keras_gpu"),
-        Variant("kg-step-probe", "step probe alone (in-graph)", _step_probe, "keras_gpu"),
+        Variant("kg-step-probe", "step probe (+ ride) in-graph", _step_probe, "keras_gpu"),
         Variant("tb-epoch", "Keras TensorBoard, per epoch", _tensorboard(update_freq="epoch"), "peer"),
         Variant(
             "tb-batch",

@@ -12,7 +12,7 @@ For each job size it writes, with keras-gpu's own writer and tag names, what
 `--gpus-per-worker` GPUs: throughput windows every 5 s, memory and NVML
 windows every 10 s, 60 epochs of `time/` tags, and the step probe's window
 every 30 s and at each epoch's end (every worker's `step_time/*`, and on the
-chief the cluster view from the gather of every worker's window; multi-worker
+chief the cluster view from every worker's window; multi-worker
 jobs take no profiler trace by default). Per-worker runs follow the
 default: every worker up to 16 workers, only the chief above. Then it starts a
 real `tensorboard` server on 127.0.0.1 and measures the seconds until its

@@ -34,9 +34,9 @@ the self-check, and its tables show worker 0 (`mlp-2w`) and worker 1
 
 Variants: `kg-default` (`keras_gpu.callbacks(log_dir)`), `kg-throughput`,
 `kg-memory`, `kg-placement` (each keras-gpu callback alone, at its defaults),
-`kg-step-probe` (only the step probe that `StepTimeLogger` puts into
-multi-worker steps, installed in any job: what its in-graph timestamps cost,
-seen in `vs bare`), `tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
+`kg-step-probe` (only what `StepTimeLogger` puts into multi-worker steps,
+installed in any job: the step probe, and in multi-worker jobs the rows'
+ride on the gradient all-reduce; their in-graph cost, seen in `vs bare`), `tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
 and with `update_freq=1, write_steps_per_second=True`), `timehistory` and
 `naive` (see :mod:`benchmarks.peers`), or any `module:callable`.
 

@@ -65,7 +65,7 @@ class RowRide:
 
     Args:
         workers: Workers in the job (the table's rows).
-        worker: This worker's index.
+        worker: This worker's index (its slot is its replicas' `r // local_replicas`).
         width: Numbers per row.
         local_replicas: Replicas per worker (replica `r` is worker `r // local_replicas`).
         device: This worker's first local replica's device, where both variables live.
@@ -106,17 +106,19 @@ class RowRide:
             return None
         dtype = dtypes.pop()
         shape = (self.workers, 2 * self.width)
-        first = self._first_local()
-        if first is False:
+        rid = self._replica()
+        static = tf.get_static_value(rid)
+        if static is not None and int(static) % self.local_replicas != 0:
             self.rode = True
             return tf.zeros(shape, dtype)
         row = self._row.read_value()
         hi = tf.cast(row, dtype)
         lo = tf.cast(row - tf.cast(hi, tf.float64), dtype)
         slot = tf.concat([hi, lo], axis=0)
-        mine = tf.equal(tf.range(self.workers), self.worker)
-        if first is None:  # the replica is known only at run time
-            mine = tf.logical_and(mine, tf.equal(self._replica() % self.local_replicas, 0))
+        # Replica r of the job is worker r // local_replicas; only a worker's first replica fills its slot.
+        mine = tf.equal(tf.range(self.workers), rid // self.local_replicas)
+        if static is None:
+            mine = tf.logical_and(mine, tf.equal(rid % self.local_replicas, 0))
         self.rode = True
         # `where`, not a product: a NaN of an unmeasured row stays in its own slot.
         return tf.where(mine[:, None], slot[None, :], tf.zeros(shape, dtype))

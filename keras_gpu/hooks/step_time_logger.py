@@ -104,11 +104,17 @@ class StepTimeLogger(LoggingCallback):
     all-reduce, and where the step ends) sums each worker's compute, its
     waiting in the reductions, and the host and input time between steps.
     At each epoch's end, and every `CLUSTER_EVERY_S` (30 s) within an
-    epoch, one small all-gather through the strategy's own collectives, at a
-    step every worker reaches, brings every worker's figures to every worker:
-    the same `step_time/*` tags as above on each worker's run (over every
-    step of the window; `input_sec` only where each call of the train
-    function runs one step), and on the chief the cluster view:
+    epoch (a count of steps the chief proposes), each worker logs the same
+    `step_time/*` tags as above on its run (over every step of the window;
+    `input_sec` only where each call of the train function runs one step)
+    and shares its figures: they ride on the next training step's gradient
+    all-reduce (:mod:`keras_gpu.hooks.row_ride`: no collective of its own),
+    and at the next batch end the chief logs the cluster view, on the step
+    where the window ended. The fit's last window, which no step follows,
+    is all-gathered once at the fit's end; a step that cannot carry the
+    rows (no optimizer all-reduce in a custom `train_step`, or gradients
+    neither all float32 nor all float64) falls back to an all-gather at
+    every share. On the chief:
 
     * `cluster/slowest_worker`: the worker with the most busy time per step
       (compute, input and host time: not waiting for its peers);
@@ -145,8 +151,9 @@ class StepTimeLogger(LoggingCallback):
     Attributes:
         last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`.
         traces: Breakdowns logged in this `fit`, oldest first.
-        cluster: In multi-worker TensorFlow jobs, what each all-gather brought (:class:`keras_gpu.meters.cluster_view.ClusterSummary`,
-            or `None` when no worker had a breakdown ready).
+        cluster: In multi-worker TensorFlow jobs, every worker's rows at each share
+            (:class:`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
+            breakdown ready), in the order of the steps they end at.
 
     Example:
         >>> import tempfile
@@ -347,7 +354,7 @@ class StepTimeLogger(LoggingCallback):
     # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
     def _probe_cluster(self, workers: int) -> ClusterSchedule | None:
-        """Set up the gather of the probe that `set_model` installed; `None` where there is none."""
+        """Set up the sharing of the probe's windows that `set_model` installed; `None` where there is none."""
         probe = self._probe
         if probe is None:
             return None

@@ -11,9 +11,10 @@ median of the other workers', as a share of the step. A difference of a
 fraction of a millisecond on a short step is no straggler; a worker that
 makes the others wait a tenth of every step is.
 
-Each worker contributes one row (:data:`ROW_FIELDS`) to an all-gather at a
-step every worker reaches (see `StepTimeLogger`): what its step probe
-(:mod:`keras_gpu.hooks.step_probe`) measured since the last gather. A worker with
+Each worker contributes one row (:data:`ROW_FIELDS`) at a step every worker
+reaches (see `StepTimeLogger`; the rows ride on a training step's gradient
+all-reduce, or an all-gather): what its step probe
+(:mod:`keras_gpu.hooks.step_probe`) measured since the last share. A worker with
 nothing measured sends a row of NaN ("not available"); a field it cannot
 measure (the input wait with several steps per call) is NaN alone.
 """

@@ -1,0 +1,209 @@
+"""The cluster view's rows riding on the gradient all-reduce, and the schedule that publishes, reads and gathers them.
+
+The real two-process jobs are in `tests/test_cluster_view.py` (there the
+rows ride, TensorFlow traces no more all-reduces than without keras-gpu, and
+only the fit's last row is all-gathered). Here: the ride on two logical CPUs
+(exact rows, unchanged training), and the schedule's protocol with stand-ins.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from keras_gpu.core.log import Once
+from keras_gpu.hooks.step_probe import ProbeWindow
+from keras_gpu.hooks.step_time_cluster import ClusterSchedule
+from keras_gpu.meters.cluster_view import ROW_FIELDS
+from tests._util import run_python
+
+_RIDE = """
+import json, math
+import numpy as np, keras, tensorflow as tf
+import keras_gpu
+from keras_gpu.core import backend
+from keras_gpu.hooks.row_ride import install_ride
+
+strategy = keras_gpu.make_strategy("mirrored")
+assert strategy.num_replicas_in_sync == 2
+
+def build(step=None):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        cls = keras.Sequential
+        if step is not None:
+            cls = type("Custom", (keras.Sequential,), {"train_step": step})
+        model = cls([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+rng = np.random.default_rng(0)
+x, y = rng.random((64, 4), dtype=np.float32), rng.random((64, 1), dtype=np.float32)
+plain = build()
+plain.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+
+model = build()
+devices = list(backend.replica_devices(model))
+# Two replicas of one process stand for two workers of one replica each: both fill their slot.
+ride = install_ride(model, 2, 0, 3, 1, devices[0])
+assert install_ride(model, 2, 0, 3, 1, devices[0]) is ride  # reused: same model, optimizer, layout
+row = [1 / 3, 1e6 + 1 / 7, math.nan]
+ride.publish(row)
+model.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+same = all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), model.get_weights()))
+
+def no_optimizer_step(self, data):  # trains nothing: no gradient all-reduce to ride on
+    x, y = data
+    return {"loss": tf.reduce_mean(self(x))}
+
+bare = build(no_optimizer_step)
+bare_ride = install_ride(bare, 2, 0, 3, 1, devices[0])
+bare.fit(x, y, batch_size=8, epochs=1, verbose=0)
+try:
+    ride.publish([1.0])
+    error = None
+except ValueError as exc:
+    error = str(exc)
+print("RESULT " + json.dumps({
+    "rode": ride.rode, "table": ride.read(), "same_weights": same, "bare_rode": bare_ride.rode, "error": error,
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def ride_run():
+    out = run_python(_RIDE, logical_cpus=2, timeout=300).stdout
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):].replace("NaN", "null"))
+
+
+def test_every_slot_comes_back_exactly_through_the_gradient_all_reduce(ride_run):
+    assert ride_run["rode"] is True
+    for got in ride_run["table"]:
+        assert got[0] == pytest.approx(1 / 3, rel=1e-14)  # float32 halves, float64 whole
+        assert got[1] == pytest.approx(1e6 + 1 / 7, rel=1e-14)
+        assert got[2] is None  # a NaN (an unmeasured field) stays in its slot
+
+
+def test_the_ride_leaves_training_unchanged(ride_run):
+    assert ride_run["same_weights"] is True
+
+
+def test_a_step_without_an_optimizer_update_carries_nothing(ride_run):
+    assert ride_run["bare_rode"] is False
+
+
+def test_a_row_of_the_wrong_width_is_refused(ride_run):
+    assert ride_run["error"] == "`row` must hold 3 numbers. Received: 1 numbers"
+
+
+# -- the schedule's protocol, with stand-ins for the probe, the gather and the ride ----------------------------
+
+
+class _Probe:
+    def __init__(self, worker_sec):
+        self.worker_sec = worker_sec
+        self.reads = 0
+
+    def reset(self):
+        pass
+
+    def read(self):
+        self.reads += 1
+        s = self.worker_sec
+        return ProbeWindow(
+            steps=5, compute_sec=s, communication_sec=0.001, input_sec=0.0, host_sec=0.0, samples=40.0,
+            replica_compute_sec=(s,),
+        )
+
+
+class _Ride:
+    """Two workers: this one (worker 0) and a peer whose rows are given; a step copies the published rows."""
+
+    def __init__(self, rode=True):
+        self.rode = rode
+        self.published = None
+        self.table = [[math.nan] * (len(ROW_FIELDS) + 1)] * 2
+        self.peer = None
+
+    def publish(self, row):
+        self.published = list(row)
+
+    def step(self):
+        """What a training step's all-reduce does: every worker's published row lands in the table."""
+        self.table = [self.published, self.peer if self.peer is not None else self.published]
+
+    def read(self):
+        return self.table
+
+
+class _Gather:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, row):
+        self.calls.append(list(row))
+        return [list(row), list(row)]
+
+
+def _schedule(ride):
+    gather = _Gather()
+    return ClusterSchedule(_Probe(0.004), gather, [("0_CPU_0", "CPU:0")], first_step=100, ride=ride), gather
+
+
+def _epoch(schedule, ride, steps, write=None, once=None):
+    """One epoch of `steps` batches: a step (the ride's all-reduce) before each batch end."""
+    views = []
+    for batch in range(steps):
+        if ride is not None:
+            ride.step()
+        if schedule.batch_end(batch):
+            views += schedule.at_batch_end(write, once)
+    views += schedule.at_epoch_end(write, once)
+    schedule.epoch_end()
+    return views
+
+
+def test_rows_published_at_an_epoch_end_are_read_after_the_next_step_and_the_last_is_gathered():
+    ride, once = _Ride(), Once()
+    schedule, gather = _schedule(ride)
+    assert _epoch(schedule, ride, 10, once=once) == []  # published at the epoch's end, nothing carried yet
+    assert schedule.pending == 10 and ride.published[-1] == 1.0
+    views = _epoch(schedule, ride, 10, once=once)  # the first step carries epoch 1's rows
+    assert [(step, v.reporting) for step, v in views] == [(110, 2)]  # logged at the step its window ended
+    assert schedule.pending == 20 and gather.calls == []
+    (last,) = schedule.at_fit_end(once)  # no step follows the last publish: one all-gather
+    assert last[0] == 120 and len(gather.calls) == 1 and gather.calls[0] == ride.published[:-1]
+    assert schedule.pending is None and not schedule.failed
+
+
+def test_a_stale_row_is_a_worker_not_reporting():
+    ride, once = _Ride(), Once()
+    schedule, _ = _schedule(ride)
+    ride.peer = [1.0] * len(ROW_FIELDS) + [0.0]  # the peer's row is from no publish of this fit
+    _epoch(schedule, ride, 10, once=once)
+    ((_, view),) = _epoch(schedule, ride, 10, once=once)
+    assert view.reporting == 1 and view.workers == 2
+
+
+def test_a_step_that_carries_nothing_falls_back_to_the_gather_at_every_share():
+    ride, once = _Ride(rode=False), Once()
+    schedule, gather = _schedule(ride)
+    views = _epoch(schedule, ride, 10, once=once) + _epoch(schedule, ride, 10, once=once)
+    assert [step for step, _ in views] == [110, 120] and len(gather.calls) == 2
+    assert schedule.at_fit_end(once) == [] and len(gather.calls) == 2
+
+
+def test_a_failed_share_turns_the_cluster_view_off(caplog):
+    ride, once = _Ride(), Once()
+    schedule, _ = _schedule(ride)
+
+    def broken(row):
+        raise RuntimeError("device lost")
+
+    ride.publish = broken
+    assert _epoch(schedule, ride, 10, once=once) == []
+    assert schedule.failed and schedule.pending is None
+    assert "could not share the workers' measurements (RuntimeError: device lost)" in caplog.text
