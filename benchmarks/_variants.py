@@ -117,10 +117,10 @@ def _step_probe(ctx: Context) -> list:
         def set_model(self, model):
             super().set_model(model)
             devices = list(backend.replica_devices(model))
-            step_probe.install(model, len(devices))
+            probe = step_probe.install(model, len(devices))
             task = backend.task_info(model)
-            if task.num_workers > 1:  # what StepTimeLogger adds to multi-worker steps
-                install_ride(
+            if task.num_workers > 1 and probe is not None:  # what StepTimeLogger adds to multi-worker steps
+                probe.ride = install_ride(
                     model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
                 )
 

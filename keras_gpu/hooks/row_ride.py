@@ -17,8 +17,9 @@ after a publish. Per step that is a few tiny ops inside the step and
 no device sync, no host transfer.
 
 The pack is one concatenation, so the row travels in the gradients' dtype,
-split into a high and a low part (`x = hi + lo`, each a float32 where the
-gradients are float32), which keeps a float64 to about 1e-14 relative. A step
+split when published into a high and a low float32 half (`x = hi + lo`),
+which keeps a float64 to about 1e-14 relative; the halves are added when the
+rows are read. A step
 whose dense gradients are not all float32 or all float64 carries nothing
 (:attr:`RowRide.rode` stays `False`), and the caller gathers another way.
 """
@@ -69,6 +70,12 @@ class RowRide:
         width: Numbers per row.
         local_replicas: Replicas per worker (replica `r` is worker `r // local_replicas`).
         device: This worker's first local replica's device, where both variables live.
+
+    Attributes:
+        rode: Whether a traced step carries the rows (set while tracing).
+        gate: While tracing, on the replica's tracing thread, the tensor the
+            carried rows wait for (`None`: none), which makes the all-reduce
+            wait for it too: the step probe's gradients-ready timestamp.
     """
 
     def __init__(self, workers: int, worker: int, width: int, local_replicas: int, device: str) -> None:
@@ -77,73 +84,91 @@ class RowRide:
         self.layout = (workers, worker, width, local_replicas, device)
         self.workers, self.worker, self.width = workers, worker, width
         self.local_replicas = max(1, local_replicas)
-        self.rode = False  # set while tracing: a step carries the rows
+        self.rode = False
         self.optimizer: Any = None  # the optimizer whose all-reduce carries the rows
+        self._tracing = threading.local()  # replicas are traced on threads of their own
+        # The published row as its high and low float32 halves (held as float64), and the sums as received.
         self._row, self._table = plain_variables(
-            tf.fill((width,), tf.constant(math.nan, tf.float64)),
-            tf.zeros((workers, width), tf.float64),
+            tf.fill((2 * width,), tf.constant(math.nan, tf.float64)),
+            tf.zeros((workers, 2 * width), tf.float64),
             device=device,
         )
 
+    @property
+    def gate(self) -> Any:
+        return getattr(self._tracing, "gate", None)
+
+    @gate.setter
+    def gate(self, tensor: Any) -> None:
+        self._tracing.gate = tensor
+
     def publish(self, row: Sequence[float]) -> None:
         """This worker's row, for the next training step to carry (one small copy to the device)."""
+        import numpy as np
+
         if len(row) != self.width:
             raise ValueError(f"`row` must hold {self.width} numbers. Received: {len(row)} numbers")
-        self._row.assign([float(v) for v in row])
+        exact = np.asarray(row, np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            hi = exact.astype(np.float32).astype(np.float64)
+            lo = (exact - hi).astype(np.float32).astype(np.float64)
+        self._row.assign(np.concatenate([hi, np.where(np.isfinite(hi), lo, 0.0)]))
 
     def read(self) -> list[list[float]]:
         """Every worker's row as the last training step carried it, worker 0 first (one small copy)."""
-        return [[float(v) for v in row] for row in self._table.numpy()]
+        table = self._table.numpy()
+        return (table[:, : self.width] + table[:, self.width :]).tolist()
+
+    def carries(self, grads: list[Any]) -> bool:
+        """Whether a step with these dense gradients carries the rows: all float32, or all float64."""
+        return self._dtype(grads) is not None
 
     # -- inside the traced step (the optimizer's all-reduce, in each replica's context) ------------
 
     def slots(self, grads: list[Any]) -> Any:
-        """The tensor this replica adds to the all-reduce: its worker's row in its slot, or zeros."""
+        """The tensor this replica adds to the all-reduce: its worker's row in its slot, or zeros (`None`: none)."""
+        import tensorflow as tf
+
+        dtype = self._dtype(grads)
+        if dtype is None:
+            return None
+        self.rode = True
+        rid = self._replica()
+        static = tf.get_static_value(rid)
+        shape = (self.workers, 2 * self.width)
+        with tf.control_dependencies([] if self.gate is None else [self.gate]):
+            if static is not None and int(static) % self.local_replicas != 0:
+                return tf.zeros(shape, dtype)  # the worker's first replica carries its row
+            row = tf.cast(self._row.read_value(), dtype)  # exact: both halves are float32 numbers
+            if static is not None:
+                slot = int(static) // self.local_replicas
+                return tf.pad(row[None, :], [[slot, self.workers - slot - 1], [0, 0]])
+            # Replica r of the job is worker r // local_replicas; only a worker's first replica fills its slot.
+            mine = tf.logical_and(
+                tf.equal(tf.range(self.workers), rid // self.local_replicas),
+                tf.equal(rid % self.local_replicas, 0),
+            )
+            # `where`, not a product: a NaN of an unmeasured row stays in its own slot.
+            return tf.where(mine[:, None], row[None, :], tf.zeros(shape, dtype))
+
+    def received(self, total: Any) -> None:
+        """Keep the summed rows on this worker's first replica (the halves are added when read)."""
+        import tensorflow as tf
+
+        rid = tf.get_static_value(self._replica())
+        if rid is None or int(rid) % self.local_replicas == 0:
+            self._table.assign(tf.cast(total, tf.float64))
+
+    def _dtype(self, grads: list[Any]) -> Any:
         import tensorflow as tf
 
         dtypes = {g.dtype for g in grads}
-        if len(dtypes) != 1 or not dtypes <= {tf.float32, tf.float64}:
-            return None
-        dtype = dtypes.pop()
-        shape = (self.workers, 2 * self.width)
-        rid = self._replica()
-        static = tf.get_static_value(rid)
-        if static is not None and int(static) % self.local_replicas != 0:
-            self.rode = True
-            return tf.zeros(shape, dtype)
-        row = self._row.read_value()
-        hi = tf.cast(row, dtype)
-        lo = tf.cast(row - tf.cast(hi, tf.float64), dtype)
-        slot = tf.concat([hi, lo], axis=0)
-        # Replica r of the job is worker r // local_replicas; only a worker's first replica fills its slot.
-        mine = tf.equal(tf.range(self.workers), rid // self.local_replicas)
-        if static is None:
-            mine = tf.logical_and(mine, tf.equal(rid % self.local_replicas, 0))
-        self.rode = True
-        # `where`, not a product: a NaN of an unmeasured row stays in its own slot.
-        return tf.where(mine[:, None], slot[None, :], tf.zeros(shape, dtype))
-
-    def received(self, total: Any) -> None:
-        """Keep the summed rows (every worker's, `hi + lo`) on this worker's first replica."""
-        import tensorflow as tf
-
-        if self._first_local() is False:
-            return
-        width = self.width
-        table = tf.cast(total[:, :width], tf.float64) + tf.cast(total[:, width:], tf.float64)
-        self._table.assign(table)
+        return dtypes.pop() if len(dtypes) == 1 and dtypes <= {tf.float32, tf.float64} else None
 
     def _replica(self) -> Any:
         import tensorflow as tf
 
         return tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
-
-    def _first_local(self) -> bool | None:
-        """Whether this replica is its worker's first (known while tracing); `None` where only the run knows."""
-        import tensorflow as tf
-
-        rid = tf.get_static_value(self._replica())
-        return None if rid is None else int(rid) % self.local_replicas == 0
 
 
 def plain_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:

@@ -179,6 +179,7 @@ class StepProbe:
         )
         with tf.device(None if on_device else "/cpu:0"):
             self._no_prev = tf.zeros((self.local_replicas,), tf.float64)
+        self.ride: Any = None  # the rows' ride on the all-reduce (keras_gpu.hooks.row_ride), where one is installed
         self._trace = threading.local()  # the step being traced: where its t1 goes
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
         self._call_time = 0.0  # and the sum of their start times, relative to _base
@@ -281,15 +282,18 @@ class StepProbe:
         with tf.control_dependencies([t0]):
             data = tf.nest.map_structure(_identity, data, expand_composites=True)
         self._trace.t1, self._trace.updated = None, []
-        outputs = original(data)
+        try:
+            outputs = original(data)
+        finally:
+            if self.ride is not None:
+                self.ride.gate = None
         t1, updated = self._trace.t1, self._trace.updated
         self._trace.t1, self._trace.updated = _OUTSIDE, []
         t2 = _stamp_after([outputs, updated])
         if t1 is None:  # no optimizer step: all of it is the worker's own work
             t1 = t2
-        updates = self._accumulate(t0, t1, t2, data)
-        with tf.control_dependencies(updates):
-            return tf.nest.map_structure(_identity, outputs, expand_composites=True)
+        self._accumulate(t0, t1, t2, data)  # stateful: the function runs it before it returns
+        return outputs
 
     def _counted_step(self, original: Any, data: Any) -> Any:
         """The step and one integer add of (1, its batch size): no timestamp, no dependency, no replica index.
@@ -305,11 +309,22 @@ class StepProbe:
         return original(data)
 
     def _mark_gradients_ready(self, grads: Any) -> Any:
+        """Stamp `t1` once every gradient exists, and make the all-reduce wait for the stamp.
+
+        Where the rows' ride (:attr:`ride`) carries a tensor in the
+        all-reduce's pack, that tensor waits for `t1`, and with it the
+        packed all-reduce: one dependency. Otherwise every gradient passes
+        through an identity that waits for `t1`.
+        """
         import tensorflow as tf
 
         grads = list(grads)
         t1 = _stamp_after(grads)
         self._trace.t1 = t1
+        ride = self.ride
+        if ride is not None and ride.carries([g for g in grads if isinstance(g, tf.Tensor)]):
+            ride.gate = t1
+            return grads
         with tf.control_dependencies([t1]):
             return [None if g is None else tf.nest.map_structure(_identity, g, expand_composites=True) for g in grads]
 
@@ -317,6 +332,9 @@ class StepProbe:
         import tensorflow as tf
 
         r = _local_replica(self.local_replicas)
+        static = tf.get_static_value(r)
+        if static is not None:  # the usual case: the replica is known while tracing
+            r = int(static)
         base = tf.constant(self._base, tf.float64)
         prev = self._prev[r]
         valid = tf.cast(prev > 0, tf.float64)
@@ -327,7 +345,10 @@ class StepProbe:
                 tf.cast(_batch_size(data), tf.float64),
             ]
         )
-        indices = tf.stack([tf.fill([len(FIELDS)], r), tf.range(len(FIELDS))], axis=1)
+        if isinstance(r, int):
+            indices = tf.constant([[r, i] for i in range(len(FIELDS))], tf.int32)
+        else:
+            indices = tf.stack([tf.fill([len(FIELDS)], r), tf.range(len(FIELDS))], axis=1)
         add = self._sums.scatter_nd_add(indices, values)
         with tf.control_dependencies([prev]):
             keep = self._prev.scatter_nd_update(tf.reshape(r, (1, 1)), tf.reshape(t2 - base, (1,)))

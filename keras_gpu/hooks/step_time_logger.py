@@ -223,6 +223,7 @@ class StepTimeLogger(LoggingCallback):
                     self._ride = install_ride(
                         model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
                     )
+                    self._probe.ride = self._ride
             elif task.num_workers > 1:
                 self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
                                "runs on the TensorFlow backend only (this is %s).", _backend.name())
