@@ -38,7 +38,6 @@ def main() -> None:
     import keras
     import numpy as np
     import tensorflow as tf
-
     from tensorflow.python.ops import collective_ops
 
     from keras_gpu.hooks import gather as row_gather
