@@ -10,7 +10,10 @@ compiled step:
 
 * `t0`: the worker's own forward and backward pass starts (its batch has
   arrived);
-* `t1`: the gradients are ready, just before the optimizer's all-reduce;
+* `t1`: the gradients are ready, just before the optimizer's all-reduce
+  (which waits for the stamp: through the tensor the cluster view's rows
+  add to its pack, :mod:`keras_gpu.hooks.row_ride`, or else an identity
+  per gradient);
 * `t2`: the step is done (gradients reduced, variables updated, metrics).
 
 So per step: *compute* `t1 - t0`; *waiting in the reductions* `t2 - t1` (a
