@@ -113,7 +113,7 @@ def _gathered(records):
 def test_a_slow_worker_is_named_the_straggler_without_the_profiler(tmp_path, mode):
     records, report, log_dir, text = _launch(tmp_path, mode)
     views = _gathered(records)
-    assert len(views) == 3  # one gather at each epoch's end
+    assert len(views) == 3  # one view of each epoch
     for view in views:
         assert view["slowest_worker"] == 1 and view["reporting"] == 2
         assert view["imbalance"] > STRAGGLER_IMBALANCE
@@ -146,7 +146,7 @@ def test_a_balanced_job_names_nobody(tmp_path):
         assert record["rode"] is True
         assert record["traced_all_reduce_v2"] == record["plain_collectives"] > 0
         assert record["gathers"] == 1
-    # One gather at each epoch's end, logged on ThroughputLogger's step axis (the epochs' ends under time/).
+    # One view of each epoch, logged on ThroughputLogger's step axis (the epochs' ends under time/).
     from keras_gpu.output.reader import read_scalars
 
     chief = read_scalars(os.path.join(log_dir, "train"))

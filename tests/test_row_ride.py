@@ -29,14 +29,17 @@ from keras_gpu.hooks.row_ride import install_ride
 strategy = keras_gpu.make_strategy("mirrored")
 assert strategy.num_replicas_in_sync == 2
 
-def build(step=None):
+def build(step=None, loss_scale=False):
     keras.utils.set_random_seed(1)
     with strategy.scope():
         cls = keras.Sequential
         if step is not None:
             cls = type("Custom", (keras.Sequential,), {"train_step": step})
         model = cls([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
-        model.compile(keras.optimizers.SGD(0.1), "mse")
+        optimizer = keras.optimizers.SGD(0.1)
+        if loss_scale:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer, "mse")
     return model
 
 rng = np.random.default_rng(0)
@@ -61,6 +64,13 @@ def no_optimizer_step(self, data):  # trains nothing: no gradient all-reduce to 
 bare = build(no_optimizer_step)
 bare_ride = install_ride(bare, 2, 0, 3, 1, devices[0])
 bare.fit(x, y, batch_size=8, epochs=1, verbose=0)
+# A LossScaleOptimizer applies through its inner optimizer; the probe's stamp gates the ride there too.
+from keras_gpu.hooks import step_probe
+scaled = build(loss_scale=True)
+probe = step_probe.install(scaled, 2)
+scaled_ride = probe.ride = install_ride(scaled, 2, 0, 3, 1, devices[0])
+scaled_ride.publish(row)
+scaled.fit(x, y, batch_size=8, epochs=1, verbose=0)
 try:
     ride.publish([1.0])
     error = None
@@ -68,6 +78,7 @@ except ValueError as exc:
     error = str(exc)
 print("RESULT " + json.dumps({
     "rode": ride.rode, "table": ride.read(), "same_weights": same, "bare_rode": bare_ride.rode, "error": error,
+    "scaled_table": scaled_ride.read(), "scaled_steps": probe.counts()[0],
 }))
 """
 
@@ -85,6 +96,12 @@ def test_every_slot_comes_back_exactly_through_the_gradient_all_reduce(ride_run)
         assert got[0] == pytest.approx(1 / 3, rel=1e-14)  # float32 halves, float64 whole
         assert got[1] == pytest.approx(1e6 + 1 / 7, rel=1e-14)
         assert got[2] is None  # a NaN (an unmeasured field) stays in its slot
+
+
+def test_the_rows_ride_through_a_loss_scale_optimizer_with_the_probe_gating_them(ride_run):
+    assert ride_run["scaled_steps"] == 8  # 64 samples in batches of 8: every step probed
+    for got in ride_run["scaled_table"]:
+        assert got[:2] == pytest.approx([1 / 3, 1e6 + 1 / 7], rel=1e-14) and got[2] is None
 
 
 def test_the_ride_leaves_training_unchanged(ride_run):
@@ -122,6 +139,8 @@ class _Probe:
 class _Ride:
     """Two workers: this one (worker 0) and a peer whose rows are given; a step copies the published rows."""
 
+    worker = 0
+
     def __init__(self, rode=True):
         self.rode = rode
         self.published = None
@@ -131,9 +150,10 @@ class _Ride:
     def publish(self, row):
         self.published = list(row)
 
-    def step(self):
-        """What a training step's all-reduce does: every worker's published row lands in the table."""
-        self.table = [self.published, self.peer if self.peer is not None else self.published]
+    def step(self, carried=True):
+        """What a training step's all-reduce does: every worker's published row lands in the table (unless skipped)."""
+        if carried and self.published is not None:
+            self.table = [self.published, self.peer if self.peer is not None else self.published]
 
     def read(self):
         return self.table
@@ -196,14 +216,50 @@ def test_a_step_that_carries_nothing_falls_back_to_the_gather_at_every_share():
     assert schedule.at_fit_end(once) == [] and len(gather.calls) == 2
 
 
-def test_a_failed_share_turns_the_cluster_view_off(caplog):
+def test_a_step_that_carried_nothing_leaves_the_row_pending_for_the_next():
     ride, once = _Ride(), Once()
-    schedule, _ = _schedule(ride)
+    schedule, gather = _schedule(ride)
+    _epoch(schedule, ride, 10, once=once)
+    schedule.batch_end(0)  # a step that skipped the update (a LossScaleOptimizer step with non-finite gradients)
+    assert schedule.at_batch_end(None, once) == [] and schedule.pending == 10
+    ride.step()
+    assert schedule.batch_end(1)
+    assert [step for step, _ in schedule.at_batch_end(None, once)] == [110]
+    assert gather.calls == []
+
+
+def test_where_the_rows_ride_every_worker_gathers_once_at_the_fit_end_even_with_nothing_pending():
+    ride, once = _Ride(), Once()
+    schedule, gather = _schedule(ride)
+    _epoch(schedule, ride, 10, once=once)
+    _epoch(schedule, ride, 3, once=once)  # too short to share: nothing pending at the end
+    assert schedule.pending is None
+    assert schedule.at_fit_end(once) == []
+    assert len(gather.calls) == 1 and all(math.isnan(v) for v in gather.calls[0])
+
+
+def test_a_worker_that_cannot_publish_is_left_out_and_still_joins_the_fit_end_gather(caplog):
+    ride, once = _Ride(), Once()
+    schedule, gather = _schedule(ride)
 
     def broken(row):
         raise RuntimeError("device lost")
 
     ride.publish = broken
     assert _epoch(schedule, ride, 10, once=once) == []
-    assert schedule.failed and schedule.pending is None
-    assert "could not share the workers' measurements (RuntimeError: device lost)" in caplog.text
+    assert not schedule.failed and schedule.pending == 10
+    assert "could not share this worker's measurements (RuntimeError: device lost)" in caplog.text
+    assert [step for step, _ in schedule.at_fit_end(once)] == [110] and len(gather.calls) == 1
+
+
+def test_a_failed_gather_turns_the_cluster_view_off(caplog):
+    once = Once()
+    schedule, _ = _schedule(None)
+
+    def broken(row):
+        raise RuntimeError("peer gone")
+
+    schedule.gather = broken
+    assert _epoch(schedule, None, 10, once=once) == []
+    assert schedule.failed
+    assert "could not gather the workers' measurements (RuntimeError: peer gone)" in caplog.text

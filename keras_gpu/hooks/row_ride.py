@@ -31,7 +31,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RowRide", "install_ride", "plain_variables"]
+from keras_gpu.hooks.in_step import plain_variables, replica_id
+
+__all__ = ["RowRide", "install_ride"]
 
 _ATTR = "_keras_gpu_row_ride"
 
@@ -73,9 +75,6 @@ class RowRide:
 
     Attributes:
         rode: Whether a traced step carries the rows (set while tracing).
-        gate: While tracing, on the replica's tracing thread, the tensor the
-            carried rows wait for (`None`: none), which makes the all-reduce
-            wait for it too: the step probe's gradients-ready timestamp.
     """
 
     def __init__(self, workers: int, worker: int, width: int, local_replicas: int, device: str) -> None:
@@ -86,7 +85,7 @@ class RowRide:
         self.local_replicas = max(1, local_replicas)
         self.rode = False
         self.optimizer: Any = None  # the optimizer whose all-reduce carries the rows
-        self._tracing = threading.local()  # replicas are traced on threads of their own
+        self._gates: dict[Any, Any] = {}  # per replica being traced: the tensor its carried rows wait for
         # The published row as its high and low float32 halves (held as float64), and the sums as received.
         self._row, self._table = plain_variables(
             tf.fill((2 * width,), tf.constant(math.nan, tf.float64)),
@@ -94,13 +93,19 @@ class RowRide:
             device=device,
         )
 
-    @property
-    def gate(self) -> Any:
-        return getattr(self._tracing, "gate", None)
+    def gate(self, replica: Any, tensor: Any) -> None:
+        """While tracing `replica` (:func:`keras_gpu.hooks.in_step.replica_id`), its carried rows wait for `tensor`.
 
-    @gate.setter
-    def gate(self, tensor: Any) -> None:
-        self._tracing.gate = tensor
+        Keyed by the replica, not the thread: a `LossScaleOptimizer` applies
+        the gradients from replica threads of their own (a `merge_call`).
+        `None` removes the gate.
+        """
+        if not isinstance(replica, int):  # known only at run time: this thread's replica
+            replica = (threading.get_ident(),)
+        if tensor is None:
+            self._gates.pop(replica, None)
+        else:
+            self._gates[replica] = tensor
 
     def publish(self, row: Sequence[float]) -> None:
         """This worker's row, for the next training step to carry (one small copy to the device)."""
@@ -133,15 +138,15 @@ class RowRide:
         if dtype is None:
             return None
         self.rode = True
-        rid = self._replica()
-        static = tf.get_static_value(rid)
+        rid = replica_id()
+        gate = self._gates.get(rid if isinstance(rid, int) else (threading.get_ident(),))
         shape = (self.workers, 2 * self.width)
-        with tf.control_dependencies([] if self.gate is None else [self.gate]):
-            if static is not None and int(static) % self.local_replicas != 0:
+        with tf.control_dependencies([] if gate is None else [gate]):
+            if isinstance(rid, int) and rid % self.local_replicas != 0:
                 return tf.zeros(shape, dtype)  # the worker's first replica carries its row
             row = tf.cast(self._row.read_value(), dtype)  # exact: both halves are float32 numbers
-            if static is not None:
-                slot = int(static) // self.local_replicas
+            if isinstance(rid, int):
+                slot = rid // self.local_replicas
                 return tf.pad(row[None, :], [[slot, self.workers - slot - 1], [0, 0]])
             # Replica r of the job is worker r // local_replicas; only a worker's first replica fills its slot.
             mine = tf.logical_and(
@@ -155,8 +160,8 @@ class RowRide:
         """Keep the summed rows on this worker's first replica (the halves are added when read)."""
         import tensorflow as tf
 
-        rid = tf.get_static_value(self._replica())
-        if rid is None or int(rid) % self.local_replicas == 0:
+        rid = replica_id()
+        if not isinstance(rid, int) or rid % self.local_replicas == 0:
             self._table.assign(tf.cast(total, tf.float64))
 
     def _dtype(self, grads: list[Any]) -> Any:
@@ -164,35 +169,3 @@ class RowRide:
 
         dtypes = {g.dtype for g in grads}
         return dtypes.pop() if len(dtypes) == 1 and dtypes <= {tf.float32, tf.float64} else None
-
-    def _replica(self) -> Any:
-        import tensorflow as tf
-
-        return tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
-
-
-def plain_variables(*initial: Any, device: str | None = "/cpu:0") -> list[Any]:
-    """Plain variables on `device` (`None`: the default device), outside any distribution strategy's scope.
-
-    A strategy's scope is per thread, so the variables are made on a thread of
-    their own: inside a `with strategy.scope():` block (where users often call
-    `fit`), they would otherwise become mirrored variables.
-    """
-    import tensorflow as tf
-
-    made: list[Any] = []
-    errors: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            with tf.device(device):
-                made.extend(tf.Variable(v, trainable=False) for v in initial)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=create, name="keras-gpu-plain-variables")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return made

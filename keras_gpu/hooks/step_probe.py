@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from keras_gpu.hooks.row_ride import plain_variables
+from keras_gpu.hooks.in_step import plain_variables, replica_id
 
 __all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
 
@@ -289,7 +289,7 @@ class StepProbe:
             outputs = original(data)
         finally:
             if self.ride is not None:
-                self.ride.gate = None
+                self.ride.gate(replica_id(), None)
         t1, updated = self._trace.t1, self._trace.updated
         self._trace.t1, self._trace.updated = _OUTSIDE, []
         t2 = _stamp_after([outputs, updated])
@@ -316,8 +316,10 @@ class StepProbe:
 
         Where the rows' ride (:attr:`ride`) carries a tensor in the
         all-reduce's pack, that tensor waits for `t1`, and with it the
-        packed all-reduce: one dependency. Otherwise every gradient passes
-        through an identity that waits for `t1`.
+        dense gradients' packed all-reduce: one dependency (with
+        `CommunicationOptions(bytes_per_pack=...)` splitting the pack, the
+        last pack). Every other gradient (all of them without the ride, and
+        sparse ones) passes through an identity that waits for `t1`.
         """
         import tensorflow as tf
 
@@ -325,19 +327,20 @@ class StepProbe:
         t1 = _stamp_after(grads)
         self._trace.t1 = t1
         ride = self.ride
-        if ride is not None and ride.carries([g for g in grads if isinstance(g, tf.Tensor)]):
-            ride.gate = t1
-            return grads
+        dense = ride is not None and ride.carries([g for g in grads if isinstance(g, tf.Tensor)])
+        if dense:
+            ride.gate(replica_id(), t1)
         with tf.control_dependencies([t1]):
-            return [None if g is None else tf.nest.map_structure(_identity, g, expand_composites=True) for g in grads]
+            return [
+                g if g is None or (dense and isinstance(g, tf.Tensor))
+                else tf.nest.map_structure(_identity, g, expand_composites=True)
+                for g in grads
+            ]
 
     def _accumulate(self, t0: Any, t1: Any, t2: Any, data: Any) -> list[Any]:
         import tensorflow as tf
 
         r = _local_replica(self.local_replicas)
-        static = tf.get_static_value(r)
-        if static is not None:  # the usual case: the replica is known while tracing
-            r = int(static)
         base = tf.constant(self._base, tf.float64)
         prev = self._prev[r]
         valid = tf.cast(prev > 0, tf.float64)
@@ -419,12 +422,18 @@ def _reads(variables: Any) -> list[Any]:
 
 
 def _local_replica(local_replicas: int) -> Any:
-    """This replica's row: its index among the worker's replicas (replicas are laid out worker by worker)."""
+    """This replica's row: its index among the worker's replicas (replicas are laid out worker by worker).
+
+    A Python int where the replica is known while tracing (the usual case),
+    else a tensor.
+    """
     import tensorflow as tf
 
-    ctx = tf.distribute.get_replica_context()
-    rid = 0 if ctx is None else ctx.replica_id_in_sync_group
-    return tf.cast(tf.math.floormod(tf.cast(rid, tf.int32), local_replicas), tf.int32)
+    rid = replica_id()
+    if isinstance(rid, int):
+        return rid % local_replicas
+    return tf.cast(tf.math.floormod(rid, local_replicas), tf.int32)
+
 
 
 def _batch_size(data: Any) -> Any:

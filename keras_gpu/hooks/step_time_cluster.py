@@ -143,10 +143,18 @@ class ClusterSchedule:
         return views
 
     def at_fit_end(self, once: Once) -> list[View]:
-        """At the fit's end: a published row that no step carried is all-gathered now (every worker has one)."""
+        """At the fit's end: where the rows ride, every worker all-gathers once, whatever its own state.
+
+        A published row that no step carried comes back then. The gather is
+        unconditional (a row of NaN from a worker with nothing pending), so
+        that no worker ever waits in it alone.
+        """
         views = self._collect(once)
-        if self.pending is not None and not self.failed:
-            views += self._view(self.pending, self._guarded(once, self.gather, self.published[:-1]))
+        if self.ride is not None and self.ride.rode and not self.failed:
+            pending = self.pending is not None
+            rows = self._guarded(once, self.gather, self.published[:-1] if pending else [math.nan] * len(ROW_FIELDS))
+            if pending:
+                views += self._view(self.pending, rows)
         self.pending = None
         return views
 
@@ -156,19 +164,26 @@ class ClusterSchedule:
         if self.ride is None or not self.ride.rode:
             return self._view(step, self._guarded(once, self.gather, row))
         self.published = [*row, self.published[-1] + 1.0 if self.published else 1.0]
-        if self._guarded(once, self.ride.publish, self.published) is not None:
-            self.pending = step
+        self._local(once, self.ride.publish, self.published)  # failed: the other workers see this row as stale
+        self.pending = step
         return []
 
     def _collect(self, once: Once) -> list[View]:
-        """The rows a training step carried since the last publish (a stale row: that worker is not reporting)."""
+        """The rows a training step carried since the last publish (a stale row: that worker is not reporting).
+
+        Where the step carried nothing (this worker's own row is not the
+        latest publish: a `LossScaleOptimizer` step that skipped the update),
+        the row stays pending for the next step; every worker reads the same
+        sums, so every worker decides alike.
+        """
         if self.pending is None or self.step_of(self.last_batch) <= self.pending or self.failed:
             return []
-        step, self.pending = self.pending, None
-        rows = self._guarded(once, self.ride.read)
-        if rows is None:
+        rows = self._local(once, self.ride.read)
+        seq = self.published[-1]
+        if rows is None or rows[self.ride.worker][-1] != seq:
             return []
-        seq, stale = self.published[-1], [math.nan] * (len(ROW_FIELDS))
+        step, self.pending = self.pending, None
+        stale = [math.nan] * len(ROW_FIELDS)
         return self._view(step, [row[:-1] if row[-1] == seq else stale for row in rows])
 
     def _take_row(self, write: Write | None) -> tuple[int, list[float]]:
@@ -191,21 +206,35 @@ class ClusterSchedule:
         return step, row
 
     def _guarded(self, once: Once, call: Callable[..., Any], *args: Any) -> Any:
-        """`call(*args)`, or `None` once it failed (one warning; the cluster view is then off for this fit)."""
+        """An all-gather: its rows, or `None` once it failed (one warning; the cluster view is then off for this fit)."""
         try:
-            result = call(*args)
+            return call(*args)
         except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
             once.log(
                 logging.WARNING,
                 "gather-failed",
-                "keras-gpu: StepTimeLogger could not share the workers' measurements (%s: %s); the cluster view is "
+                "keras-gpu: StepTimeLogger could not gather the workers' measurements (%s: %s); the cluster view is "
                 "off for this fit.",
                 type(exc).__name__,
                 exc,
             )
             self.failed = True
             return None
-        return True if result is None else result
+
+    def _local(self, once: Once, call: Callable[..., Any], *args: Any) -> Any:
+        """A publish or read on this worker alone: its result, or `None` after one warning (the fit goes on)."""
+        try:
+            return call(*args)
+        except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
+            once.log(
+                logging.WARNING,
+                "ride-failed",
+                "keras-gpu: StepTimeLogger could not share this worker's measurements (%s: %s); the cluster view "
+                "leaves this worker out where it failed.",
+                type(exc).__name__,
+                exc,
+            )
+            return None
 
     def _view(self, step: int, rows: Any) -> list[View]:
         """The view at `step` from every worker's row, and the next share the chief proposed."""
