@@ -400,6 +400,28 @@ class EpochClock:
             model.train_function = original
 
 
+class SteadyClock(keras.callbacks.Callback):
+    """The wall and process CPU seconds from an epoch's first training batch end to its last (placed last)."""
+
+    first: tuple[float, float] | None = None
+    last: tuple[float, float] | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.first = self.last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        t = (_pc(), time.process_time())
+        if self.first is None:
+            self.first = t
+        self.last = t
+
+    def seconds(self) -> float:
+        return (self.last or (0.0, 0.0))[0] - (self.first or (0.0, 0.0))[0]
+
+    def cpu_seconds(self) -> float:
+        return (self.last or (0.0, 0.0))[1] - (self.first or (0.0, 0.0))[1]
+
+
 class BatchClock(keras.callbacks.Callback):
     """Records `time.perf_counter()` at every training batch end, keyed by global step.
 

@@ -108,21 +108,18 @@ def _step_probe(ctx: Context) -> list:
 
     from keras_gpu.core import backend
     from keras_gpu.hooks import step_probe
-    from keras_gpu.hooks.row_ride import install_ride
-    from keras_gpu.meters.cluster_view import ROW_FIELDS
+    from keras_gpu.hooks.step_time_cluster import install_probe
 
     class StepProbeOnly(keras.callbacks.Callback):
         """The step probe in every training step (and in multi-worker jobs the rows' ride), never read: in-graph cost."""
 
         def set_model(self, model):
             super().set_model(model)
-            devices = list(backend.replica_devices(model))
-            probe = step_probe.install(model, len(devices))
             task = backend.task_info(model)
-            if task.num_workers > 1 and probe is not None:  # what StepTimeLogger adds to multi-worker steps
-                probe.ride = install_ride(
-                    model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
-                )
+            if task.num_workers > 1:  # what StepTimeLogger adds to multi-worker steps
+                install_probe(model, task.num_workers, task.worker_index or 0)
+            else:
+                step_probe.install(model, len(backend.replica_devices(model)))
 
     return [StepProbeOnly()]
 

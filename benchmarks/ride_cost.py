@@ -36,35 +36,16 @@ import json
 import math
 import random
 import statistics
-import time
 from typing import Any
 
 BATCH = 64
 VARIANTS = ("bare", "probe", "ride")
 
 
-def _clock() -> Any:
-    import keras
-
-    class Clock(keras.callbacks.Callback):
-        """Wall and process CPU seconds from the epoch's first batch end to its last."""
-
-        first: tuple[float, float] | None = None
-        last: tuple[float, float] | None = None
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.first = self.last = None
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.last = (time.perf_counter(), time.process_time())
-            if self.first is None:
-                self.first = self.last
-
-    return Clock()
-
 
 def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
     """Interleaved rounds; seconds per steady step of each variant, per round."""
+    from benchmarks._instrument import SteadyClock
     from benchmarks._workload import build_model, make_data
     from keras_gpu.core import backend
     from keras_gpu.hooks import step_probe
@@ -75,7 +56,7 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
     # One worker of one CPU replica: every op of the step on the worker's own CPU, as in each process of a job.
     strategy = KerasMultiWorkerMirroredStrategy()
     x, y = make_data("mlp", steps * BATCH, seed)
-    models, clock, ride = {}, _clock(), None
+    models, clock, ride = {}, SteadyClock(), None
     for variant in VARIANTS:
         model = build_model("mlp", strategy, seed)
         if variant != "bare":
@@ -99,8 +80,8 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
         rng.shuffle(order)
         for variant in order:
             models[variant].fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
-            per_step[variant].append((clock.last[0] - clock.first[0]) / (steps - 1))
-            cpu_per_step[variant].append((clock.last[1] - clock.first[1]) / (steps - 1))
+            per_step[variant].append(clock.seconds() / (steps - 1))
+            cpu_per_step[variant].append(clock.cpu_seconds() / (steps - 1))
     return {"rounds": rounds, "steps": steps, "replicas": 1, "per_step_sec": per_step, "cpu_per_step_sec": cpu_per_step}
 
 

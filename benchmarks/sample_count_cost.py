@@ -46,7 +46,6 @@ import json
 import random
 import statistics
 import tempfile
-import time
 from typing import Any
 
 BATCH = 64
@@ -54,31 +53,6 @@ VARIANTS = ("none", "given", "counted")
 TF_VARIANTS = (*VARIANTS, "probe", "scatter")
 COUNTING = ("counted", "probe", "scatter")
 
-
-def _clock() -> Any:
-    """A callback holding the wall and process CPU seconds from the first batch end to the last one of the epoch."""
-    import keras
-
-    class Clock(keras.callbacks.Callback):
-        first: tuple[float, float] | None = None
-        last: tuple[float, float] | None = None
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.first = self.last = None
-
-        def on_train_batch_end(self, batch, logs=None):
-            t = (time.perf_counter(), time.process_time())
-            if self.first is None:
-                self.first = t
-            self.last = t
-
-        def seconds(self) -> float:
-            return (self.last or (0.0, 0.0))[0] - (self.first or (0.0, 0.0))[0]
-
-        def cpu_seconds(self) -> float:
-            return (self.last or (0.0, 0.0))[1] - (self.first or (0.0, 0.0))[1]
-
-    return Clock()
 
 
 def _data(steps: int, seed: int) -> Any:
@@ -118,6 +92,7 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
 
     import keras
 
+    from benchmarks._instrument import SteadyClock
     from benchmarks._workload import build_model, setup_replicas
     from keras_gpu.hooks import step_probe
     from keras_gpu.hooks.factory import ThroughputLogger
@@ -158,7 +133,7 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
     for n in range(rounds):
         rng.shuffle(order)
         for variant in order:
-            clock = _clock()
+            clock = SteadyClock()
             models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
             times[variant].append(clock.seconds())
             cpu[variant].append(clock.cpu_seconds())

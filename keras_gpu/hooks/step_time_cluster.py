@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from keras_gpu.core import backend
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
+from keras_gpu.hooks.row_ride import install_ride
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import (
     ROW_FIELDS,
@@ -29,7 +31,7 @@ from keras_gpu.meters.cluster_view import (
     summarize_rows,
 )
 
-__all__ = ["CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "log_cluster"]
+__all__ = ["CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster"]
 
 _INF = float("inf")
 #: Seconds between the cluster view's gathers within an epoch (the chief turns
@@ -152,7 +154,8 @@ class ClusterSchedule:
         views = self._collect(once)
         if self.ride is not None and self.ride.rode and not self.failed:
             pending = self.pending is not None
-            rows = self._guarded(once, self.gather, self.published[:-1] if pending else [math.nan] * len(ROW_FIELDS))
+            row = self.published[:-1] if pending else [math.nan] * len(ROW_FIELDS)
+            rows = self._attempt(once, self.gather, row, collective=True)
             if pending:
                 views += self._view(self.pending, rows)
         self.pending = None
@@ -162,9 +165,9 @@ class ClusterSchedule:
         """This worker's window: published for the next step to carry, or all-gathered now."""
         step, row = self._take_row(write)
         if self.ride is None or not self.ride.rode:
-            return self._view(step, self._guarded(once, self.gather, row))
+            return self._view(step, self._attempt(once, self.gather, row, collective=True))
         self.published = [*row, self.published[-1] + 1.0 if self.published else 1.0]
-        self._local(once, self.ride.publish, self.published)  # failed: the other workers see this row as stale
+        self._attempt(once, self.ride.publish, self.published, collective=False)  # failed: the other workers see this row as stale
         self.pending = step
         return []
 
@@ -178,7 +181,7 @@ class ClusterSchedule:
         """
         if self.pending is None or self.step_of(self.last_batch) <= self.pending or self.failed:
             return []
-        rows = self._local(once, self.ride.read)
+        rows = self._attempt(once, self.ride.read, collective=False)
         seq = self.published[-1]
         if rows is None or rows[self.ride.worker][-1] != seq:
             return []
@@ -205,35 +208,19 @@ class ClusterSchedule:
         row.append(float(max(1, round(CLUSTER_EVERY_S * steps / elapsed))) if steps > 0 and elapsed > 0 else 0.0)
         return step, row
 
-    def _guarded(self, once: Once, call: Callable[..., Any], *args: Any) -> Any:
-        """An all-gather: its rows, or `None` once it failed (one warning; the cluster view is then off for this fit)."""
+    def _attempt(self, once: Once, call: Callable[..., Any], *args: Any, collective: bool) -> Any:
+        """`call(*args)`, or `None` after one warning: a failed all-gather (`collective`) ends the view for this fit;
+        a failed publish or read on this worker alone leaves this worker out where it failed, and the fit goes on."""
         try:
             return call(*args)
         except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
-            once.log(
-                logging.WARNING,
-                "gather-failed",
-                "keras-gpu: StepTimeLogger could not gather the workers' measurements (%s: %s); the cluster view is "
-                "off for this fit.",
-                type(exc).__name__,
-                exc,
-            )
-            self.failed = True
-            return None
-
-    def _local(self, once: Once, call: Callable[..., Any], *args: Any) -> Any:
-        """A publish or read on this worker alone: its result, or `None` after one warning (the fit goes on)."""
-        try:
-            return call(*args)
-        except Exception as exc:  # noqa: BLE001 - the cluster view must not stop training
-            once.log(
-                logging.WARNING,
-                "ride-failed",
-                "keras-gpu: StepTimeLogger could not share this worker's measurements (%s: %s); the cluster view "
-                "leaves this worker out where it failed.",
-                type(exc).__name__,
-                exc,
-            )
+            if collective:
+                self.failed = True
+                key, what = "gather-failed", "gather the workers' measurements (%s: %s); the cluster view is off for this fit"
+            else:
+                key = "ride-failed"
+                what = "share this worker's measurements (%s: %s); the cluster view leaves this worker out where it failed"
+            once.log(logging.WARNING, key, f"keras-gpu: StepTimeLogger could not {what}.", type(exc).__name__, exc)
             return None
 
     def _view(self, step: int, rows: Any) -> list[View]:
@@ -244,6 +231,21 @@ class ClusterSchedule:
         if period is not None:
             self.gather_at = step + period
         return [(self.first_step + step, summarize_rows(rows))]
+
+
+def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe | None:
+    """Put what the cluster view measures into `model`'s training step, before `fit` builds its train function.
+
+    The step probe, and its rows' ride on the gradient all-reduce
+    (:attr:`StepProbe.ride <keras_gpu.hooks.step_probe.StepProbe>`, `None`
+    where the optimizer has no such all-reduce). `None` where the step
+    cannot be probed (:func:`keras_gpu.hooks.step_probe.unavailable_reason`).
+    """
+    devices = list(backend.replica_devices(model))
+    probe = step_probe.install(model, len(devices))
+    if probe is not None:
+        probe.ride = install_ride(model, workers, worker, len(ROW_FIELDS) + 1, len(devices), devices[0])
+    return probe
 
 
 def as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:

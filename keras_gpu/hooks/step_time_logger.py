@@ -19,10 +19,10 @@ from keras_gpu.core.checks import check_bool, check_positive, fail
 from keras_gpu.core.log import Once, log_once, logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks._base import LoggingCallback
-from keras_gpu.hooks.row_ride import RowRide, install_ride
 from keras_gpu.hooks.step_time_cluster import (
     CLUSTER_EVERY_S,
     ClusterSchedule,
+    install_probe,
     log_cluster,
 )
 from keras_gpu.hooks.step_time_trace import (
@@ -198,7 +198,6 @@ class StepTimeLogger(LoggingCallback):
         self._fit: TraceSchedule | None = None
         self._cluster_fit: ClusterSchedule | None = None
         self._probe: step_probe.StepProbe | None = None
-        self._ride: RowRide | None = None
         self._once = Once()
         self._parser: TraceParser | None = None
         self._first_step = 0
@@ -209,7 +208,7 @@ class StepTimeLogger(LoggingCallback):
     def set_model(self, model):
         super().set_model(model)
         # Before `fit` builds its train function: the probe must be in the step that function runs.
-        self._probe = self._ride = None
+        self._probe = None
         try:
             task = _backend.task_info(model)
             if task.num_workers > 1 and _backend.name() == "tensorflow":
@@ -217,13 +216,7 @@ class StepTimeLogger(LoggingCallback):
                 if reason is not None:
                     self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
                     return
-                devices = list(_backend.replica_devices(model))
-                self._probe = step_probe.install(model, len(devices))
-                if self._probe is not None:
-                    self._ride = install_ride(
-                        model, task.num_workers, task.worker_index or 0, len(ROW_FIELDS) + 1, len(devices), devices[0]
-                    )
-                    self._probe.ride = self._ride
+                self._probe = install_probe(model, task.num_workers, task.worker_index or 0)
             elif task.num_workers > 1:
                 self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
                                "runs on the TensorFlow backend only (this is %s).", _backend.name())
@@ -362,7 +355,7 @@ class StepTimeLogger(LoggingCallback):
         from keras_gpu.hooks.gather import RowGather
 
         gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
-        return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=self._ride)
+        return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=probe.ride)
 
     def _own_window(self) -> Any:
         """Where this worker's own probe window goes (nowhere while the profiler measures it)."""
