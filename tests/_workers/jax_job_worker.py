@@ -36,6 +36,8 @@ strategy = keras_gpu.make_strategy()
 import keras
 import numpy as np
 
+from tests._callbacks import TrainingPhases
+
 GLOBAL, N, EPOCHS = 64, 64 * 24, 2
 out_dir = sys.argv[1]
 rank = int(os.environ.get("KERAS_GPU_WORKER_INDEX", "0"))
@@ -59,22 +61,6 @@ def build():
 def weights(model):
     return [np.asarray(w).tolist() for w in model.get_weights()]
 
-
-class Stopwatch(keras.callbacks.Callback):
-    """The training phase of each epoch: from its start to its last batch end."""
-
-    def __init__(self):
-        super().__init__()
-        self.train = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.t0 = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.last = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.train.append(self.last - self.t0)
 
 
 class Batches(keras.utils.PyDataset):
@@ -109,7 +95,7 @@ model = build()
 initial = model.get_weights()
 result = {"replicas": strategy.num_replicas_in_sync, "kind": strategy.kind, "rank": rank}
 
-watch = Stopwatch()
+watch = TrainingPhases()
 throughput = keras_gpu.ThroughputLogger(os.path.join(attempt, "logs"), every_n_steps=2)
 checkpoint = keras_gpu.ModelCheckpoint(os.path.join(attempt, f"ckpt_{rank}.weights.h5"), save_weights_only=True)
 step_time = keras_gpu.StepTimeLogger(os.path.join(attempt, "logs"), profile_every_s=0)

@@ -35,22 +35,7 @@ HAND_COUNT = 3 * 2 * (IN * HIDDEN + HIDDEN * OUT)  # training FLOPs per sample: 
 FIT = """
 import json, os, sys, time
 import numpy as np, keras, keras_gpu
-
-
-class Stopwatch(keras.callbacks.Callback):
-    # The training phase of each epoch: from its start to its last batch end.
-    def __init__(self):
-        super().__init__()
-        self.train = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.t0 = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.last = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.train.append(self.last - self.t0)
+from tests._callbacks import TrainingPhases
 
 
 class Pause(keras.callbacks.Callback):
@@ -65,7 +50,7 @@ x = rng.random(({n}, {IN}), dtype=np.float32)
 y = rng.random(({n}, {OUT}), dtype=np.float32)
 model = keras.Sequential([keras.Input(({IN},)), keras.layers.Dense({HIDDEN}, activation="relu"), keras.layers.Dense({OUT})])
 model.compile("sgd", "mse")
-watch = Stopwatch()
+watch = TrainingPhases()
 cbs = keras_gpu.callbacks({log_dir!r}, every_s=0.05, step_time=False)
 throughput = next(c for c in cbs if isinstance(c, keras_gpu.ThroughputLogger))
 cbs[cbs.index(throughput)] = throughput = keras_gpu.ThroughputLogger({log_dir!r}, every_n_steps=2)
