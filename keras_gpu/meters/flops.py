@@ -31,13 +31,12 @@ same convention, and the peak FLOP/s of the GPUs a model trains on are in
 from __future__ import annotations
 
 import re
-import threading
-import weakref
 from typing import Any
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
 from keras_gpu.core.tf_private import constant_value, function_body_graph
+from keras_gpu.meters.per_model import PerModel
 
 __all__ = [
     "DTYPES",
@@ -189,24 +188,18 @@ def compute_dtype(model: Any) -> str:
 # FLOP counting
 # -----------------------------------------------------------------------------
 
-_cache: weakref.WeakKeyDictionary[Any, dict[Any, int | None]] = weakref.WeakKeyDictionary()
-_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
+_NOT_COUNTED = object()
+_counted = PerModel()  # forward FLOPs per model and input signature (None: uncountable)
 
 
 def failure(model: Any) -> str:
     """Why :func:`forward_flops` last returned None for `model`, in a few words."""
-    with _cache_lock:
-        return _failures.get(model, "the count was not attempted")
+    return _counted.failure(model)
 
 
 def _fail(model: Any, reason: str) -> None:
     logger.debug("keras-gpu: FLOPs of %s not counted: %s", getattr(model, "name", model), reason)
-    with _cache_lock:
-        try:
-            _failures[model] = reason
-        except TypeError:  # not weak-referenceable
-            pass
+    _counted.fail(model, reason)
 
 
 class _UncountableError(Exception):
@@ -243,10 +236,9 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
         _fail(model, f"its input's shape could not be read ({type(exc).__name__}: {exc})")
         return None
     key = _spec_key(signature)
-    with _cache_lock:
-        per_model = _cache.get(model)
-        if per_model is not None and key in per_model:
-            return per_model[key]
+    cached = _counted.get(model, key, _NOT_COUNTED)
+    if cached is not _NOT_COUNTED:
+        return cached
     try:
         graph = _trace_forward_graph(model, signature)
         total = _count_graph(graph, depth=0)
@@ -257,11 +249,7 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
     except Exception as exc:  # noqa: BLE001 - a model we cannot trace must not break training
         _fail(model, f"tracing its forward pass failed ({type(exc).__name__}: {exc})")
         result = None
-    with _cache_lock:
-        try:
-            _cache.setdefault(model, {})[key] = result
-        except TypeError:  # not weak-referenceable: just don't cache
-            pass
+    _counted.put(model, key, result)
     return result
 
 

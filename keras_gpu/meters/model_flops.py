@@ -22,14 +22,13 @@ backend.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
 from keras_gpu.meters import flops
+from keras_gpu.meters.per_model import PerModel
 
 __all__ = ["flops_failure", "gpu_peak_flops", "training_flops_per_sample"]
 
@@ -79,7 +78,7 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
         return _training_flops(model, current)
     except _UncountedError as exc:
         reason = str(exc)
-    _remember_failure(model, reason)
+    _counted.fail(model, reason)
     logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", current,
                  getattr(model, "name", "this model"), reason)
     return None
@@ -89,8 +88,7 @@ def flops_failure(model: Any) -> str:
     """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
     if backend.name() == "tensorflow":
         return flops.failure(model)
-    with _cache_lock:
-        return _failures.get(model, "the count was not attempted")
+    return _counted.failure(model)
 
 
 _PROBE_BATCH = {"jax": 4096, "torch": 2}
@@ -99,9 +97,7 @@ abstract shapes, so a large batch costs nothing and makes work done once per
 step rather than per sample vanish from the per-sample count; PyTorch runs a
 real forward pass, so its batch is small."""
 
-_cache: weakref.WeakKeyDictionary[Any, dict[Any, float]] = weakref.WeakKeyDictionary()
-_failures: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
+_counted = PerModel()  # training FLOPs per sample, per model and backend and input structure
 
 
 class _UncountedError(Exception):
@@ -117,8 +113,7 @@ def _training_flops(model: Any, current: str) -> float:
     counter = _counter(current)
     inputs = _input_structure(model, _PROBE_BATCH[current])
     key = (current, repr(inputs))
-    with _cache_lock:
-        cached = _cache.get(model, {}).get(key)
+    cached = _counted.get(model, key, None)
     if cached is not None:
         return cached
     try:
@@ -129,11 +124,7 @@ def _training_flops(model: Any, current: str) -> float:
         raise _UncountedError(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
     if forward <= 0:
         raise _UncountedError("its forward pass holds no matmul or convolution")
-    with _cache_lock:
-        try:
-            _cache.setdefault(model, {})[key] = 3.0 * forward
-        except TypeError:  # not weak-referenceable: just don't cache
-            pass
+    _counted.put(model, key, 3.0 * forward)
     return 3.0 * forward
 
 
@@ -144,14 +135,6 @@ def _counter(current: str) -> Callable[[Any, Any], float]:
     if current == "torch":
         return _torch_forward_flops
     raise _UncountedError(f"the {current} backend has no FLOP counter keras-gpu can use")
-
-
-def _remember_failure(model: Any, reason: str) -> None:
-    with _cache_lock:
-        try:
-            _failures[model] = reason
-        except TypeError:  # not weak-referenceable
-            pass
 
 
 # --------------------------------------------------------------------------- the probe batch
