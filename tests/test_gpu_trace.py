@@ -9,38 +9,11 @@ import pytest
 from keras_gpu.core import topology
 from keras_gpu.meters import gpu_lines, xspace
 from keras_gpu.meters import step_time as steptime
+from tests._xspace import US
+from tests._xspace import space as _space
 
-US = 1_000_000  # picoseconds per microsecond
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "gpu_multi_worker.xplane.pb")
 DERIVED = ("Steps", "TensorFlow Ops", "TensorFlow Name Scope")
-
-
-def _space(planes: dict) -> object:
-    """An XSpace from `{plane: {line: [(name, start_us, end_us[, {stat: value}])]}}`, serialised and parsed back."""
-    space = xspace._xspace_class()()
-    for plane_name, lines in planes.items():
-        plane = space.planes.add(name=plane_name)
-        ids: dict[str, int] = {}
-        stat_ids: dict[str, int] = {}
-        for line_name, events in lines.items():
-            line = plane.lines.add(name=line_name, timestamp_ns=0)
-            for name, start, end, *stats in events:
-                if name not in ids:
-                    ids[name] = len(ids) + 1
-                    entry = plane.event_metadata.add(key=ids[name])
-                    entry.value.id, entry.value.name = ids[name], name
-                event = line.events.add(metadata_id=ids[name], offset_ps=start * US, duration_ps=(end - start) * US)
-                for key, value in (stats[0] if stats else {}).items():
-                    if key not in stat_ids:
-                        stat_ids[key] = len(stat_ids) + 1
-                        meta = plane.stat_metadata.add(key=stat_ids[key])
-                        meta.value.id, meta.value.name = stat_ids[key], key
-                    stat = event.stats.add(metadata_id=stat_ids[key])
-                    if isinstance(value, str):
-                        stat.str_value = value
-                    else:
-                        stat.int64_value = value
-    return xspace.parse(space.SerializeToString())
 
 
 def _union_us(spans):
@@ -267,10 +240,3 @@ def test_input_stage_sequential_map_and_async_stages():
     )
     stage = steptime.analyze(space, steps=1, wall_sec=100e-6).input_stage
     assert (stage.name, stage.sec_per_step) == ("Generator", pytest.approx(80e-6))
-
-
-def test_python_input_is_the_stage_without_tf_data():
-    space = _space({"/host:CPU": {"python": [("$builtins next", 0, 40), ("$builtins next", 50, 90)]}})
-    st = steptime.analyze(space, steps=2, wall_sec=100e-6)
-    assert st.input_stage == steptime.InputStage("Python input", "Python input", pytest.approx(40e-6))
-    assert "the slowest stage is Python input" in steptime.verdict(st)[0]

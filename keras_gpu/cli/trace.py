@@ -13,6 +13,10 @@ With `--json`, each trace is one JSON object on its own line: `path`,
 `other_sec`, `devices` (`{"GPU:4": {"compute_sec", "communication_sec",
 "transfer_sec", "replicas"}}`), `step_source`, `input_stage`, `notes` and
 `hints`, all times in seconds per step.
+
+A file that cannot be read (truncated, damaged, not a trace) gets one line
+on stderr naming it, `keras-gpu trace: error: cannot read PATH: why`; the
+other traces are still printed, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from keras_gpu.cli import UsageError
@@ -81,14 +86,15 @@ def _gpus(value: str | None) -> dict[int, int] | None:
 
 
 def analyze_path(path: str, steps: int | None = None, gpus: str | None = None) -> list[dict[str, Any]]:
-    """The breakdown of each trace at `path` as a JSON-ready dict (with `path` and `hints`)."""
+    """The breakdown of each trace at `path` as a JSON-ready dict (with `path` and `hints`); a trace that
+    cannot be read or analyzed is `{"path": ..., "error": "<one line>"}`."""
     from keras_gpu.meters import step_time as steptime
     from keras_gpu.meters import xspace
 
     if steps is not None and steps < 1:
         raise UsageError(f"--steps must be a positive integer. Received: --steps={steps!r}")
     mapping = _gpus(gpus)
-    results = []
+    results: list[dict[str, Any]] = []
     for trace in _paths(path):
         try:
             space = xspace.load(trace)
@@ -96,7 +102,9 @@ def analyze_path(path: str, steps: int | None = None, gpus: str | None = None) -
                 space, steps=steps, num_replicas=len(mapping) if mapping else 1 << 10, gpu_replicas=mapping
             )
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {trace!r}: {exc}") from None
+            message = str(exc) if trace in str(exc) else f"{trace}: {exc}"
+            results.append({"path": trace, "error": " ".join(message.split())})
+            continue
         out = step.as_dict()
         used = max((r for d in step.devices for r in d.replicas), default=-1) + 1
         out["replicas"] = out["replicas"][: max(used, 1) if mapping is None else len(mapping)]
@@ -107,13 +115,16 @@ def analyze_path(path: str, steps: int | None = None, gpus: str | None = None) -
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print each trace's breakdown; a trace that cannot be read gets one line on stderr, and the status is 1."""
     results = analyze_path(args.path, args.steps, args.gpus)
     for result in results:
-        if args.json:
+        if "error" in result:
+            print(f"keras-gpu trace: error: cannot read {result['error']}", file=sys.stderr)
+        elif args.json:
             print(json.dumps(result, sort_keys=True))
         else:
             render(result)
-    return 0
+    return 1 if any("error" in result for result in results) else 0
 
 
 def _ms(seconds: float) -> str:

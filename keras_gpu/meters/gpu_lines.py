@@ -1,12 +1,21 @@
 """What each line of a GPU plane in a profiler trace holds, and what its time counts as.
 
 A `/device:GPU:k` plane of an XSpace (:mod:`keras_gpu.meters.xspace`) has two sorts
-of lines. **Streams** (`Stream #142(Compute)`, `Stream #135(MemcpyH2D)`, or
-just `Stream #7`) hold what the device really ran: kernels and copies, each
-once. **Derived lines** (`Steps`, `TensorFlow Ops`, `TensorFlow Name Scope`,
+of lines. **Streams** (`Stream #142(Compute)`, `Stream #135(MemcpyH2D)`,
+ROCm's `Stream #3(MemcpyOther)`, or just `Stream #7`) hold what the device
+really ran: kernels and copies, each once. CUDA names its copies
+`MemcpyH2D`, `MemcpyD2H`, `MemcpyD2D`, ...; ROCm names them
+`CopyHostToDevice`, `CopyDeviceToHost`, `CopyDeviceToDevice`.
+**Derived lines** (`Steps`, `TensorFlow Ops`, `TensorFlow Name Scope`,
 `XLA Modules`, `XLA Ops`, `Source`, ...) are views the profiler builds from
 the streams: the same time again, grouped by step, op, scope or source line,
 and nested. Adding them to busy time would count each kernel several times.
+
+A `/device:TPU:k` plane has no streams: its `XLA Ops` line holds the HLO
+ops as the TPU core ran them, each once, and is what counts
+(:data:`TPU_LINE_KINDS`, :data:`TPU_EVENT_KINDS`); `XLA Modules`,
+`Async XLA Ops` (the spans of asynchronous ops, which overlap the ops) and
+`XLA TraceMe` are views again.
 
 :data:`LINE_KINDS` names each line kind and what it counts for;
 :data:`EVENT_KINDS` names what an event on a stream is. Both are read in
@@ -18,7 +27,16 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["EVENT_KINDS", "LINE_KINDS", "EventKind", "LineKind", "event_kind", "line_kind"]
+__all__ = [
+    "EVENT_KINDS",
+    "LINE_KINDS",
+    "TPU_EVENT_KINDS",
+    "TPU_LINE_KINDS",
+    "EventKind",
+    "LineKind",
+    "event_kind",
+    "line_kind",
+]
 
 
 class LineKind(NamedTuple):
@@ -76,13 +94,13 @@ LINE_KINDS: tuple[LineKind, ...] = (
 EVENT_KINDS: tuple[EventKind, ...] = (
     EventKind(
         "host_copy",
-        re.compile(r"(?i)^memcpy ?(h2d|d2h|htod|dtoh)"),
+        re.compile(r"(?i)^memcpy ?(h2d|d2h|htod|dtoh)|^Copy(HostToDevice|DeviceToHost)"),
         "transfer",
         "a copy between host and device memory",
     ),
     EventKind(
         "device_copy",
-        re.compile(r"(?i)^memcpy ?(d2d|p2p|dtod|ptop|peer)"),
+        re.compile(r"(?i)^memcpy ?(d2d|p2p|dtod|ptop|peer)|^CopyDeviceToDevice"),
         "communication",
         "a copy between devices (or within one)",
     ),
@@ -97,17 +115,55 @@ EVENT_KINDS: tuple[EventKind, ...] = (
 """Event kinds on a stream line; every event matches one (`kernel` last)."""
 
 
-def line_kind(name: str) -> LineKind | None:
-    """The kind of a GPU plane's line, by its name; `None` for a line this table does not know."""
-    for kind in LINE_KINDS:
+TPU_LINE_KINDS: tuple[LineKind, ...] = (
+    LineKind("ops", re.compile(r"^XLA Ops$"), True, "the HLO ops as the TPU core ran them"),
+    LineKind("steps", re.compile(r"^Steps$"), False, "one event per training step: where each step begins and ends"),
+    LineKind(
+        "xla",
+        re.compile(r"^(XLA Modules|Async XLA Ops|XLA TraceMe)$"),
+        False,
+        "the ops' time again by XLA module, the spans of asynchronous ops (overlapping the ops), annotations",
+    ),
+    LineKind(
+        "framework_ops",
+        re.compile(r"^(TensorFlow|Framework|JAX) (Ops|Name Scope)$|^Source$"),
+        False,
+        "the ops' time again, by framework op, name scope or source line",
+    ),
+)
+"""Line kinds of a TPU plane; a line that matches none is reported as unknown and not counted."""
+
+TPU_EVENT_KINDS: tuple[EventKind, ...] = (
+    EventKind(
+        "collective",
+        re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|send|recv)"
+                   r"(-start|-done)?(\.\d+)?$"),
+        "communication",
+        "a collective HLO op: a reduction or exchange between TPU cores",
+    ),
+    EventKind(
+        "async_copy",
+        re.compile(r"^copy-(start|done)(\.\d+)?$"),
+        "transfer",
+        "an asynchronous copy between memory spaces (host memory included)",
+    ),
+    EventKind("op", re.compile(r""), "compute", "an HLO op (a fusion, convolution, ...): the core computing"),
+)
+"""Event kinds on a TPU plane's `XLA Ops` line; every event matches one (`op` last)."""
+
+
+def line_kind(name: str, device: str = "GPU") -> LineKind | None:
+    """The kind of a GPU (or, `device="TPU"`, TPU) plane's line, by its name; `None` for a line the table does not know."""
+    for kind in TPU_LINE_KINDS if device == "TPU" else LINE_KINDS:
         if kind.pattern.search(name):
             return kind
     return None
 
 
-def event_kind(name: str) -> EventKind:
-    """The kind of an event on a GPU stream, by its name."""
-    for kind in EVENT_KINDS:
+def event_kind(name: str, device: str = "GPU") -> EventKind:
+    """The kind of an event on a GPU stream (or, `device="TPU"`, a TPU's `XLA Ops` line), by its name."""
+    table = TPU_EVENT_KINDS if device == "TPU" else EVENT_KINDS
+    for kind in table:
         if kind.pattern.search(name):
             return kind
-    return EVENT_KINDS[-1]
+    return table[-1]

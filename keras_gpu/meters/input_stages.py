@@ -1,4 +1,5 @@
-"""The input stage with the most self time, named from a trace's tf.data iterator events (or Python's `next()`)."""
+"""The input stage with the most self time, named from a trace's tf.data iterator events, or from the Python
+data iterator's reads (:mod:`keras_gpu.meters.python_input`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,32 @@ from typing import Any
 
 from keras_gpu.meters import xspace
 from keras_gpu.meters._spans import Span, clip, union_length
+from keras_gpu.meters.python_input import PythonRead
 from keras_gpu.meters.step_record import InputStage
 
-__all__ = ["PYTHON_INPUT", "input_stage"]
+__all__ = ["PYTHON_INPUT", "PYTHON_STAGES", "input_stage"]
 
 # tf.data stages that only buffer: a consumer waiting in them waits for the stages upstream.
 _BUFFER_STAGES = frozenset({"Root", "Prefetch", "MemoryCacheImpl", "Cache"})
 # tf.data stages that work on their own threads while the consumer waits in their event.
 _ASYNC_STAGE = re.compile(r"^(Parallel|LegacyParallel|MapAndBatch|Prefetch|DataService)")
-#: The stage named where Python's `next()` read the input (a `PyDataset` or generator).
+#: The stage named where Keras' data iterator read the input in Python and the trace does not show through what.
 PYTHON_INPUT = "Python input"
+#: The stage named for each source of a Python read (:data:`keras_gpu.meters.python_input.SOURCES`); a
+#: `PyDataset` read on the training thread is named after its function (`"PyDataset __getitem__"`).
+PYTHON_STAGES = {
+    "PyDataset workers": "PyDataset workers",
+    "PyDataset": "PyDataset",
+    "generator": "generator",
+    "arrays": "array slicing",
+    "tf.data": "tf.data iterator",
+    "DataLoader": "DataLoader",
+    "Grain": "Grain",
+}
 
 
 def input_stage(
-    iterators: Iterable[xspace.TraceEvent], steps: int, python_input: Iterable[Span] = ()
+    iterators: Iterable[xspace.TraceEvent], steps: int, python_input: Iterable[PythonRead] = ()
 ) -> InputStage | None:
     """The input stage with the most self time per step, from a trace's `Iterator::...` events.
 
@@ -34,13 +47,18 @@ def input_stage(
     its consumer waits in its event: its self time is that wait less the time
     its upstream stages' events ran meanwhile, on any thread. Stages that only
     buffer (`Root`, `Prefetch`, `Cache`) are never named. Where no tf.data
-    stage ran but Python's `next()` read the input (a `PyDataset` or
-    generator on JAX or PyTorch), the stage is `"Python input"`.
+    stage ran but Keras' data iterator read the input in Python (JAX), the
+    stage is what it read through, with its time: a `PyDataset`'s
+    `__getitem__` on the training thread (path: the function,
+    `"data.py:10 __getitem__"`), a generator (its function), the wait for a
+    `PyDataset`'s workers, array slicing, a `tf.data` or `DataLoader`
+    iterator (:data:`PYTHON_STAGES`), else `"Python input"`.
 
     Args:
         iterators: The host plane's `Iterator::...` events.
         steps: Steps in the trace (the time is divided by it).
-        python_input: Intervals of Python's `next()` on the input.
+        python_input: The data iterator's reads in Python
+            (:func:`keras_gpu.meters.python_input.data_reads`).
     """
     iterators = list(iterators)
     by_path: dict[str, list[Span]] = {}
@@ -68,10 +86,30 @@ def input_stage(
     if candidates:
         path = max(candidates, key=candidates.__getitem__)
         return InputStage(_stage_name(path), path, candidates[path] / 1e12 / max(1, steps))
-    python = union_length(python_input)
-    if python > 0:
-        return InputStage(PYTHON_INPUT, PYTHON_INPUT, python / 1e12 / max(1, steps))
-    return None
+    return _python_stage(python_input, steps)
+
+
+def _python_stage(reads: Iterable[PythonRead], steps: int) -> InputStage | None:
+    """The Python read with the most time: by source and user function (that function's own time), else
+    the reads' time."""
+    spans: dict[tuple[str, str], list[Span]] = {}
+    function_ps: Counter[tuple[str, str]] = Counter()
+    for read in reads:
+        if read.source is None:
+            key = (PYTHON_INPUT, PYTHON_INPUT)
+        elif read.function is not None:
+            key = (f"{PYTHON_STAGES[read.source]} {read.function.rsplit(' ', 1)[-1]}"
+                   if read.source == "PyDataset" else PYTHON_STAGES[read.source], read.function)
+            function_ps[key] += read.function_ps
+        else:
+            key = (PYTHON_STAGES[read.source],) * 2
+        spans.setdefault(key, []).append(read.span)
+    times = {key: function_ps[key] if key in function_ps else union_length(found) for key, found in spans.items()}
+    times = {key: t for key, t in times.items() if t > 0}
+    if not times:
+        return None
+    (name, path), ps = max(times.items(), key=lambda item: item[1])
+    return InputStage(name, path, ps / 1e12 / max(1, steps))
 
 
 def _stage_name(path: str) -> str:

@@ -49,15 +49,48 @@ def slow_replica(replicas: Sequence[ReplicaTime], step_sec: float) -> tuple[int,
     return (slowest, ratio) if ratio >= SLOW_REPLICA_RATIO else None
 
 
-#: What to try for the slowest input stage, by its name (first match; the last matches all).
+#: What to try for the slowest input stage, by its name (first match; the last matches all). The Python
+#: stages (:data:`keras_gpu.meters.input_stages.PYTHON_STAGES`, JAX's traces) come first, by their whole
+#: name; then tf.data's stages (TensorFlow's traces), where a `PyDataset` or a generator is the `Generator`
+#: stage of `from_generator`.
 _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"^PyDataset workers$"),
+        ("the training thread waits for the PyDataset's workers: raise its `workers`, set "
+         "`use_multiprocessing=True` where `__getitem__` is CPU-bound Python, or make `__getitem__` cheaper"),
+    ),
+    (
+        re.compile(r"^PyDataset "),
+        ("it runs on the training thread, one batch at a time: give the PyDataset `workers=` (and "
+         "`use_multiprocessing=True` for CPU-bound Python) so batches are read ahead, or make it cheaper"),
+    ),
+    (
+        re.compile(r"^generator$"),
+        ("the generator runs on the training thread, one batch at a time: make it cheaper, or read the data in "
+         "a PyDataset with `workers=` so batches are read ahead"),
+    ),
+    (
+        re.compile(r"^array slicing$"),
+        "Keras slices and converts the arrays on the training thread: convert them to the model's input dtype once, before fit",
+    ),
+    (
+        re.compile(r"^tf\.data iterator$"),
+        "the tf.data pipeline, read as NumPy on the training thread: prefetch (`.prefetch(tf.data.AUTOTUNE)`), "
+        "parallel map calls, or cache its output",
+    ),
+    (re.compile(r"^DataLoader$"), "raise the DataLoader's `num_workers` so batches are read ahead, or make its dataset cheaper"),
+    (re.compile(r"^Grain$"), "raise the Grain loader's worker count, or make its transformations cheaper"),
+    (
+        re.compile(r"^Python input$"),
+        "Keras' data iterator reads it in Python on the training thread: make the per-batch Python work cheaper",
+    ),
+    (
+        re.compile(r"^Generator$"),
+        ("Python code (a PyDataset or a generator) feeds tf.data one batch at a time through from_generator: give "
+         "the PyDataset `workers=`, or build the input from tf.data ops instead of a generator"),
+    ),
     (re.compile(r"Map"), "raise num_parallel_calls or cache its output"),
     (re.compile(r"Batch"), "batch in parallel (num_parallel_calls) or map after batching, over whole batches"),
-    (
-        re.compile(r"Generator|^Python input$"),
-        ("Python reads one element at a time: use more PyDataset workers, tf.data ops instead of a generator, "
-         "or cache its output"),
-    ),
     (
         re.compile(r"Interleave|Record|TextLine|FixedLength|FlatMap"),
         "read files in parallel (interleave with num_parallel_calls) or cache what it reads",
@@ -76,7 +109,10 @@ def input_hint(step: StepTime) -> str:
             "device) or do less work per sample on the host"
         )
     advice = next(text for pattern, text in _STAGE_ADVICE if pattern.search(stage.name))
-    return f"{share}; the slowest stage is {stage.name} ({1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+    where = f"{stage.path}, " if stage.path not in (stage.name, "") and "::" not in stage.path else ""
+    return (
+        f"{share}; the slowest stage is {stage.name} ({where}{1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+    )
 
 
 def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list[str]:

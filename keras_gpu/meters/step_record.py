@@ -30,7 +30,7 @@ class DeviceTime:
     """One device's busy seconds per step, from its own timeline in the trace.
 
     Attributes:
-        name: The device as the trace names it, `"GPU:4"`.
+        name: The device as the trace names it, `"GPU:4"`, `"TPU:0"`.
         compute_sec: Kernels (NCCL kernels left out).
         communication_sec: NCCL kernels and device-to-device copies.
         transfer_sec: Host-to-device and device-to-host copies.
@@ -76,7 +76,8 @@ class StepTime:
         communication_sec: Reductions and transfers while no device computed.
         other_sec: Host-side overhead and idle time.
         replicas: Per local replica (in replica order), its own busy time.
-        source: `"gpu"` when device timelines were read, else `"host"`.
+        source: `"gpu"` when GPU timelines were read, `"tpu"` when TPU ones
+            were (their `XLA Ops` lines), else `"host"`.
         host_sec: The part of `other_sec` outside the backend's step function:
             Python between steps (Keras' loop, callbacks). Where the trace
             names no step function, all of `other_sec`.

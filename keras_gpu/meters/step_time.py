@@ -5,8 +5,9 @@ JAX's profilers write it. :func:`analyze` takes the trace of a few training
 steps and splits each step's time into four parts that add up to it:
 
 * **input**: the step waited for the input pipeline (`tf.data` `GetNext`
-  calls, `IteratorGetNext` ops, Python's `next()` on a `PyDataset` or
-  generator) while no device computed or communicated;
+  calls, `IteratorGetNext` ops, and on JAX the `next()` of Keras' data
+  iterator, :mod:`keras_gpu.meters.python_input`) while no device computed
+  or communicated;
 * **compute**: at least one replica device ran a model op, a kernel, or a
   compiled (XLA) program;
 * **communication**: a cross-replica or cross-worker reduction or transfer
@@ -29,7 +30,9 @@ _r=1)` and JAX's `StepTraceAnnotation` write them) bound the window from the
 first marked step's start to the last one's end, and nothing outside it
 counts; a GPU plane's `Steps` line gives each device its own window per
 step, and a step lasts as long as its slowest device's window. Without
-marks, the caller's `steps` and `wall_sec` hold. `StepTimeLogger` marks each
+marks, the caller's `steps` and `wall_sec` hold, else the step function's
+executions or the trace's whole span, and a note says "no step markers"
+and how the window was chosen. `StepTimeLogger` marks each
 traced step from one batch end to the next, so its window holds exactly the
 traced steps: the time after an epoch's last batch end (Keras' epoch-end
 work, stopping a `PyDataset`'s workers, epoch-end callbacks) is never in it.
@@ -39,6 +42,9 @@ the streams are compute, NCCL kernels and device-to-device copies are
 communication, host-device copies are transfers (communication in the four
 parts, and their own figure per device), and derived lines (`Steps`,
 `TensorFlow Ops`, `TensorFlow Name Scope`, `XLA Ops`, ...) add nothing.
+**TPU planes** (`/device:TPU:k`, in a trace without GPU planes) are read
+from their `XLA Ops` line: HLO ops are compute, collectives communication,
+asynchronous copies (`copy-start`, `copy-done`) transfers.
 
 **Per replica**, compute and communication are the busy time of that
 replica's work, attributed by where it really ran: on GPUs by the device's
@@ -143,7 +149,7 @@ def analyze(
 
     Raises:
         ValueError: For `steps < 1`, `wall_sec <= 0`, `steps_per_mark < 1`,
-            or a trace without a host plane.
+            or a trace with neither a host plane nor a device plane that did work.
     """
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"`steps` must be a positive integer. Received: steps={steps!r}")
@@ -155,12 +161,14 @@ def analyze(
     if wall_sec is not None and not wall_sec > 0:
         raise ValueError(f"`wall_sec` must be a positive number of seconds. Received: wall_sec={wall_sec!r}")
     by_name = xspace.planes(space)
-    if HOST_PLANE not in by_name:
-        raise ValueError(f"The trace has no {HOST_PLANE} plane. Received planes: {sorted(by_name)}")
     num_replicas = max(1, num_replicas)
     gpus = read_gpus(by_name)
     on_gpu = any(gpu.has_kernels or gpu.parts["transfer"] for gpu in gpus.values())
-    host = read_host(by_name[HOST_PLANE], on_gpu, num_replicas)
+    if HOST_PLANE not in by_name and not on_gpu:
+        raise ValueError(
+            f"The trace has no {HOST_PLANE} plane and no GPU or TPU plane that did work. Received planes: {sorted(by_name)}"
+        )
+    host = read_host(by_name.get(HOST_PLANE), on_gpu, num_replicas)
     marked = steps_from(host.markers, gpus)
     notes: list[str] = []
     if marked is not None:
@@ -171,6 +179,7 @@ def analyze(
         steps, wall_sec, source = marked.steps, sum(e - s for s, e in marked.windows) / 1e12, marked.source
     else:
         steps, wall_sec, source = _unmarked_window(host, gpus, steps, wall_sec)
+        notes.append(_UNMARKED[source].format(steps=steps, s="s" if steps != 1 else "", wall_ms=1e3 * wall_sec))
     worked = {g for g, gpu in gpus.items() if any(clip(p, _device_windows(marked, g)) for p in gpu.parts.values())}
     mapping, mapping_notes = _replica_map(gpus, gpu_replicas, num_replicas, worked)
     windows = marked.windows if marked is not None else None
@@ -188,6 +197,20 @@ def analyze(
         parts, replicas, host, gpus, mapping, marked,
         steps=steps, wall_sec=wall_sec, source=source, notes=tuple(notes + mapping_notes), on_gpu=on_gpu,
     )
+
+
+#: The note of a trace without step markers, by where its window and step count came from.
+_UNMARKED = {
+    "caller": "no step markers: the window is the caller's, {steps} step{s} in {wall_ms:.6g} ms",
+    "step function": (
+        "no step markers: the window runs from the first execution of the step function to the end of the last, "
+        "and each of its {steps} execution{s} counts as a step"
+    ),
+    "trace": (
+        "no step markers: the window is the whole trace, from its first timed event to the end of its last "
+        "({wall_ms:.6g} ms), counted as {steps} step{s}"
+    ),
+}
 
 
 def _unmarked_window(
@@ -253,14 +276,14 @@ def _result(
             )
             for r in replicas
         ),
-        source="gpu" if on_gpu else "host",
+        source=next((gpu.device.lower() for gpu in gpus.values()), "gpu") if on_gpu else "host",
         host_sec=host_s * per_step,
         step_source=source,
         devices=tuple(devices),
         input_stage=input_stage(
-            [e for e in host.iterators if clip([(e.start_ps, e.start_ps + 1)], marked and marked.windows)],
+            [e for e in host.iterators if _starts_in(e.start_ps, marked)],
             steps,
-            clip(host.python_input, marked and marked.windows),
+            [r for r in host.python_input if _starts_in(r.span[0], marked)],
         ),
         notes=notes,
     )
@@ -290,8 +313,13 @@ def _replica_map(
             if 2 * count > sum(gpu.scopes.values()) and scope not in mapping[g]:
                 replicas = ", ".join(str(r) for r in mapping[g])
                 notes.append(f"{gpu.name}'s kernels come from replica_{scope}/ ops, but it is mapped to replica {replicas}")
-        notes.extend(f"{gpu.name}: line {line!r} is not a known GPU line kind; not counted" for line in sorted(gpu.unknown_lines))
+        notes.extend(f"{gpu.name}: line {line!r} is not a known {gpu.device} line kind; not counted" for line in sorted(gpu.unknown_lines))
     return mapping, notes
+
+
+def _starts_in(start_ps: int, steps: TraceSteps | None) -> bool:
+    """Whether an event starting at `start_ps` starts inside the marked steps' windows (always, unmarked)."""
+    return bool(clip([(start_ps, start_ps + 1)], steps.windows if steps is not None else None))
 
 
 def _device_windows(steps: TraceSteps | None, g: int) -> Sequence[Span] | None:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from keras_gpu.core import topology
 from keras_gpu.meters import gpu_lines, xspace
 from keras_gpu.meters._spans import Span
+from keras_gpu.meters.python_input import PythonRead, data_reads
 
 __all__ = [
     "COMMUNICATION_OPS",
@@ -66,12 +67,11 @@ _REPLICA_SCOPE = re.compile(r"(?:^|/)replica_(\d+)(?:/|$)")
 _UPDATE_SCOPE = re.compile(r"(?:^|/)update_(\d+)(?:_\d+)?(?:/|$)")
 _INPUT_ACTIVITY = re.compile(r"^Iterator.*::DoCompute$|^IteratorGetNext")
 # JAX on the CPU: XLA runs each compiled step on the PjRt client's threads; the
-# Python tracer names the step's `next(iterator)` call on the data.
+# Python tracer names the data iterator's `next()` (see keras_gpu.meters.python_input).
 _XLA_CPU_LINE = re.compile(r"^(tf_)?XLAPjRtCpuClient")
 # TensorFlow with `jit_compile=True` on the CPU: the compiled step runs as one
 # XLA executable (its HLO ops carry no op type or replica scope).
 _XLA_EXECUTION = re.compile(r"^CpuExecutable::Execute")
-_PYTHON_NEXT = "$builtins next"
 # The backend's step function as the Python thread calls it: Keras' TensorFlow
 # trainer (`one_step_on_iterator`, `multi_step_on_iterator`) and JAX's jitted step.
 _STEP_FUNCTION = re.compile(r"^(one|multi)_step_on_(iterator|data)$|^PjitFunction\(.*step")
@@ -151,15 +151,16 @@ class HostEvents(NamedTuple):
     functions: list[Span]
     markers: dict[int, Span]
     iterators: list[xspace.TraceEvent]
-    python_input: list[Span]
+    python_input: list[PythonRead]
 
 
 class GpuEvents:
-    """One GPU plane: its intervals by part, its step windows, the replica its ops name."""
+    """One GPU (or TPU) plane: its intervals by part, its step windows, the replica its ops name."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, device: str = "GPU") -> None:
         self.index = index
-        self.name = f"GPU:{index}"
+        self.device = device
+        self.name = f"{device}:{index}"
         self.parts: dict[str, list[Span]] = {"compute": [], "communication": [], "transfer": []}
         self.steps: dict[Any, Span] = {}
         self.scopes: Counter[int | None] = Counter()
@@ -171,12 +172,14 @@ class GpuEvents:
 
 
 def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
-    """Sort the host plane's events into parts (on GPUs, host op events are launches and count for nothing)."""
+    """Sort the host plane's events into parts (on GPUs, host op events are launches and count for nothing);
+    `plane=None` (a trace of device planes only) holds nothing."""
     host = HostEvents({"compute": [], "communication": [], "input": []}, [{"compute": [], "communication": []}
                  for _ in range(num_replicas)], [], {}, [], [])
     parts, replicas = host.parts, host.replicas
     marker_lines: set[str] = set()
-    for event in xspace.events(plane):
+    python_lines: dict[str, list[xspace.TraceEvent]] = {}
+    for event in xspace.events(plane) if plane is not None else ():
         span = (event.start_ps, event.end_ps)
         line, name = event.line, event.name
         if name == STEP_MARKER:
@@ -186,9 +189,7 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
         if line.startswith("python"):
             if _STEP_FUNCTION.match(name):
                 host.functions.append(span)
-            elif name == _PYTHON_NEXT:
-                parts["input"].append(span)
-                host.python_input.append(span)
+            python_lines.setdefault(line, []).append(event)
             continue
         if line.startswith("tf_data_iterator_get_next") and _INPUT_ACTIVITY.match(name):
             parts["input"].append(span)
@@ -214,6 +215,11 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
         elif not on_gpu:
             parts[op[0]].append(span)
             replicas[_replica_of(op[1], num_replicas)][op[0]].append(span)
+    # Input on the Python lines: the data iterator's `next()` only.
+    for found in python_lines.values():
+        reads = data_reads(found)
+        host.python_input.extend(reads)
+        parts["input"].extend(read.span for read in reads)
     # Step markers on whichever thread ran the loop (its line is named after the thread).
     for event in xspace.events(plane, stats=True, lines=marker_lines.__contains__) if marker_lines else ():
         step = (event.stats or {}).get("step_num")
@@ -225,15 +231,19 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
 
 
 def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
-    """Every `/device:GPU:k` plane, read line by line (see :mod:`keras_gpu.meters.gpu_lines`)."""
+    """Every `/device:GPU:k` plane, read line by line (see :mod:`keras_gpu.meters.gpu_lines`); in a trace
+    without GPU planes, every `/device:TPU:k` plane (its `XLA Ops` line), by index alike."""
     gpus: dict[int, GpuEvents] = {}
-    for plane_name, plane in by_name.items():
-        parsed = topology.parse_device(plane_name)
-        if parsed is None or parsed.device_type != "GPU" or parsed.index is None or parsed.job is not None:
+    planes = {name: topology.parse_device(name) for name in by_name}
+    planes = {n: p for n, p in planes.items() if p is not None and p.index is not None and p.job is None}
+    device = "GPU" if any(p.device_type == "GPU" for p in planes.values()) else "TPU"
+    for plane_name, parsed in planes.items():
+        if parsed.device_type != device or parsed.index is None:
             continue
-        gpu = gpus.setdefault(parsed.index, GpuEvents(parsed.index))
+        plane = by_name[plane_name]
+        gpu = gpus.setdefault(parsed.index, GpuEvents(parsed.index, device))
         for event in xspace.events(plane, stats=True):
-            kind = gpu_lines.line_kind(event.line)
+            kind = gpu_lines.line_kind(event.line, device)
             if kind is None:
                 gpu.unknown_lines.add(event.line)
             elif kind.name == "steps":
@@ -242,7 +252,7 @@ def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
                 gpu.steps[step] = (event.start_ps, event.end_ps) if old is None else (
                     min(old[0], event.start_ps), max(old[1], event.end_ps))
             elif kind.busy:
-                part = gpu_lines.event_kind(event.name).part
+                part = gpu_lines.event_kind(event.name, device).part
                 gpu.parts[part].append((event.start_ps, event.end_ps))
                 if part == "compute":
                     stats = event.stats or {}

@@ -110,16 +110,37 @@ def _xspace_class() -> Any:
 
 
 def parse(data: bytes) -> Any:
-    """An XSpace message from the bytes of an `.xplane.pb` file."""
+    """An XSpace message from the bytes of an `.xplane.pb` file.
+
+    Raises:
+        ValueError: When the bytes do not parse as an XSpace (a truncated
+            or damaged file).
+    """
+    from google.protobuf.message import DecodeError
+
     space = _xspace_class()()
-    space.ParseFromString(data)
+    try:
+        space.ParseFromString(data)
+    except DecodeError:
+        raise ValueError(
+            "it does not parse as an XSpace protobuf (the profiler's .xplane.pb format): the file is truncated or damaged"
+        ) from None
     return space
 
 
 def load(path: str | os.PathLike) -> Any:
-    """An XSpace message from an `.xplane.pb` file."""
+    """An XSpace message from an `.xplane.pb` file.
+
+    Raises:
+        OSError: When the file cannot be read.
+        ValueError: When it does not parse (see :func:`parse`); the message names the file.
+    """
     with open(path, "rb") as f:
-        return parse(f.read())
+        data = f.read()
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise ValueError(f"{os.fspath(path)}: {exc}") from None
 
 
 def find_traces(directory: str | os.PathLike) -> list[str]:
