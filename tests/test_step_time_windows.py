@@ -20,6 +20,7 @@ from keras_gpu.hooks.step_time_logger import StepTimeLogger
 from keras_gpu.hooks.throughput_logger import ThroughputLogger
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
+from keras_gpu.meters.step_hints import input_hint
 from keras_gpu.output.reader import read_scalars, read_texts
 from keras_gpu.output.step_time_text import read_input_stage_markdown
 
@@ -196,4 +197,10 @@ def test_xprof_finds_the_marked_steps_and_the_slow_stage_is_logged(tmp_path):
     stage = read_input_stage_markdown(text)
     assert step == 39 and (stage.name, stage.path) == (trace.input_stage.name, trace.input_stage.path)
     assert stage.sec_per_step == pytest.approx(trace.input_stage.sec_per_step, rel=1e-5)
-    assert "Map" in trace.input_stage.name and "input-bound" in text
+    assert "Map" in trace.input_stage.name
+    # The hint follows the measured share, whatever share the machine's load gives: it is there exactly when the
+    # share reaches the threshold, and then it is the hint for this breakdown.
+    bound = trace.share("input") >= steptime.BOUND_SHARE
+    assert ("input-bound" in text) == bound, (trace.share("input"), text)
+    if bound:
+        assert text.endswith(f"\n\n{input_hint(trace)}.")

@@ -11,6 +11,7 @@ import pytest
 from keras_gpu.cli.main import main
 from keras_gpu.meters import gpu_lines, python_input, xspace
 from keras_gpu.meters import step_time as steptime
+from keras_gpu.output.step_time_text import input_stage_markdown, read_input_stage_markdown
 from tests._xspace import US
 from tests._xspace import space as _space
 
@@ -62,7 +63,7 @@ def test_only_the_data_iterators_next_is_input():
         "input-bound: 60% of each step waits for input; the slowest stage is PyDataset __getitem__ "
         "(data.py:10 __getitem__, 0.05 ms per batch): it runs on the training thread"
     )
-    assert "`workers=`" in hint and "generator" not in hint and "tf.data" not in hint
+    assert "set `workers` above 1" in hint and "generator" not in hint and "tf.data" not in hint
     # Without the data iterator's reads, the profiler's own stop is no input at all.
     alone = _marked([("$contextlib.py:141 __exit__", 10, 190), (NEXT, 11, 189)], steps=2)
     st = steptime.analyze(alone)
@@ -87,8 +88,13 @@ def test_a_profilers_stop_in_an_unmarked_trace_is_not_input():
 @pytest.mark.parametrize(
     ("frames", "stage", "advice", "absent"),
     [
-        # A generator: the adapter calls the user's generator function.
-        ([("$data.py:3 batches", 5, 55)], ("generator", "data.py:3 batches", 50e-6), "the generator runs on the training thread", "tf.data"),
+        # A generator (defined in code run by `python -c`): the adapter calls it; Keras' conversion is not it.
+        (
+            [("$<string>:3 batches", 5, 55), ("$data_adapter_utils.py:250 convert_to_jax_compatible", 55, 60)],
+            ("generator", "<string>:3 batches", 50e-6),
+            "the generator runs on the training thread",
+            "tf.data",
+        ),
         # A PyDataset with workers: the training thread waits in the queue.
         (
             [("$py_dataset_adapter.py:271 _finite_enqueuer_generator", 4, 60), ("$py_dataset_adapter.py:642 get", 5, 58),
@@ -262,3 +268,17 @@ def test_a_damaged_trace_is_one_line_naming_it_and_exit_1(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and '"steps": 1' in out
     assert err.count("\n") == 1 and str(damaged) in err
+
+
+def test_the_input_stage_text_reads_back_old_and_new_headers():
+    st = steptime.analyze(_marked(_pydataset_step(0) + _pydataset_step(100)))
+    text = input_stage_markdown(st)
+    assert text.splitlines()[0].startswith("| slowest input stage | tf.data iterator or Python function |")
+    assert read_input_stage_markdown(text) == steptime.InputStage(
+        "PyDataset __getitem__", "data.py:10 __getitem__", pytest.approx(50e-6)
+    )
+    old = (
+        "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |\n"
+        "|---|---|---|---|\n| Map | Iterator::Root::Map | 0.5 | 40% |"
+    )
+    assert read_input_stage_markdown(old) == steptime.InputStage("Map", "Iterator::Root::Map", pytest.approx(0.5e-3))

@@ -43,7 +43,10 @@ SOURCES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 # The sources whose adapter frame calls the user's own function on the training thread.
 _USER_CALLS = frozenset({"PyDataset", "generator"})
-_PYTHON_FRAME = re.compile(r"^\$(.+\.py:\d+ .+)$")
+# A Python function's frame, `$file:LINE name` (the file may be `<string>`); C functions have no line.
+_PYTHON_FRAME = re.compile(r"^\$(\S+:\d+ .+)$")
+# Keras' own data plumbing around the user's function (batch standardising, conversion).
+_KERAS_DATA_FRAME = re.compile(r"^\$(\w+_adapter|data_adapter_utils|tree_api|optree_impl)\.py:")
 
 
 class PythonRead(NamedTuple):
@@ -111,7 +114,7 @@ def _longest_child(ordered: list[xspace.TraceEvent], j: int) -> tuple[str | None
         if event.start_ps >= child_end:  # a direct child: it starts after the previous child ended
             child_end = event.end_ps
             match = _PYTHON_FRAME.match(event.name)
-            if match and event.end_ps - event.start_ps > best[1] and not any(p.match(event.name) for _, p in SOURCES):
+            if match and event.end_ps - event.start_ps > best[1] and not _KERAS_DATA_FRAME.match(event.name):
                 best = (match.group(1), event.end_ps - event.start_ps)
         k += 1
     return best

@@ -61,13 +61,14 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (
         re.compile(r"^PyDataset "),
-        ("it runs on the training thread, one batch at a time: give the PyDataset `workers=` (and "
-         "`use_multiprocessing=True` for CPU-bound Python) so batches are read ahead, or make it cheaper"),
+        ("it runs on the training thread, one batch at a time (a PyDataset with `workers=1` reads no batch ahead): "
+         "set `workers` above 1 (and `use_multiprocessing=True` for CPU-bound Python) so batches are read ahead, "
+         "or make it cheaper"),
     ),
     (
         re.compile(r"^generator$"),
         ("the generator runs on the training thread, one batch at a time: make it cheaper, or read the data in "
-         "a PyDataset with `workers=` so batches are read ahead"),
+         "a PyDataset with `workers` above 1 so batches are read ahead"),
     ),
     (
         re.compile(r"^array slicing$"),
@@ -87,7 +88,7 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"^Generator$"),
         ("Python code (a PyDataset or a generator) feeds tf.data one batch at a time through from_generator: give "
-         "the PyDataset `workers=`, or build the input from tf.data ops instead of a generator"),
+         "the PyDataset `workers` above 1, or build the input from tf.data ops instead of a generator"),
     ),
     (re.compile(r"Map"), "raise num_parallel_calls or cache its output"),
     (re.compile(r"Batch"), "batch in parallel (num_parallel_calls) or map after batching, over whole batches"),

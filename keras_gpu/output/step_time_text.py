@@ -12,13 +12,18 @@ from keras_gpu.meters.step_record import InputStage, StepTime
 
 __all__ = ["input_stage_markdown", "read_input_stage_markdown"]
 
-_STAGE_HEADER = "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |"
+_STAGE_HEADER = (
+    "| slowest input stage | tf.data iterator or Python function | self time per batch (ms) | input share of the step |"
+)
+# The header before Python stages were named (runs written by earlier versions), still read.
+_OLD_HEADER = "| slowest input stage | tf.data iterator | self time per batch (ms) | input share of the step |"
 
 
 def input_stage_markdown(step: StepTime) -> str | None:
     """The slowest input stage of a breakdown as Markdown; `None` where the trace shows none.
 
-    A one-row table (the stage, its tf.data iterator, its self time per batch
+    A one-row table (the stage, its tf.data iterator or the user's Python
+    function that read the data, its self time per batch
     in ms, the input share of the step), then the input-bound hint where the
     step is input-bound. `StepTimeLogger` writes it as the
     `step_time/input_stage` text summary; :func:`read_input_stage_markdown`
@@ -41,7 +46,7 @@ def read_input_stage_markdown(text: str) -> InputStage | None:
     """The :class:`~keras_gpu.meters.step_record.InputStage` that :func:`input_stage_markdown` wrote (its
     time per batch in seconds); `None` for any other text."""
     rows = text.splitlines()
-    if len(rows) < 3 or rows[0].strip() != _STAGE_HEADER:
+    if len(rows) < 3 or rows[0].strip() not in (_STAGE_HEADER, _OLD_HEADER):
         return None
     cells = [c.strip() for c in rows[2].strip().strip("|").split("|")]
     if len(cells) != 4:
