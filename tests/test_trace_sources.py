@@ -72,16 +72,19 @@ def test_only_the_data_iterators_next_is_input():
 
 def test_a_profilers_stop_in_an_unmarked_trace_is_not_input():
     # A JAX micro-benchmark trace: no step markers, two jitted calls, then jax.profiler.trace stopping (6.3 s).
+    # JAX writes each call of a jitted function as two nested events: each call is one execution.
     python = [
         ("PjitFunction(step)", 0, 100),
+        ("PjitFunction(step)", 0, 99),
         ("PjitFunction(step)", 200, 300),
+        ("PjitFunction(step)", 201, 300),
         ("$contextlib.py:141 __exit__", 300, 6_300_000),
         (NEXT, 301, 6_299_999),
         ("$profiler.py:130 trace", 302, 6_299_990),
     ]
     st = steptime.analyze(_space({"/host:CPU": {"python": python, "tf_XLAPjRtCpuClient/1": [("fusion", 10, 90)]}}))
     assert (st.input_sec, st.input_stage) == (0.0, None)
-    assert st.step_source == "step function" and st.steps == 2
+    assert st.step_source == "step function" and st.steps == 2 and st.step_sec == pytest.approx(150e-6)
     assert not any(h.startswith("input-bound") for h in steptime.verdict(st))
 
 

@@ -87,8 +87,9 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (
         re.compile(r"^Generator$"),
-        ("Python code (a PyDataset or a generator) feeds tf.data one batch at a time through from_generator: give "
-         "the PyDataset `workers` above 1, or build the input from tf.data ops instead of a generator"),
+        ("Python code (a PyDataset or a generator, which the trace does not tell apart) feeds tf.data one batch "
+         "at a time through from_generator: for a PyDataset, set `workers` above 1; for a generator, build the "
+         "input from tf.data ops or read it in a PyDataset with workers"),
     ),
     (re.compile(r"Map"), "raise num_parallel_calls or cache its output"),
     (re.compile(r"Batch"), "batch in parallel (num_parallel_calls) or map after batching, over whole batches"),

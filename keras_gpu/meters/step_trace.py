@@ -215,6 +215,8 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
         elif not on_gpu:
             parts[op[0]].append(span)
             replicas[_replica_of(op[1], num_replicas)][op[0]].append(span)
+    # One execution of the step function per outermost event: JAX writes two nested `PjitFunction(...)` per call.
+    host.functions[:] = _outermost(host.functions)
     # Input on the Python lines: the data iterator's `next()` only.
     for found in python_lines.values():
         reads = data_reads(found)
@@ -228,6 +230,15 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
             host.markers[step] = (event.start_ps, event.end_ps) if old is None else (
                 min(old[0], event.start_ps), max(old[1], event.end_ps))
     return host
+
+
+def _outermost(spans: list[Span]) -> list[Span]:
+    """The spans not inside another one, in order (of spans that are equal, one)."""
+    out: list[Span] = []
+    for span in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if not out or span[1] > out[-1][1]:
+            out.append(span)
+    return out
 
 
 def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
