@@ -60,7 +60,7 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
          "`use_multiprocessing=True` where `__getitem__` is CPU-bound Python, or make `__getitem__` cheaper"),
     ),
     (
-        re.compile(r"^PyDataset "),
+        re.compile(r"^PyDataset\b"),
         ("it runs on the training thread, one batch at a time (a PyDataset with `workers=1` reads no batch ahead): "
          "set `workers` above 1 (and `use_multiprocessing=True` for CPU-bound Python) so batches are read ahead, "
          "or make it cheaper"),
