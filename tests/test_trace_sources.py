@@ -202,7 +202,7 @@ def _tpu_space(with_host=True):
     return _space(planes)
 
 
-def test_tpu_planes_read_as_device_compute():
+def test_tpu_planes_read_as_device_compute(tmp_path, capsys):
     st = steptime.analyze(_tpu_space())
     assert st.source == "tpu" and st.step_source == "trace" and st.steps == 1
     assert st.step_sec == pytest.approx(100e-6)  # from TPU:0's first op (0) to TPU:1's last (100)
@@ -216,6 +216,13 @@ def test_tpu_planes_read_as_device_compute():
     # A trace of the TPU planes only reads the same.
     bare = steptime.analyze(_tpu_space(with_host=False))
     assert bare.devices == st.devices
+    # keras-gpu trace prints each core.
+    path = tmp_path / "tpu.xplane.pb"
+    path.write_bytes(_tpu_space().SerializeToString())
+    assert main(["trace", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "TPU:0    compute 0.078 ms, communication 0.010 ms, transfer 0.007 ms; replica 0" in out
+    assert "TPU:1    compute 0.078 ms" in out and "note: no step markers" in out
 
 
 def test_tpu_steps_lines_mark_the_steps():

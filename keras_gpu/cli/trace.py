@@ -5,8 +5,9 @@ or a log dir) whose traces are each read, oldest first. Traces written by
 keras-gpu's `StepTimeLogger` and traces a user captured with TensorFlow's or
 JAX's profiler read alike (:func:`keras_gpu.meters.step_time.analyze`): the step count
 and mean step time, input, compute, communication and other per step, each
-GPU's compute, communication and transfer time, the slowest input stage, and
-the hints.
+GPU's (or TPU core's) compute, communication and transfer time, the slowest
+input stage, notes (a trace without step markers says so, and how its window
+was chosen), and the hints.
 
 With `--json`, each trace is one JSON object on its own line: `path`,
 `steps`, `step_sec`, `input_sec`, `compute_sec`, `communication_sec`,
@@ -56,7 +57,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--gpus",
         default=None,
         metavar="I,J,...",
-        help="the replicas' GPUs in replica order, as the trace numbers them (default: the GPUs that ran kernels)",
+        help=(
+            "the replicas' GPUs (or TPU cores) in replica order, as the trace numbers them "
+            "(default: the devices that ran work)"
+        ),
     )
 
 
