@@ -15,15 +15,16 @@ import time
 from typing import Any
 
 from keras_gpu.core import backend
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks import sample_counter
-from keras_gpu.hooks._base import LoggingCallback, check_positive
+from keras_gpu.hooks._base import LoggingCallback
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.sample_counter import KerasCount
 from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
 from keras_gpu.hooks.throughput_schedule import fit_schedule
 from keras_gpu.meters.throughput import EpochTimes, FirstExecution, ThroughputMeter, Window
-from keras_gpu.output.throughput_tags import epoch_values, window_values
+from keras_gpu.output.throughput_tags import epoch_log_values, epoch_values, window_values
 
 __all__ = ["ThroughputLogger"]
 
@@ -138,6 +139,11 @@ class ThroughputLogger(LoggingCallback):
         per_worker_runs: Whether a worker other than the chief writes its own
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
+        epoch_logs: Whether each epoch's `throughput/samples_per_sec`,
+            `throughput/steady_samples_per_sec` and `throughput/mfu` (where
+            measured) are added to Keras' epoch `logs`, so that `History`, the
+            progress bar, `CSVLogger` and any callback after this one in the
+            list (W&B's, MLflow's) record them.
 
     Attributes:
         summary: After `fit`: totals and mean rates (see
@@ -170,8 +176,10 @@ class ThroughputLogger(LoggingCallback):
         flops_per_sample: float | None = None,
         peak_flops: float | None = None,
         per_worker_runs: bool | None = None,
+        epoch_logs: bool = True,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
+        self.epoch_logs = check_bool("epoch_logs", epoch_logs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         # keras_gpu.callbacks() checked the every_s it forwards.
         self.every_s = every_s if self._forwarded else check_positive("every_s", every_s, allow_none=True)
@@ -261,6 +269,10 @@ class ThroughputLogger(LoggingCallback):
         fit = self._fit
         if fit is not None:
             self._end_training_phase(fit)
+            if self.epoch_logs and logs is not None:
+                rates = fit.meter.epoch_rates()
+                if rates is not None:
+                    logs.update(epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
         if self._writer is not None:
             # Once per epoch, so that a worker killed later loses no finished epoch.
             self._writer.flush()
