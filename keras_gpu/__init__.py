@@ -16,10 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from keras_gpu import _moved
 from keras_gpu._version import __version__
-
-_moved.install()  # the module paths of earlier releases, for one release
 
 # Public name -> defining module. Loaded lazily (PEP 562) so that `import keras_gpu`
 # neither imports TensorFlow nor touches a device.

@@ -12,10 +12,10 @@ from typing import Any
 
 from keras_gpu.core import backend
 from keras_gpu.core import nvml as _nvml
-from keras_gpu.core.checks import check_bool
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.units import format_bytes
-from keras_gpu.hooks._base import LoggingCallback, check_positive, read_step
+from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitWatch
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.memory_tags import allocator_values, epoch_log_values, gpu_values, host_values
@@ -202,7 +202,7 @@ class MemoryLogger(LoggingCallback):
         writer = self._open()
         if writer is None:  # this worker writes no run
             return
-        watch = _FitWatch.capture()
+        watch = FitWatch.capture()
         allocators = backend.allocators(self.model) if self.allocator else []
         gpus = self._gpu_indices() if self.nvml else []
         run = _Run(self, writer, allocators, gpus, watch)
@@ -253,7 +253,7 @@ class _Run:
         writer: _writer.SummaryWriter,
         allocators: list[backend.Allocator],
         gpus: list[int],
-        watch: _FitWatch,
+        watch: FitWatch,
     ) -> None:
         self.model = owner.model
         self.writer = writer
@@ -477,9 +477,6 @@ class _Run:
         if self.host_peak is not None:
             parts.append(f"host peak RSS: {format_bytes(self.host_peak)}")
         return "; ".join(parts) + "." if parts else "no memory figures were available."
-
-
-_FitWatch = FitWatch  # the one stack walker: keras_gpu.hooks.fit_introspection
 
 
 # --------------------------------------------------------------------------- host memory

@@ -29,7 +29,6 @@ from keras_gpu.output.throughput_tags import epoch_log_values, epoch_values, win
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
-_KerasCount = KerasCount  # stays importable from here
 
 
 class ThroughputLogger(LoggingCallback):
