@@ -40,34 +40,17 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart under `time/`. One point per
     window, on the global-step axis (the optimizer's iteration count when
-    `fit` starts, plus the steps counted since). Tags (units in
-    :mod:`keras_gpu.output.tags`):
-
-    * `throughput/samples_per_sec`: samples per second, all replicas on all
-      workers (the global batch size times steps per second).
-    * `throughput/steps_per_sec`: training steps per second.
-    * `throughput/samples_per_sec_per_replica`: samples per second divided by
-      the number of replicas: each replica's share of the global rate. How
-      long each replica really computes is measured by `StepTimeLogger`
-      (`step_time/replica_*`).
-    * `throughput/tflops_per_sec`: achieved model FLOP/s of all replicas, in
-      TFLOP/s (1e12 FLOP/s): training FLOPs per sample times samples/s.
-    * `throughput/mfu`: model FLOPs utilisation, 0..1: achieved FLOP/s over
-      the summed dense peak FLOP/s of all replica devices for the model's
-      compute dtype. Logged only where the peak is known (a GPU in the
-      table of :mod:`keras_gpu.meters.flops`, or `peak_flops`).
-
-    Once per epoch, at the global step of the epoch's last training step
-    (written when the next epoch starts, or when training ends):
-
-    * `throughput/steady_samples_per_sec`, `throughput/steady_steps_per_sec`:
-      the epoch's rates with its first execution left out.
-    * `time/epoch_sec`: from the epoch's start to the next epoch's start (or
-      the end of `fit`), in seconds; it equals `time/train_sec +
-      time/validation_sec + time/other_sec`.
-    * `time/train_sec`: the training phase; `time/first_step_sec`: its first
-      execution; `time/validation_sec`: validation (Keras' `on_test_begin`
-      to `on_test_end`); `time/other_sec`: epoch-end callbacks and the rest.
+    `fit` starts, plus the steps counted since): `throughput/samples_per_sec`,
+    `throughput/steps_per_sec`, `throughput/samples_per_sec_per_replica`,
+    `throughput/tflops_per_sec` and `throughput/mfu` (only where the peak is
+    known: a GPU in the table of :mod:`keras_gpu.meters.flops`, or
+    `peak_flops`). Once per epoch, at the global step of the epoch's last
+    training step (written when the next epoch starts, or when training
+    ends): `throughput/steady_samples_per_sec`,
+    `throughput/steady_steps_per_sec`, `time/epoch_sec` (= `time/train_sec` +
+    `time/validation_sec` + `time/other_sec`) and `time/first_step_sec`. What
+    each tag means, and its unit: :mod:`keras_gpu.output.tags`, the one place
+    they are written (the docs' tag reference is generated from it).
 
     Samples are counted exactly, including a short last batch, batches split
     unevenly over replicas, and `steps_per_execution > 1`, for every input
