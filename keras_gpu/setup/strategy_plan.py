@@ -142,6 +142,11 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
     Args:
         kind: One of `KINDS`.
+        local_devices: The local devices to decide with (`None`: detect).
+        **options: The keywords below, declared once by `StrategyOptions`
+            (the function's `__signature__` lists them with their defaults).
+
+    Keyword Args:
         devices: For `"one_device"` (exactly one) or `"mirrored"`: device
             names such as `"GPU:0"` or `"/device:CPU:1"`. Must exist.
         cross_device_ops: For `"mirrored"`, one of `CROSS_DEVICE_OPS`.
@@ -171,7 +176,6 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
         slurm_port_base: For SLURM: the first port on each node.
         slurm_gpus_per_task: For SLURM: GPUs per task (`None`: detect).
         slurm_assign_gpus: For SLURM: set `CUDA_VISIBLE_DEVICES` per task.
-        local_devices: The local devices to decide with (`None`: detect).
         environ: The environment to read (default `os.environ`).
 
     Returns:
