@@ -86,7 +86,7 @@ if "keras-gpu = keras_gpu.cli.main:main" not in meta:
 members = tarfile.open(sdist).getnames()
 root = members[0].split("/", 1)[0]
 rel = {m.split("/", 1)[1] for m in members if "/" in m}
-for required in ("pyproject.toml", "README.md", "CHANGELOG.md", "keras_gpu/__init__.py",
+for required in ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "mkdocs.yml", "keras_gpu/__init__.py",
                  "keras_gpu/cli/main.py", "tests/conftest.py", "examples/add_callbacks.py",
                  "examples/mirrored_fit.py", "examples/multiworker_fit.py",
                  "examples/slurm.sbatch", "examples/tfjob.yaml"):

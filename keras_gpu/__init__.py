@@ -1,14 +1,14 @@
-"""keras-gpu: GPU strategies, device configuration and monitoring callbacks for Keras 3.
+"""keras-gpu: monitoring callbacks, strategies and device configuration for Keras 3 (see `keras_gpu._version.SUMMARY`).
 
 Importing this package is cheap and side-effect free: it does not import
 TensorFlow (nor any other backend), does not initialise any device and changes
 no global state, so it is safe to import before :func:`configure_devices`.
 Public names are loaded on first access.
 
-The callbacks work on every Keras backend (TensorFlow, JAX, PyTorch);
-TensorFlow is needed only on its own backend and for the TensorFlow-only parts
-(`make_strategy`, `configure_devices`, `PlacementLogger`, `keras-gpu launch`),
-which raise an `ImportError` naming the install line when it is missing.
+The callbacks work on every Keras backend (TensorFlow, JAX, PyTorch).
+`make_strategy` and `configure_devices` work on TensorFlow and JAX;
+`PlacementLogger` needs TensorFlow, and raises an `ImportError` naming the
+install line when it is missing.
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from keras_gpu import _moved
 from keras_gpu._version import __version__
-
-_moved.install()  # the module paths of earlier releases, for one release
 
 # Public name -> defining module. Loaded lazily (PEP 562) so that `import keras_gpu`
 # neither imports TensorFlow nor touches a device.

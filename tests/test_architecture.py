@@ -65,7 +65,7 @@ def _graph() -> dict[str, set[str]]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("_version", "_moved"):
+    if len(parts) == 1 or parts[1] == "_version":
         return "public"
     return parts[1]
 
@@ -135,26 +135,10 @@ def test_module_and_function_size_bounds():
 
 
 @pytest.mark.parametrize("old", ["keras_gpu.strategy", "keras_gpu.loggers", "keras_gpu.report", "keras_gpu.steptime"])
-def test_an_old_module_path_still_imports_with_a_deprecation_warning(old):
+def test_the_module_paths_of_earlier_layouts_are_gone(old):
     import importlib
     import sys
 
-    from keras_gpu._moved import MOVED
-
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"`{old}` moved to `{MOVED[old]}`"):
-        module = importlib.import_module(old)
-    new = importlib.import_module(MOVED[old])
-    if old == "keras_gpu.loggers":  # a package path that re-exports its module's public names
-        assert all(getattr(module, n) is getattr(new, n) for n in new.__all__)
-    else:
-        assert module is new
-
-
-def test_the_old_paths_name_modules_that_exist():
-    import importlib.util
-
-    from keras_gpu._moved import MOVED
-
-    missing = [new for new in MOVED.values() if importlib.util.find_spec(new) is None]
-    assert not missing
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)

@@ -90,11 +90,9 @@ def test_the_requirement_text_says_what_is_allowed():
 def test_public_callers_use_the_shared_form():
     """configure_devices, make_strategy's plan, the NVML sampler and the callbacks raise through _checks."""
     from keras_gpu.core.nvml_sampler import GpuSampler
-    from keras_gpu.hooks._base import check_log_dir, check_positive
     from keras_gpu.setup.devices import configure_devices
     from keras_gpu.setup.strategy import plan_strategy
 
-    assert check_log_dir is C.check_log_dir and check_positive is C.check_positive
     for call, exc in [
         (lambda: configure_devices(xla="on"), TypeError),
         (lambda: configure_devices(mixed_precision="fp8"), ValueError),

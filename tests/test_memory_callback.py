@@ -18,7 +18,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras
 import tensorflow as tf
 
-from keras_gpu.core import nvml
+from keras_gpu.core import nvml_session
+from keras_gpu.hooks import fit_introspection
 from keras_gpu.hooks import memory_logger as memory
 from keras_gpu.hooks.memory_logger import MemoryLogger
 from keras_gpu.output import writer as _writer
@@ -143,9 +144,9 @@ def log_capture():
 
 @pytest.fixture(autouse=True)
 def _fresh_nvml():
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
     yield
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
 
 
 def _fake_gpus() -> list[FakeGpu]:
@@ -185,7 +186,7 @@ def fake_run(tmp_path_factory, data, log_capture):
     """One `fit` of two epochs with the fake NVML on two GPUs, shared by the tests below."""
     log_dir = tmp_path_factory.mktemp("fake_run")
     fake = FakePynvml(_fake_gpus())
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "pynvml", fake)
         mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -197,7 +198,7 @@ def fake_run(tmp_path_factory, data, log_capture):
         fit_s = time.perf_counter() - t0
         threads_after = _threads()
         calls_during_fit = list(fake.calls)
-        nvml._reset_for_tests()
+        nvml_session.reset_for_tests()
     return SimpleNamespace(
         fake=fake,
         calls=calls_during_fit,
@@ -475,7 +476,7 @@ def test_unwritable_log_dir_fails_before_training_and_starts_nothing(tmp_path, m
 
 def test_fit_watch_follows_the_capturing_frame():
     def start():
-        watch = memory._FitWatch.capture()
+        watch = fit_introspection.FitWatch.capture()
         seen = []
         other = threading.Thread(target=lambda: seen.append(watch.alive()))
         other.start()

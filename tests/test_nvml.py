@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from keras_gpu.core import nvml, nvml_sampler
+from keras_gpu.core import nvml, nvml_sampler, nvml_session
 from tests._util import run_python
 from tests.fake_pynvml import ERROR_CODES, GIB, FakeGpu, FakeProcess, FakePynvml
 
@@ -31,9 +31,9 @@ def _three_gpus() -> list[FakeGpu]:
 @pytest.fixture(autouse=True)
 def _fresh_nvml(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
     yield
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_init_once_under_concurrency_and_shutdown(install):
     assert results == [True] * 8
     assert fake.init_calls == 1 and fake.refcount == 1
     assert nvml.unavailable_reason() is None
-    nvml._reset_for_tests()
+    nvml_session.reset_for_tests()
     assert fake.shutdown_calls == 1 and fake.refcount == 0
 
 
@@ -485,7 +485,7 @@ def test_reset_stops_running_samplers(install):
     install(FakePynvml(_three_gpus()))
     sampler = nvml_sampler.GpuSampler(None, interval_s=0.01).start()
     assert sampler.wait_ready(10)
-    nvml._reset_for_tests()  # the same path as the atexit shutdown
+    nvml_session.reset_for_tests()  # the same path as the atexit shutdown
     assert not sampler.running
     assert _sampler_threads() == []
 

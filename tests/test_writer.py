@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from keras_gpu.core.checks import check_log_dir, check_positive
 from keras_gpu.core.cluster import ClusterInfo
-from keras_gpu.hooks._base import check_log_dir, check_positive
 from keras_gpu.output import writer as _writer
 
 TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from keras_gpu._version import __version__
+from keras_gpu._version import SUMMARY, __version__
 from keras_gpu.cli import UsageError
 from keras_gpu.core.log import PrefixFormatter
 
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `keras-gpu` parser with every module of `SUBCOMMANDS` registered."""
     parser = _Parser(
         prog=_PROG,
-        description="GPU strategies, device configuration and monitoring for Keras 3 on TensorFlow.",
+        description=SUMMARY,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="<command>", dest="command")

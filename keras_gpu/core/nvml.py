@@ -24,9 +24,7 @@ done in modules of one concept each:
 
 from __future__ import annotations
 
-# `X as X`: the package's own helpers, importable from here as before the split (not in __all__).
 from keras_gpu.core.nvml_index import tf_to_nvml_index
-from keras_gpu.core.nvml_index import visible_devices as visible_devices
 from keras_gpu.core.nvml_readings import (
     METRICS,
     GpuInfo,
@@ -36,21 +34,13 @@ from keras_gpu.core.nvml_readings import (
     sample,
     static_info,
 )
-from keras_gpu.core.nvml_readings import read_device as read_device
 from keras_gpu.core.nvml_sampler import GpuSampler, WindowStat
-from keras_gpu.core.nvml_session import Device as Device
 from keras_gpu.core.nvml_session import (
     available,
     device_count,
     driver_version,
-    reset_for_tests,
     unavailable_reason,
 )
-from keras_gpu.core.nvml_session import describe_error as describe_error
-from keras_gpu.core.nvml_session import generation as generation
-from keras_gpu.core.nvml_session import register_sampler as register_sampler
-from keras_gpu.core.nvml_session import stopped_reason as stopped_reason
-from keras_gpu.core.nvml_session import unregister_sampler as unregister_sampler
 
 __all__ = [
     "METRICS",
@@ -68,6 +58,3 @@ __all__ = [
     "tf_to_nvml_index",
     "unavailable_reason",
 ]
-
-_reset_for_tests = reset_for_tests
-"""Shut NVML down and forget every cached answer and warning (tests only)."""

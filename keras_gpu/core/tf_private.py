@@ -4,7 +4,7 @@ TensorFlow's private modules (`tensorflow.python...`, `tensorflow.core...`,
 `tensorflow.compiler...`, `tensorflow.tsl...`) and private attributes
 (`context._context_handle`, `extended._devices`, ...) are touched here and
 nowhere else in keras-gpu. When TensorFlow is upgraded, this module and
-`keras_gpu/_keras_compat.py` (the upstream-defect fixes) are the two files to
+`keras_gpu/setup/keras_compat.py` (the upstream-defect fixes) are the two files to
 audit; `tests/test_tf_private.py` checks every function here against the
 installed TensorFlow.
 

@@ -10,14 +10,13 @@ from typing import Any
 import keras
 
 from keras_gpu.core import backend
-from keras_gpu.core.checks import check_bool, check_log_dir, check_positive
+from keras_gpu.core.checks import check_bool, check_log_dir
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import log_once
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.layout import write_layout
 
-# check_log_dir and check_positive (from core.checks) stay importable from here.
-__all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "check_log_dir", "check_positive", "read_step"]
+__all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "read_step"]
 
 #: Up to this many workers, every worker writes its own run by default; above
 #: it, only the chief does (one readable run instead of hundreds).

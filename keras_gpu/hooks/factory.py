@@ -44,6 +44,7 @@ def callbacks(
     samples_per_epoch: int | None = None,
     flops_per_sample: float | None = None,
     peak_flops: float | None = None,
+    epoch_logs: bool = True,
 ) -> list[keras.callbacks.Callback]:
     """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
 
@@ -80,6 +81,13 @@ def callbacks(
             taken from the model's traced graph.
         peak_flops: Peak FLOP/s of one device, for GPUs not in the built-in
             table (needed for `throughput/mfu`).
+        epoch_logs: Add each epoch's `throughput/samples_per_sec`,
+            `throughput/steady_samples_per_sec`, `throughput/mfu` and peak
+            memory (`memory/allocator/<device>/run_peak_bytes`,
+            `memory/host/peak_rss_bytes`), where measured, to Keras' epoch
+            `logs`: `History`, the progress bar, `CSVLogger` and callbacks
+            placed after these (W&B's, MLflow's) record them. `False`: only
+            TensorBoard gets them.
 
     Returns:
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
@@ -102,6 +110,7 @@ def callbacks(
     # Each value is checked here, once; the callbacks take what this forwards as it is (see RunOptions).
     run = RunOptions.checked(log_dir, per_worker_runs)
     every_s = check_positive("every_s", every_s, allow_none=True)
+    epoch_logs = check_bool("epoch_logs", epoch_logs)
     out: list[keras.callbacks.Callback] = []
     window = {} if every_s is None else {"every_s": every_s}
     if check_bool("throughput", throughput):
@@ -112,6 +121,7 @@ def callbacks(
                 samples_per_epoch=samples_per_epoch,
                 flops_per_sample=flops_per_sample,
                 peak_flops=peak_flops,
+                epoch_logs=epoch_logs,
                 **window,
             )
         )
@@ -119,7 +129,7 @@ def callbacks(
         memory_window = dict(window)
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
-        out.append(MemoryLogger(run, **memory_window))
+        out.append(MemoryLogger(run, epoch_logs=epoch_logs, **memory_window))
     profile_every_s = check_profile_every_s(profile_every_s, allow_none=True)
     if check_bool("placement", placement):
         backend_name = backend.name()

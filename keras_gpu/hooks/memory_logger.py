@@ -12,13 +12,13 @@ from typing import Any
 
 from keras_gpu.core import backend
 from keras_gpu.core import nvml as _nvml
-from keras_gpu.core.checks import check_bool
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.units import format_bytes
-from keras_gpu.hooks._base import LoggingCallback, check_positive, read_step
+from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitWatch
 from keras_gpu.output import writer as _writer
-from keras_gpu.output.memory_tags import allocator_values, gpu_values, host_values
+from keras_gpu.output.memory_tags import allocator_values, epoch_log_values, gpu_values, host_values
 from keras_gpu.output.reader import uncounted_allocator
 
 __all__ = ["MemoryLogger"]
@@ -132,6 +132,11 @@ class MemoryLogger(LoggingCallback):
         per_worker_runs: Whether a worker other than the chief writes its own
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
+        epoch_logs: Whether each epoch's peaks so far, every allocator's
+            `memory/allocator/<device>/run_peak_bytes` (where it counted
+            something) and `memory/host/peak_rss_bytes`, are added to Keras'
+            epoch `logs`, so that `History`, the progress bar, `CSVLogger` and
+            any callback after this one in the list record them.
 
     Raises:
         TypeError, ValueError: An argument is malformed.
@@ -165,8 +170,10 @@ class MemoryLogger(LoggingCallback):
         host: bool = True,
         gpus: Sequence[int] | None = None,
         per_worker_runs: bool | None = None,
+        epoch_logs: bool = True,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
+        self.epoch_logs = check_bool("epoch_logs", epoch_logs)
         # keras_gpu.callbacks() checked the every_s it forwards.
         self.every_s = float(every_s if self._forwarded else check_positive("every_s", every_s))
         self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
@@ -195,7 +202,7 @@ class MemoryLogger(LoggingCallback):
         writer = self._open()
         if writer is None:  # this worker writes no run
             return
-        watch = _FitWatch.capture()
+        watch = FitWatch.capture()
         allocators = backend.allocators(self.model) if self.allocator else []
         gpus = self._gpu_indices() if self.nvml else []
         run = _Run(self, writer, allocators, gpus, watch)
@@ -206,6 +213,8 @@ class MemoryLogger(LoggingCallback):
         run = self._run
         if run is not None:
             run.request_window()
+            if self.epoch_logs and logs is not None:
+                logs.update(run.epoch_peaks())  # read by History, the progress bar, CSVLogger, ...
 
     def on_train_end(self, logs: dict | None = None) -> None:
         try:
@@ -244,7 +253,7 @@ class _Run:
         writer: _writer.SummaryWriter,
         allocators: list[backend.Allocator],
         gpus: list[int],
-        watch: _FitWatch,
+        watch: FitWatch,
     ) -> None:
         self.model = owner.model
         self.writer = writer
@@ -297,6 +306,27 @@ class _Run:
         with an event costs the training thread far more on a busy machine.
         """
         self._requested = True
+
+    def epoch_peaks(self) -> dict[str, float]:
+        """The peaks of this `fit` so far, for the epoch's `logs` (on the training thread, once per epoch).
+
+        Reads each allocator without resetting its peak (cheap, no device
+        synchronisation, no NVML) and the host's peak resident set.
+        """
+        peaks = dict(self.run_peaks)
+        for allocator in self.allocators:
+            try:
+                reading = backend.allocator_memory(allocator)
+            except Exception:  # noqa: BLE001, S112 - a device that went away: its last window's peak stands
+                continue
+            if reading is not None:
+                peaks[allocator.tag] = max(peaks.get(allocator.tag, 0), reading.peak_bytes)
+        host_peak = None
+        if self.host:
+            rss, peak = _host_memory()
+            known = [p for p in (rss, peak, self.host_peak) if p is not None]
+            host_peak = max(known) if known else None
+        return epoch_log_values(peaks, host_peak)
 
     def finish(self, *, abandoned: bool) -> None:
         """Stop the threads, write the last window and log the summary (once)."""
@@ -447,9 +477,6 @@ class _Run:
         if self.host_peak is not None:
             parts.append(f"host peak RSS: {format_bytes(self.host_peak)}")
         return "; ".join(parts) + "." if parts else "no memory figures were available."
-
-
-_FitWatch = FitWatch  # the one stack walker: keras_gpu.hooks.fit_introspection
 
 
 # --------------------------------------------------------------------------- host memory

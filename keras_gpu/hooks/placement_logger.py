@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.backend import require_tensorflow_backend
-from keras_gpu.core.checks import check_bool
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, logger
-from keras_gpu.hooks._base import LoggingCallback, check_positive
+from keras_gpu.hooks._base import LoggingCallback
 from keras_gpu.meters import placement as _placement
 from keras_gpu.meters import placement_capture as _capture
 from keras_gpu.meters import placement_report as _records

@@ -114,16 +114,11 @@ class StepTimeLogger(LoggingCallback):
     is all-gathered once at the fit's end; a step that cannot carry the
     rows (no optimizer all-reduce in a custom `train_step`, or gradients
     neither all float32 nor all float64) falls back to an all-gather at
-    every share. On the chief:
-
-    * `cluster/slowest_worker`: the worker with the most busy time per step
-      (compute, input and host time: not waiting for its peers);
-    * `cluster/imbalance`: its busy time over the other workers' median,
-      minus 1 (a straggler from 0.1 on);
-    * `cluster/workers_reporting`, and `cluster/{busy,input,communication}_sec/
-      {min,median,max}` across the workers, in seconds per step.
-
-    The end-of-fit line on the chief names the straggler.
+    every share. On the chief: `cluster/slowest_worker`, `cluster/imbalance`,
+    `cluster/workers_reporting` and `cluster/busy_sec/median` with the other
+    `cluster/*` statistics across workers (their meanings and units:
+    :mod:`keras_gpu.output.tags`, the one place they are written). The
+    end-of-fit line on the chief names the straggler.
 
     Args:
         log_dir: Directory shared with the other callbacks.

@@ -15,20 +15,20 @@ import time
 from typing import Any
 
 from keras_gpu.core import backend
+from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks import sample_counter
-from keras_gpu.hooks._base import LoggingCallback, check_positive
+from keras_gpu.hooks._base import LoggingCallback
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.sample_counter import KerasCount
 from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
 from keras_gpu.hooks.throughput_schedule import fit_schedule
 from keras_gpu.meters.throughput import EpochTimes, FirstExecution, ThroughputMeter, Window
-from keras_gpu.output.throughput_tags import epoch_values, window_values
+from keras_gpu.output.throughput_tags import epoch_log_values, epoch_values, window_values
 
 __all__ = ["ThroughputLogger"]
 
 _INF = float("inf")
-_KerasCount = KerasCount  # stays importable from here
 
 
 class ThroughputLogger(LoggingCallback):
@@ -40,34 +40,17 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart under `time/`. One point per
     window, on the global-step axis (the optimizer's iteration count when
-    `fit` starts, plus the steps counted since). Tags (units in
-    :mod:`keras_gpu.output.tags`):
-
-    * `throughput/samples_per_sec`: samples per second, all replicas on all
-      workers (the global batch size times steps per second).
-    * `throughput/steps_per_sec`: training steps per second.
-    * `throughput/samples_per_sec_per_replica`: samples per second divided by
-      the number of replicas: each replica's share of the global rate. How
-      long each replica really computes is measured by `StepTimeLogger`
-      (`step_time/replica_*`).
-    * `throughput/tflops_per_sec`: achieved model FLOP/s of all replicas, in
-      TFLOP/s (1e12 FLOP/s): training FLOPs per sample times samples/s.
-    * `throughput/mfu`: model FLOPs utilisation, 0..1: achieved FLOP/s over
-      the summed dense peak FLOP/s of all replica devices for the model's
-      compute dtype. Logged only where the peak is known (a GPU in the
-      table of :mod:`keras_gpu.meters.flops`, or `peak_flops`).
-
-    Once per epoch, at the global step of the epoch's last training step
-    (written when the next epoch starts, or when training ends):
-
-    * `throughput/steady_samples_per_sec`, `throughput/steady_steps_per_sec`:
-      the epoch's rates with its first execution left out.
-    * `time/epoch_sec`: from the epoch's start to the next epoch's start (or
-      the end of `fit`), in seconds; it equals `time/train_sec +
-      time/validation_sec + time/other_sec`.
-    * `time/train_sec`: the training phase; `time/first_step_sec`: its first
-      execution; `time/validation_sec`: validation (Keras' `on_test_begin`
-      to `on_test_end`); `time/other_sec`: epoch-end callbacks and the rest.
+    `fit` starts, plus the steps counted since): `throughput/samples_per_sec`,
+    `throughput/steps_per_sec`, `throughput/samples_per_sec_per_replica`,
+    `throughput/tflops_per_sec` and `throughput/mfu` (only where the peak is
+    known: a GPU in the table of :mod:`keras_gpu.meters.flops`, or
+    `peak_flops`). Once per epoch, at the global step of the epoch's last
+    training step (written when the next epoch starts, or when training
+    ends): `throughput/steady_samples_per_sec`,
+    `throughput/steady_steps_per_sec`, `time/epoch_sec` (= `time/train_sec` +
+    `time/validation_sec` + `time/other_sec`) and `time/first_step_sec`. What
+    each tag means, and its unit: :mod:`keras_gpu.output.tags`, the one place
+    they are written (the docs' tag reference is generated from it).
 
     Samples are counted exactly, including a short last batch, batches split
     unevenly over replicas, and `steps_per_execution > 1`, for every input
@@ -138,6 +121,11 @@ class ThroughputLogger(LoggingCallback):
         per_worker_runs: Whether a worker other than the chief writes its own
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
+        epoch_logs: Whether each epoch's `throughput/samples_per_sec`,
+            `throughput/steady_samples_per_sec` and `throughput/mfu` (where
+            measured) are added to Keras' epoch `logs`, so that `History`, the
+            progress bar, `CSVLogger` and any callback after this one in the
+            list (W&B's, MLflow's) record them.
 
     Attributes:
         summary: After `fit`: totals and mean rates (see
@@ -170,8 +158,10 @@ class ThroughputLogger(LoggingCallback):
         flops_per_sample: float | None = None,
         peak_flops: float | None = None,
         per_worker_runs: bool | None = None,
+        epoch_logs: bool = True,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
+        self.epoch_logs = check_bool("epoch_logs", epoch_logs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         # keras_gpu.callbacks() checked the every_s it forwards.
         self.every_s = every_s if self._forwarded else check_positive("every_s", every_s, allow_none=True)
@@ -261,6 +251,10 @@ class ThroughputLogger(LoggingCallback):
         fit = self._fit
         if fit is not None:
             self._end_training_phase(fit)
+            if self.epoch_logs and logs is not None:
+                rates = fit.meter.epoch_rates()
+                if rates is not None:
+                    logs.update(epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
         if self._writer is not None:
             # Once per epoch, so that a worker killed later loses no finished epoch.
             self._writer.flush()

@@ -45,9 +45,25 @@ from keras_gpu.meters.data_schedule import DataSchedule
 from keras_gpu.meters.epoch_times import EpochTimes, FirstExecution, steady_rate
 from keras_gpu.meters.throughput_window import Rates, Window, window_rates
 
-__all__ = ["DataSchedule", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
+__all__ = ["DataSchedule", "EpochRates", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
 
 _INF = math.inf
+
+
+@dataclass(frozen=True)
+class EpochRates:
+    """One epoch's training-phase rates (`None` where not measured).
+
+    Attributes:
+        samples_per_sec: Samples over the training phase's wall time, first
+            execution included: the rate of the epoch's windows together.
+        steady_samples_per_sec: The same without the first execution.
+        mfu: Model FLOPs utilisation over the training phase.
+    """
+
+    samples_per_sec: float | None
+    steady_samples_per_sec: float | None
+    mfu: float | None
 
 
 def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:
@@ -332,6 +348,27 @@ class ThroughputMeter:
         )
         self._totals.epochs.append(times)
         return times
+
+    def epoch_rates(self) -> EpochRates | None:
+        """The rates of the epoch whose training phase :meth:`epoch_end` just closed, for Keras' epoch `logs`.
+
+        Known at the epoch's end, before :meth:`epoch_close` (which waits for
+        the next epoch's start to time the epoch-end work). `None` when no
+        epoch has ended since it began or its training phase ran no step.
+        """
+        epoch = self._epoch
+        if epoch is None or self._in_epoch or epoch.train_end is None:
+            return None
+        train_sec = epoch.train_end - epoch.t0
+        if epoch.steps <= 0 or train_sec <= 0:
+            return None
+        counted = self.counts_samples
+        _, samples_per_sec, _, _, mfu = self._rates(epoch.steps, epoch.samples if counted else None, train_sec)
+        steady_seconds = train_sec - epoch.first_seconds
+        steady = None
+        if counted and epoch.steps > epoch.first_steps and steady_seconds > 0:
+            steady = (epoch.samples - epoch.first_samples) / steady_seconds
+        return EpochRates(samples_per_sec, steady, mfu)
 
     # -- results ----------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from keras_gpu.output import tags as _tags
 
-__all__ = ["allocator_values", "gpu_values", "host_values"]
+__all__ = ["allocator_values", "epoch_log_values", "gpu_values", "host_values"]
 
 
 def allocator_values(device: str, current_bytes: float, peak_bytes: float, run_peak_bytes: float) -> dict[str, float]:
@@ -39,4 +39,16 @@ def gpu_values(gpu: int | str, metric: str, mean: float, maximum: float) -> dict
     values = {_tags.by_name(f"gpu/{{gpu}}/{metric}").name(gpu=str(gpu)): mean}
     if metric != "memory_total_bytes":  # a constant: no window maximum
         values[_tags.by_name(f"gpu/{{gpu}}/{metric}_max").name(gpu=str(gpu))] = maximum
+    return values
+
+
+def epoch_log_values(run_peaks: dict[str, float], peak_rss_bytes: float | None) -> dict[str, float]:
+    """The peaks so far for Keras' epoch `logs`, by tag name: each allocator's (by device label) and the host's.
+
+    An allocator that counted nothing (TensorFlow's CPU allocator leaves small
+    tensors out) is left out rather than shown as 0 bytes.
+    """
+    values = {_tags.ALLOC_RUN_PEAK.name(device=device): peak for device, peak in run_peaks.items() if peak > 0}
+    if peak_rss_bytes is not None:
+        values[_tags.HOST_PEAK_RSS.name()] = peak_rss_bytes
     return values

@@ -24,6 +24,18 @@ __all__ = ["TAGS", "Tag", "by_name", "charts", "match"]
 _FIELD = re.compile(r"\{(\w+)\}")
 _FIELD_REGEX = {"device": r"[A-Za-z]+_\d+", "replica": r"\d+_[A-Za-z]+_\d+", "gpu": r"\d+"}
 
+_EVERY_BACKEND = ("tensorflow", "jax", "torch")
+# The backends each writer of tags runs on: step time needs a profiler (none on PyTorch), the cluster view is
+# TensorFlow's multi-worker strategy, placement reads TensorFlow's placed graphs.
+_BACKENDS: dict[str, tuple[str, ...]] = {
+    "ThroughputLogger": _EVERY_BACKEND,
+    "MemoryLogger": _EVERY_BACKEND,
+    "MemoryLogger (NVML)": _EVERY_BACKEND,
+    "StepTimeLogger": ("tensorflow", "jax"),
+    "StepTimeLogger (chief)": ("tensorflow",),
+    "PlacementLogger": ("tensorflow",),
+}
+
 # Chart categories, in the order TensorBoard's Custom Scalars tab shows them.
 _THROUGHPUT = "keras-gpu: throughput"
 _TIME = "keras-gpu: where the time goes"
@@ -39,8 +51,8 @@ class Tag:
     Attributes:
         pattern: The tag name, with `{field}` placeholders for families.
         unit: The unit of the values.
-        meaning: What one point says, for the README and `--help` texts.
-        callback: The callback that writes it.
+        meaning: What one point says; the docs' tag reference is generated from it.
+        callback: The callback that writes it (its backends: :attr:`backends`).
         chart: `(category, title)` of its custom-scalars chart, or `None`.
         text: Whether it is a Markdown text summary rather than a scalar.
     """
@@ -51,6 +63,11 @@ class Tag:
     callback: str
     chart: tuple[str, str] | None = None
     text: bool = False
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The Keras backends on which :attr:`callback` writes this tag (`tensorflow`, `jax`, `torch`)."""
+        return _BACKENDS[self.callback]
 
     @property
     def fields(self) -> tuple[str, ...]:

@@ -7,10 +7,11 @@ The reader turns the same tags back into records
 from __future__ import annotations
 
 from keras_gpu.meters.epoch_times import EpochTimes
+from keras_gpu.meters.throughput import EpochRates
 from keras_gpu.meters.throughput_window import Window
 from keras_gpu.output import tags as _tags
 
-__all__ = ["epoch_values", "window_values"]
+__all__ = ["epoch_log_values", "epoch_values", "window_values"]
 
 
 def window_values(window: Window) -> dict[str, float]:
@@ -39,4 +40,16 @@ def epoch_values(times: EpochTimes) -> dict[str, float]:
         values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
     if times.steady_samples_per_sec is not None:
         values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+    return values
+
+
+def epoch_log_values(rates: EpochRates) -> dict[str, float]:
+    """An epoch's rates for Keras' epoch `logs` (History, the progress bar, CSVLogger), by tag name; where measured."""
+    values = {}
+    if rates.samples_per_sec is not None:
+        values[_tags.SAMPLES_PER_SEC.name()] = rates.samples_per_sec
+    if rates.steady_samples_per_sec is not None:
+        values[_tags.STEADY_SAMPLES_PER_SEC.name()] = rates.steady_samples_per_sec
+    if rates.mfu is not None:
+        values[_tags.MFU.name()] = rates.mfu
     return values

@@ -35,10 +35,6 @@ from typing import Any, Literal
 from keras_gpu.core.backend import require_tensorflow, selected
 from keras_gpu.core.log import logger
 from keras_gpu.setup import jax_devices
-from keras_gpu.setup.device_args import GPU_THREAD_MODES as GPU_THREAD_MODES
-from keras_gpu.setup.device_args import (
-    MIXED_PRECISION_POLICIES as MIXED_PRECISION_POLICIES,
-)
 from keras_gpu.setup.device_config import DeviceConfig
 from keras_gpu.setup.device_plan import make_plan
 from keras_gpu.setup.device_request import parse_request

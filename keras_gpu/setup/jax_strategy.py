@@ -32,14 +32,19 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
 from keras_gpu.core.slurm import step_layout
 from keras_gpu.setup.startup_guards import check_own_port
-from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
+from keras_gpu.setup.strategy_options import (
+    DEFAULT_STARTUP_TIMEOUT,
+    StrategyOptions,
+    keyword_arguments,
+    strategy_signature,
+)
 
 __all__ = ["JaxStrategy", "make_strategy"]
 
@@ -111,21 +116,7 @@ class JaxStrategy:
         return f"JaxStrategy({self.describe()})"
 
 
-def make_strategy(
-    kind: str = "auto",
-    *,
-    devices: Sequence[str] | None = None,
-    cross_device_ops: str = "auto",
-    communication: str = "auto",
-    collective_timeout: float | None = None,
-    startup_timeout: float | None = None,
-    cluster_source: str = "auto",
-    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
-    task_index: int | None = None,
-    task_type: str = "worker",
-    slurm_port_base: int = 8888,
-    slurm_gpus_per_task: int | None = None,
-) -> JaxStrategy:
+def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
     """Build the :class:`JaxStrategy` for this process and log why in one INFO line.
 
     Takes `keras_gpu.make_strategy`'s arguments. `kind="auto"` picks
@@ -148,7 +139,7 @@ def make_strategy(
             within `startup_timeout`; or they were joined with another
             process count or rank than the cluster describes.
     """
-    arguments = dict(locals())  # the parameters: StrategyOptions' keywords
+    arguments = keyword_arguments("make_strategy", kind, options)
     from keras_gpu.core import backend
 
     current = backend.selected()
@@ -170,7 +161,7 @@ def make_strategy(
         if wanted is not None:
             raise ValueError(
                 "`devices` cannot be chosen for a multi-worker strategy: each process trains on all its devices. "
-                f"Limit them with configure_devices(visible_gpus=...) or CUDA_VISIBLE_DEVICES. Received: devices={devices!r}"
+                f"Limit them with configure_devices(visible_gpus=...) or CUDA_VISIBLE_DEVICES. Received: devices={options.devices!r}"
             )
         timeout = options.startup_timeout
         strategy = _multiworker(kind, info, DEFAULT_STARTUP_TIMEOUT if timeout is None else timeout)
@@ -350,3 +341,6 @@ def _local_index(device: Any, local: list[Any]) -> int:
 def _tf_name(device: Any) -> str:
     kind = "GPU" if device.platform in _PLATFORMS["GPU"] else device.platform.upper()
     return f"/device:{kind}:{device.id}"
+
+
+make_strategy.__signature__ = strategy_signature(make_strategy)  # type: ignore[attr-defined]

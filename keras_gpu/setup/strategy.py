@@ -17,9 +17,8 @@ The pieces live in modules of their own: the options in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keras_gpu.core.backend import require_tensorflow, selected
 from keras_gpu.core.cluster import resolve_cluster
@@ -31,6 +30,8 @@ from keras_gpu.setup.strategy_options import (
     DEFAULT_STARTUP_TIMEOUT,
     KINDS,
     StrategyOptions,
+    keyword_arguments,
+    strategy_signature,
 )
 from keras_gpu.setup.strategy_plan import (
     LocalDevices,
@@ -58,25 +59,13 @@ __all__ = [
 ]
 
 
-def make_strategy(
-    kind: str = "auto",
-    *,
-    devices: Sequence[str] | None = None,
-    cross_device_ops: str = "auto",
-    communication: str = "auto",
-    collective_timeout: float | None = None,
-    startup_timeout: float | None = None,
-    cluster_source: str = "auto",
-    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
-    task_index: int | None = None,
-    task_type: str = "worker",
-    slurm_port_base: int = 8888,
-    slurm_gpus_per_task: int | None = None,
-) -> tf.distribute.Strategy:
+def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
     """Build the `tf.distribute.Strategy` for this process and log why in one INFO line.
 
-    See :func:`plan_strategy` for the arguments and for what `kind="auto"`
-    picks. Every argument is validated before anything is created.
+    Takes `kind` and the keywords `StrategyOptions` declares (its
+    `__signature__` lists them, with their defaults); see :func:`plan_strategy`
+    for what each means and what `kind="auto"` picks. Every argument is
+    validated before anything is created.
 
     - `"mirrored"` always gets an explicit cross-device all-reduce (never
       TensorFlow's collective default), which keeps `steps_per_execution > 1`
@@ -133,11 +122,11 @@ def make_strategy(
         ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         ...     model.compile(optimizer="sgd", loss="mse")
     """
-    arguments = dict(locals())  # the parameters: StrategyOptions' keywords
     if selected() != "tensorflow":  # JAX: a keras.distribution over the same cluster; others: one clear error
         from keras_gpu.setup import jax_strategy
 
-        return jax_strategy.make_strategy(**arguments)
+        return jax_strategy.make_strategy(kind, **options)
+    arguments = keyword_arguments("make_strategy", kind, options)
     require_tensorflow("keras_gpu.make_strategy()")
     options = StrategyOptions.from_keywords(arguments)
     # A task missing from its own cluster description tells the leader before it fails (keras_gpu.setup.cluster_peers).
@@ -164,3 +153,6 @@ def make_strategy(
 
         warn_steps_per_execution(strategy, None)
     return strategy
+
+
+make_strategy.__signature__ = strategy_signature(make_strategy)  # type: ignore[attr-defined]

@@ -6,14 +6,21 @@ all-reduce, collectives and timeouts) and, as a
 public functions keep their keyword arguments; each builds one
 `StrategyOptions` from them with :meth:`StrategyOptions.from_keywords`, which
 checks every value once, and passes the object on.
+
+The public functions' signatures come from these declarations too
+(:func:`strategy_signature`): `make_strategy`, its JAX twin and
+`plan_strategy` take `kind` and `**options`, and show the declared keywords,
+with their defaults and types, to `help()`, `inspect.signature` and IDEs
+that read `__signature__`.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from keras_gpu.core.checks import check_choice
@@ -26,6 +33,8 @@ __all__ = [
     "KINDS",
     "LOCAL_KINDS",
     "StrategyOptions",
+    "keyword_arguments",
+    "strategy_signature",
 ]
 
 KINDS = ("auto", "default", "one_device", "mirrored", "multiworker")
@@ -89,6 +98,23 @@ class StrategyOptions:
         self._check_combinations()
 
     @classmethod
+    def keywords(cls, *, internal: bool = False) -> dict[str, inspect.Parameter]:
+        """The keyword arguments, in declaration order: this class's fields, then `ClusterOptions`'.
+
+        `ClusterOptions.source` is named `cluster_source`. `internal` adds
+        the fields only `plan_strategy` takes (`slurm_assign_gpus`, `environ`).
+        """
+        own = [f for f in fields(cls) if f.init and f.name != "where"]
+        where = [f for f in fields(ClusterOptions) if internal or f.name not in _INTERNAL]
+        out = {}
+        for f in [*own, *where]:
+            name = "cluster_source" if f.name == "source" else f.name
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if name == "kind" else inspect.Parameter.KEYWORD_ONLY
+            out[name] = inspect.Parameter(name, kind, default=default, annotation=f.type)
+        return out
+
+    @classmethod
     def from_keywords(cls, keywords: Mapping[str, Any]) -> StrategyOptions:
         """The options from the keyword arguments of `make_strategy` or `plan_strategy`.
 
@@ -131,6 +157,53 @@ class StrategyOptions:
                     f"Received: kind={kind!r}, cluster_source={cluster_source!r}, cluster={cluster!r}, "
                     f"task_index={task_index!r}"
                 )
+
+
+_INTERNAL = ("slurm_assign_gpus", "environ")
+"""`ClusterOptions` fields that `plan_strategy` takes and `make_strategy` does not."""
+
+
+def keyword_arguments(
+    function: str, kind: str, options: Mapping[str, Any], *, internal: bool = False, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Every declared keyword with its value: `options` where given, else the declared default.
+
+    Args:
+        function: The public function's name, for the error message.
+        kind: Its `kind` argument.
+        options: Its `**options`.
+        internal: Whether it takes the internal keywords (`plan_strategy`).
+        extra: Its own keyword parameters, named in the error message.
+
+    Raises:
+        TypeError: `options` names a keyword that is not declared.
+    """
+    declared = StrategyOptions.keywords(internal=internal)
+    unknown = [name for name in options if name not in declared]
+    if unknown:
+        raise TypeError(
+            f"{function}() got an unexpected keyword argument {unknown[0]!r}. It takes "
+            f"{', '.join([*declared, *extra])}. Received: {unknown[0]}={options[unknown[0]]!r}"
+        )
+    return {name: options.get(name, p.default) for name, p in declared.items()} | {"kind": kind}
+
+
+def strategy_signature(
+    function: Callable[..., Any], *, internal: bool = False, extra: Sequence[str] = ()
+) -> inspect.Signature:
+    """`function`'s signature with `**options` spelled out from the declarations (for its `__signature__`).
+
+    Args:
+        function: `make_strategy`, its JAX twin or `plan_strategy`, declared
+            as `(kind="auto", *, <extra>, **options)`.
+        internal: Whether it takes the internal keywords.
+        extra: Keyword-only parameters of `function`'s own, kept after the
+            declared ones (`plan_strategy`'s `local_devices`).
+    """
+    own = inspect.signature(function)
+    declared = list(StrategyOptions.keywords(internal=internal).values())
+    params = [*declared, *(own.parameters[name] for name in extra)]
+    return own.replace(parameters=params)
 
 
 def _check_timeout(name: str, value: Any) -> float | None:

@@ -8,13 +8,19 @@ it) and tested without TensorFlow's runtime. It returns a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from keras_gpu.core.backend import require_tensorflow
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.tf_private import has_kernel
-from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
+from keras_gpu.setup.strategy_options import (
+    DEFAULT_STARTUP_TIMEOUT,
+    StrategyOptions,
+    keyword_arguments,
+    strategy_signature,
+)
 
 __all__ = ["LocalDevices", "StrategyPlan", "plan_from_options", "plan_strategy"]
 
@@ -112,24 +118,7 @@ class StrategyPlan:
         return f"{what}: {self.reason}"
 
 
-def plan_strategy(
-    kind: str = "auto",
-    *,
-    devices: Sequence[str] | None = None,
-    cross_device_ops: str = "auto",
-    communication: str = "auto",
-    collective_timeout: float | None = None,
-    startup_timeout: float | None = None,
-    cluster_source: str = "auto",
-    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
-    task_index: int | None = None,
-    task_type: str = "worker",
-    slurm_port_base: int = 8888,
-    slurm_gpus_per_task: int | None = None,
-    slurm_assign_gpus: bool = False,
-    local_devices: LocalDevices | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> StrategyPlan:
+def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = None, **options: Any) -> StrategyPlan:
     """Decide which strategy :func:`make_strategy` builds, without building it.
 
     `kind="auto"` picks, in order:
@@ -153,6 +142,11 @@ def plan_strategy(
 
     Args:
         kind: One of `KINDS`.
+        local_devices: The local devices to decide with (`None`: detect).
+        **options: The keywords below, declared once by `StrategyOptions`
+            (the function's `__signature__` lists them with their defaults).
+
+    Keyword Args:
         devices: For `"one_device"` (exactly one) or `"mirrored"`: device
             names such as `"GPU:0"` or `"/device:CPU:1"`. Must exist.
         cross_device_ops: For `"mirrored"`, one of `CROSS_DEVICE_OPS`.
@@ -182,7 +176,6 @@ def plan_strategy(
         slurm_port_base: For SLURM: the first port on each node.
         slurm_gpus_per_task: For SLURM: GPUs per task (`None`: detect).
         slurm_assign_gpus: For SLURM: set `CUDA_VISIBLE_DEVICES` per task.
-        local_devices: The local devices to decide with (`None`: detect).
         environ: The environment to read (default `os.environ`).
 
     Returns:
@@ -207,8 +200,7 @@ def plan_strategy(
         multiworker (2 workers from explicit; this process is worker:0 (rank 0, chief); communication auto): ...
     """
     require_tensorflow("keras_gpu.plan_strategy()")
-    keywords = dict(locals())  # the parameters: StrategyOptions' keywords, and local_devices
-    local_devices = keywords.pop("local_devices")
+    keywords = keyword_arguments("plan_strategy", kind, options, internal=True, extra=("local_devices",))
     if local_devices is not None and not isinstance(local_devices, LocalDevices):
         raise TypeError(f"`local_devices` must be a LocalDevices or None. Received: local_devices={local_devices!r}")
     return plan_from_options(StrategyOptions.from_keywords(keywords), local_devices)
@@ -372,3 +364,8 @@ def _resolve_cross_device_ops(requested: str, devices: Sequence[str], ld: LocalD
     if gpu_only and ld.nccl and not ld.split_gpus:
         return "nccl"
     return "reduce_to_one_device"
+
+
+plan_strategy.__signature__ = strategy_signature(  # type: ignore[attr-defined]
+    plan_strategy, internal=True, extra=("local_devices",)
+)
