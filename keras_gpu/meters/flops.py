@@ -35,6 +35,7 @@ from typing import Any
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
+from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.core.tf_private import constant_value, function_body_graph
 from keras_gpu.meters.per_model import PerModel
 
@@ -45,6 +46,7 @@ __all__ = [
     "forward_flops",
     "known_gpus",
     "peak_flops",
+    "random_ops",
     "training_flops_per_sample",
 ]
 
@@ -315,16 +317,62 @@ def _spec_key(signature: Any) -> Any:
     return (*tuple((tuple(s.shape.as_list()), s.dtype.name) for s in tf.nest.flatten(signature)), repr(tf.nest.map_structure(lambda _: 0, signature)))
 
 
-def _trace_forward_graph(model: Any, signature: Any) -> Any:
-    """Trace `model(x, training=False)` for `signature` and return its graph."""
+def random_ops(model: Any, input_spec: Any = None) -> list[str] | None:
+    """The random ops of the model's training forward pass (`training=True`), by op type; None if it cannot be traced.
+
+    A retrace of a training step that holds any makes new random streams (a
+    stateful op restarts its stream, a seed drawn while tracing is drawn
+    anew), so training would differ from a run without the retrace. Random
+    state the trace itself advances is put back.
+
+    Args:
+        model: A built Keras model.
+        input_spec: As for :func:`forward_flops`.
+    """
+    try:
+        signature, _ = _signature(model, input_spec)
+        graph = _trace_forward_graph(model, signature, training=True)
+        found: set[str] = set()
+        _collect_random_ops(graph, found, depth=0)
+    except Exception as exc:  # noqa: BLE001 - the answer is optional
+        logger.debug("keras-gpu: could not list the random ops of %s (%s: %s)", getattr(model, "name", model),
+                     type(exc).__name__, exc)
+        return None
+    return sorted(found)
+
+
+_RANDOM_OP = re.compile(r"Random|TruncatedNormal|Multinomial")
+
+
+def _collect_random_ops(graph: Any, found: set[str], depth: int) -> None:
+    if depth > 20:
+        raise _UncountableError("function calls nested too deeply")
+    for op in graph.get_operations():
+        if _RANDOM_OP.search(op.type):
+            found.add(op.type)
+        for attr in ("f", "then_branch", "else_branch", "body", "cond"):
+            fn = _attr(op, attr)
+            if fn is not None and hasattr(fn, "name"):
+                _collect_random_ops(_function_graph(graph, fn.name), found, depth + 1)
+        for fn in _attr(op, "branches", None) or ():
+            _collect_random_ops(_function_graph(graph, fn.name), found, depth + 1)
+
+
+def _trace_forward_graph(model: Any, signature: Any, training: bool = False) -> Any:
+    """Trace `model(x, training=training)` for `signature` and return its graph.
+
+    Every random state the trace may advance (seeds drawn while tracing) is
+    put back, so that training draws the same noise as without keras-gpu.
+    """
     import tensorflow as tf
 
     strategy = getattr(model, "distribute_strategy", None)
-    fn = tf.function(lambda x: model(x, training=False), autograph=False)
-    if strategy is not None and not tf.distribute.has_strategy():
-        with strategy.scope():
-            return fn.get_concrete_function(signature).graph
-    return fn.get_concrete_function(signature).graph
+    fn = tf.function(lambda x: model(x, training=training), autograph=False)
+    with preserved_random_state(model):
+        if strategy is not None and not tf.distribute.has_strategy():
+            with strategy.scope():
+                return fn.get_concrete_function(signature).graph
+        return fn.get_concrete_function(signature).graph
 
 
 def _dims(tensor: Any) -> list[int]:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
+from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.meters import flops
 from keras_gpu.meters.per_model import PerModel
 
@@ -117,7 +118,8 @@ def _training_flops(model: Any, current: str) -> float:
     if cached is not None:
         return cached
     try:
-        forward = counter(model, inputs)
+        with preserved_random_state(model):  # seeds drawn while tracing or calling it must not reach training
+            forward = counter(model, inputs)
     except _UncountedError:
         raise
     except Exception as exc:
