@@ -259,6 +259,7 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
     """The (nested) TensorSpec to trace with, and the batch size it uses."""
     import tensorflow as tf
 
+    names: list[str] = []  # the model's own input names, where its symbolic inputs give the spec
     if input_spec is None:
         struct = getattr(model, "_inputs_struct", None)
         if struct is None:
@@ -272,20 +273,24 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
             if isinstance(struct, list) and len(struct) == 1:
                 struct = struct[0]
             input_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)), struct)
+            names = [str(getattr(t, "name", "")) for t in tf.nest.flatten(struct)]
     leaves = tf.nest.flatten(input_spec)
     if not leaves:
         raise _UncountableError("empty input spec")
     batches = set()
-    for leaf in leaves:
+    for i, leaf in enumerate(leaves):
+        name = names[i] if i < len(names) and not names[i].startswith("keras_tensor") else ""
+        what = f"its input {name!r}" if name else "its input" if names else "the training data's x"
         if not isinstance(leaf, tf.TensorSpec):
-            raise _UncountableError(f"input {leaf!r} is not a dense TensorSpec")
+            raise _UncountableError(f"{what} ({leaf!r}) is not a dense tensor")
         shape = leaf.shape
         if shape.rank is None or shape.rank == 0:
-            raise _UncountableError(f"input {leaf!r} has no batch dimension")
+            raise _UncountableError(f"{what} (shape {shape}) has no batch dimension")
         if any(d is None for d in shape.as_list()[1:]):
             raise _UncountableError(
-                f"its input {leaf!r} has a dimension besides the batch known only from the data (a variable "
-                "sequence length, say), so the FLOPs per sample vary"
+                f"{what} has shape {tuple(shape.as_list())}: a dimension besides the batch is known only from the "
+                "data (a sequence length, say), and the data's shapes cannot be read before training (only array "
+                "and tf.data data's can)"
             )
         batches.add(shape.as_list()[0])
     static = {b for b in batches if b is not None}
@@ -503,17 +508,23 @@ def _live_ops(graph: Any) -> set[Any]:
 
 def _same(branches: list[int], op: Any) -> int:
     if len(set(branches)) > 1:
-        raise _UncountableError(f"conditional {op.name} has branches of different cost {branches}")
+        raise _UncountableError(f"a conditional in {_scope(op)} has branches of different cost {branches}")
     return branches[0]
+
+
+def _scope(op: Any) -> str:
+    """`layer 'model/layer'`: the Keras name scopes (layers) an op was traced in, from its name."""
+    scope = op.name.rpartition("/")[0]
+    return f"layer {scope!r}" if scope else f"op {op.name!r}"
 
 
 def _trip_count(op: Any) -> int:
     """The constant `maximum_iterations` of a TF2 `While` (its second loop variable)."""
     if len(op.inputs) < 2:
-        raise _UncountableError(f"loop {op.name} has no iteration bound")
+        raise _UncountableError(f"a loop in {_scope(op)} has no iteration bound")
     bound = _static_value(op.inputs[1], depth=0)
     if bound is None or getattr(bound, "ndim", 1) != 0 or int(bound) < 0:
-        raise _UncountableError(f"loop {op.name} has no constant iteration bound")
+        raise _UncountableError(f"a loop in {_scope(op)} has no constant number of iterations")
     return int(bound)
 
 

@@ -271,17 +271,23 @@ def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
         elif prim == "cond":
             costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
             if len(costs) > 1:
-                raise _UncountedError("a conditional in its forward pass has branches of different cost")
+                raise _UncountedError(f"a conditional{_where(eqn)} has branches of different cost ({sorted(costs)})")
             total += costs.pop()
         elif prim == "while":
             if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
-                raise _UncountedError("a loop in its forward pass has no constant number of iterations")
+                raise _UncountedError(f"a loop{_where(eqn)} has no constant number of iterations")
         else:  # calls (jit, custom gradients, remat): their bodies run once
             for value in eqn.params.values():
                 sub = getattr(value, "jaxpr", value)
                 if hasattr(sub, "eqns"):
                     total += _jaxpr_flops(sub, depth + 1)
     return total
+
+
+def _where(eqn: Any) -> str:
+    """` in layer 'name'`: the Keras layers (JAX name stack) an equation was traced in; else ` in its forward pass`."""
+    stack = str(getattr(getattr(eqn, "source_info", None), "name_stack", "") or "")
+    return f" in layer {stack!r}" if stack else " in its forward pass"
 
 
 def _conv_flops(eqn: Any) -> int:
