@@ -246,3 +246,26 @@ def test_compute_dtype_follows_policy_and_tf32():
         assert flops.compute_dtype(plain) == "float32"
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+
+def test_impossible_counts_name_the_users_layer_or_input():
+    class Gate(keras.layers.Layer):
+        def call(self, x):
+            big = lambda: tf.matmul(x, tf.ones((4, 8)))[:, :2]  # noqa: E731
+            small = lambda: tf.matmul(x, tf.ones((4, 2)))  # noqa: E731
+            return tf.cond(tf.reduce_sum(x) > 0, big, small)
+
+        def compute_output_shape(self, shape):
+            return (shape[0], 2)
+
+    inp = keras.Input((4,))
+    model = keras.Model(inp, Gate(name="my_gate")(inp))
+    assert flops.forward_flops(model) is None
+    assert "a conditional in layer" in flops.failure(model) and "my_gate" in flops.failure(model)
+
+    steps = keras.Input((None, 5), name="steps")
+    rnn = keras.Model(steps, keras.layers.LSTM(3)(steps))
+    assert flops.forward_flops(rnn) is None
+    assert flops.failure(rnn).startswith("its input 'steps' has shape (None, None, 5): a dimension besides the batch")
+    # The data's shape counts it: 7 steps x 2 x (5 inputs + 3 states) x 4 gates x 3 units.
+    assert flops.forward_flops(rnn, tf.TensorSpec([None, 7, 5])) == 7 * 2 * (5 + 3) * 4 * 3

@@ -39,7 +39,7 @@ from typing import Any
 
 from keras_gpu.core.log import logger
 
-__all__ = ["BatchCounter", "FitData", "FitWatch", "count_batches", "inspect_fit", "walk_stack"]
+__all__ = ["ArrayInput", "BatchCounter", "FitData", "FitWatch", "count_batches", "inspect_fit", "walk_stack"]
 
 _MAX_FRAMES = 64
 _LIBRARIES = ("keras.", "keras_gpu.")
@@ -61,6 +61,9 @@ class FitData:
         steps_per_epoch: The `steps_per_epoch` passed to `fit`.
         steps_per_execution: The model's `steps_per_execution`.
         x_spec: The (nested) `tf.TensorSpec` of the model input `x`, or `None`.
+        x_shapes: The model input `x` of array data as a nested structure of
+            :class:`ArrayInput` (batch dimension `None`), read without
+            TensorFlow; `None` for other data.
         num_batches: Steps Keras runs per epoch (its epoch iterator's
             `num_batches`), or `None` where it stops at the data's end.
     """
@@ -75,6 +78,26 @@ class FitData:
     steps_per_execution: int = 1
     x_spec: Any = None
     num_batches: int | None = None
+    x_shapes: Any = None
+
+
+@dataclass(frozen=True)
+class ArrayInput:
+    """One array of a `fit`'s input `x`: its shape (batch dimension `None`) and dtype name."""
+
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+def _array_inputs(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _array_inputs(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_array_inputs(v) for v in x)
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(f"not an array: {type(x).__name__}")
+    return ArrayInput((None, *(int(d) for d in tuple(shape)[1:])), str(getattr(dtype, "name", dtype)))
 
 
 # --------------------------------------------------------------------------- the stack
@@ -186,8 +209,9 @@ def _from_array_adapter(adapter: Any) -> dict[str, Any]:
     inputs = getattr(adapter, "_inputs", None)
     if inputs is not None:
         try:
+            out["x_shapes"] = _array_inputs(_unpack_x(inputs))
             out["x_spec"] = _array_spec(_unpack_x(inputs))
-        except Exception:  # noqa: BLE001, S110 - the spec is optional
+        except Exception:  # noqa: BLE001, S110 - the spec is optional (no TensorFlow: x_shapes only)
             pass
     return out
 

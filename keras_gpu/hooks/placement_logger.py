@@ -12,6 +12,7 @@ from keras_gpu.core.backend import require_tensorflow_backend
 from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.hooks._base import LoggingCallback
+from keras_gpu.meters import flops as _flops
 from keras_gpu.meters import placement as _placement
 from keras_gpu.meters import placement_capture as _capture
 from keras_gpu.meters import placement_report as _records
@@ -255,8 +256,10 @@ class PlacementLogger(LoggingCallback):
         if known is not None:
             self._publish(known)  # nothing retraced: reuse the analysis
             return
-        if fit.forced is not original:
-            # The step was compiled before this callback could watch it: retrace once.
+        random = _flops.random_ops(fit.model) if fit.forced is not original else []
+        if fit.forced is not original and random == []:
+            # The step was compiled before this callback could watch it: retrace once
+            # (only a step without random ops: a retrace would give it new random streams).
             logger.info(
                 "keras-gpu: the training step was compiled before PlacementLogger was attached; retracing it "
                 "once to capture its placement."
@@ -265,7 +268,13 @@ class PlacementLogger(LoggingCallback):
             fit.forced = fit.model.train_function
             self._wrap()
             return
-        report = self._build(None, "the training step was compiled before it could be captured")
+        reason = "the training step was compiled before it could be captured"
+        if random:
+            reason += (f"; it was not retraced because its random ops ({', '.join(random)}) would then draw other "
+                       "numbers than without keras-gpu (attach the callbacks to the model's first `fit`)")
+        elif random is None:
+            reason += "; it was not retraced because its random ops could not be listed"
+        report = self._build(None, reason)
         self._publish(self._remember(original, report, None))
 
     def _build(self, step_graphs: list[Any] | None, reason: str | None) -> _records.PlacementReport:

@@ -34,8 +34,9 @@ def flops_per_sample(
     if given is not None:
         return float(given)
     value = model_flops.training_flops_per_sample(model)
-    if value is None and data is not None and data.x_spec is not None:
-        value = model_flops.training_flops_per_sample(model, data.x_spec)
+    spec = None if data is None else data.x_spec if data.x_spec is not None else data.x_shapes
+    if value is None and spec is not None:  # a dimension the model leaves to the data (RNN time steps): the data's
+        value = model_flops.training_flops_per_sample(model, spec)
     if value is None:
         once.log(
             logging.INFO,

@@ -35,6 +35,7 @@ from typing import Any
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
+from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.core.tf_private import constant_value, function_body_graph
 from keras_gpu.meters.per_model import PerModel
 
@@ -45,6 +46,7 @@ __all__ = [
     "forward_flops",
     "known_gpus",
     "peak_flops",
+    "random_ops",
     "training_flops_per_sample",
 ]
 
@@ -257,6 +259,7 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
     """The (nested) TensorSpec to trace with, and the batch size it uses."""
     import tensorflow as tf
 
+    names: list[str] = []  # the model's own input names, where its symbolic inputs give the spec
     if input_spec is None:
         struct = getattr(model, "_inputs_struct", None)
         if struct is None:
@@ -270,20 +273,24 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
             if isinstance(struct, list) and len(struct) == 1:
                 struct = struct[0]
             input_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)), struct)
+            names = [str(getattr(t, "name", "")) for t in tf.nest.flatten(struct)]
     leaves = tf.nest.flatten(input_spec)
     if not leaves:
         raise _UncountableError("empty input spec")
     batches = set()
-    for leaf in leaves:
+    for i, leaf in enumerate(leaves):
+        name = names[i] if i < len(names) and not names[i].startswith("keras_tensor") else ""
+        what = f"its input {name!r}" if name else "its input" if names else "the training data's x"
         if not isinstance(leaf, tf.TensorSpec):
-            raise _UncountableError(f"input {leaf!r} is not a dense TensorSpec")
+            raise _UncountableError(f"{what} ({leaf!r}) is not a dense tensor")
         shape = leaf.shape
         if shape.rank is None or shape.rank == 0:
-            raise _UncountableError(f"input {leaf!r} has no batch dimension")
+            raise _UncountableError(f"{what} (shape {shape}) has no batch dimension")
         if any(d is None for d in shape.as_list()[1:]):
             raise _UncountableError(
-                f"its input {leaf!r} has a dimension besides the batch known only from the data (a variable "
-                "sequence length, say), so the FLOPs per sample vary"
+                f"{what} has shape {tuple(shape.as_list())}: a dimension besides the batch is known only from the "
+                "data (a sequence length, say), and the data's shapes cannot be read before training (only array "
+                "and tf.data data's can)"
             )
         batches.add(shape.as_list()[0])
     static = {b for b in batches if b is not None}
@@ -315,16 +322,62 @@ def _spec_key(signature: Any) -> Any:
     return (*tuple((tuple(s.shape.as_list()), s.dtype.name) for s in tf.nest.flatten(signature)), repr(tf.nest.map_structure(lambda _: 0, signature)))
 
 
-def _trace_forward_graph(model: Any, signature: Any) -> Any:
-    """Trace `model(x, training=False)` for `signature` and return its graph."""
+def random_ops(model: Any, input_spec: Any = None) -> list[str] | None:
+    """The random ops of the model's training forward pass (`training=True`), by op type; None if it cannot be traced.
+
+    A retrace of a training step that holds any makes new random streams (a
+    stateful op restarts its stream, a seed drawn while tracing is drawn
+    anew), so training would differ from a run without the retrace. Random
+    state the trace itself advances is put back.
+
+    Args:
+        model: A built Keras model.
+        input_spec: As for :func:`forward_flops`.
+    """
+    try:
+        signature, _ = _signature(model, input_spec)
+        graph = _trace_forward_graph(model, signature, training=True)
+        found: set[str] = set()
+        _collect_random_ops(graph, found, depth=0)
+    except Exception as exc:  # noqa: BLE001 - the answer is optional
+        logger.debug("keras-gpu: could not list the random ops of %s (%s: %s)", getattr(model, "name", model),
+                     type(exc).__name__, exc)
+        return None
+    return sorted(found)
+
+
+_RANDOM_OP = re.compile(r"Random|TruncatedNormal|Multinomial")
+
+
+def _collect_random_ops(graph: Any, found: set[str], depth: int) -> None:
+    if depth > 20:
+        raise _UncountableError("function calls nested too deeply")
+    for op in graph.get_operations():
+        if _RANDOM_OP.search(op.type):
+            found.add(op.type)
+        for attr in ("f", "then_branch", "else_branch", "body", "cond"):
+            fn = _attr(op, attr)
+            if fn is not None and hasattr(fn, "name"):
+                _collect_random_ops(_function_graph(graph, fn.name), found, depth + 1)
+        for fn in _attr(op, "branches", None) or ():
+            _collect_random_ops(_function_graph(graph, fn.name), found, depth + 1)
+
+
+def _trace_forward_graph(model: Any, signature: Any, training: bool = False) -> Any:
+    """Trace `model(x, training=training)` for `signature` and return its graph.
+
+    Every random state the trace may advance (seeds drawn while tracing) is
+    put back, so that training draws the same noise as without keras-gpu.
+    """
     import tensorflow as tf
 
     strategy = getattr(model, "distribute_strategy", None)
-    fn = tf.function(lambda x: model(x, training=False), autograph=False)
-    if strategy is not None and not tf.distribute.has_strategy():
-        with strategy.scope():
-            return fn.get_concrete_function(signature).graph
-    return fn.get_concrete_function(signature).graph
+    fn = tf.function(lambda x: model(x, training=training), autograph=False)
+    with preserved_random_state(model):
+        if strategy is not None and not tf.distribute.has_strategy():
+            with strategy.scope():
+                return fn.get_concrete_function(signature).graph
+        return fn.get_concrete_function(signature).graph
 
 
 def _dims(tensor: Any) -> list[int]:
@@ -455,17 +508,23 @@ def _live_ops(graph: Any) -> set[Any]:
 
 def _same(branches: list[int], op: Any) -> int:
     if len(set(branches)) > 1:
-        raise _UncountableError(f"conditional {op.name} has branches of different cost {branches}")
+        raise _UncountableError(f"a conditional in {_scope(op)} has branches of different cost {branches}")
     return branches[0]
+
+
+def _scope(op: Any) -> str:
+    """`layer 'model/layer'`: the Keras name scopes (layers) an op was traced in, from its name."""
+    scope = op.name.rpartition("/")[0]
+    return f"layer {scope!r}" if scope else f"op {op.name!r}"
 
 
 def _trip_count(op: Any) -> int:
     """The constant `maximum_iterations` of a TF2 `While` (its second loop variable)."""
     if len(op.inputs) < 2:
-        raise _UncountableError(f"loop {op.name} has no iteration bound")
+        raise _UncountableError(f"a loop in {_scope(op)} has no iteration bound")
     bound = _static_value(op.inputs[1], depth=0)
     if bound is None or getattr(bound, "ndim", 1) != 0 or int(bound) < 0:
-        raise _UncountableError(f"loop {op.name} has no constant iteration bound")
+        raise _UncountableError(f"a loop in {_scope(op)} has no constant number of iterations")
     return int(bound)
 
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from keras_gpu.core import backend
 from keras_gpu.core.log import logger
+from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.meters import flops
 from keras_gpu.meters.per_model import PerModel
 
@@ -65,7 +66,10 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
 
     TensorFlow: the traced graph count of :mod:`keras_gpu.meters.flops`
     (`input_spec` is its `tf.TensorSpec` structure). JAX and PyTorch: see the
-    module docs; the input shapes are the model's symbolic inputs (functional
+    module docs; the input shapes are `input_spec`'s (a nested structure of
+    anything with `shape` and `dtype`: the training data's, so that a
+    dimension the model leaves to the data, such as an RNN's time steps, is
+    counted as the data has it), else the model's symbolic inputs (functional
     and `Sequential` models, any nesting of inputs and outputs), else the
     shapes the model was built with (a subclassed model, built by `fit` before
     the callbacks start). Losses added with `add_loss` are left out, like the
@@ -75,7 +79,7 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     if current == "tensorflow":
         return flops.training_flops_per_sample(model, input_spec)
     try:
-        return _training_flops(model, current)
+        return _training_flops(model, current, input_spec)
     except _UncountedError as exc:
         reason = str(exc)
     _counted.fail(model, reason)
@@ -104,28 +108,40 @@ class _UncountedError(Exception):
     """The model's FLOPs cannot be counted; the message says why."""
 
 
-def _training_flops(model: Any, current: str) -> float:
+def _training_flops(model: Any, current: str, input_spec: Any = None) -> float:
     """Training FLOPs per sample on the JAX or PyTorch backend, cached per model and input shape.
 
     Raises:
         _UncountedError: Why the count is not possible.
     """
     counter = _counter(current)
-    inputs = _input_structure(model, _PROBE_BATCH[current])
+    if input_spec is not None:
+        inputs = _data_structure(input_spec, _PROBE_BATCH[current])
+    else:
+        inputs = _input_structure(model, _PROBE_BATCH[current])
     key = (current, repr(inputs))
     cached = _counted.get(model, key, None)
     if cached is not None:
         return cached
     try:
-        forward = counter(model, inputs)
+        with preserved_random_state(model):  # seeds drawn while tracing or calling it must not reach training
+            forward = counter(model, inputs)
     except _UncountedError:
         raise
     except Exception as exc:
         raise _UncountedError(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
     if forward <= 0:
-        raise _UncountedError("its forward pass holds no matmul or convolution")
+        raise _UncountedError(_NONE_FOUND[current])
     _counted.put(model, key, 3.0 * forward)
     return 3.0 * forward
+
+
+_NONE_FOUND = {
+    "jax": "its forward pass, traced by JAX, holds no matrix product or convolution (no `dot_general` or "
+    "`conv_general_dilated` in its jaxpr)",
+    "torch": "PyTorch's FLOP counter (`torch.utils.flop_counter.FlopCounterMode`) found no matrix product, "
+    "convolution or attention op it counts in one forward pass of it",
+}
 
 
 def _counter(current: str) -> Callable[[Any, Any], float]:
@@ -170,14 +186,31 @@ def _input_structure(model: Any, batch: int) -> Any:
     return keras.tree.map_shape_structure(lambda shape: _probe_input(tuple(shape), floatx, "", batch), shapes)
 
 
+def _data_structure(spec: Any, batch: int) -> Any:
+    """The training data's input (leaves with `shape` and `dtype`) as a structure of :class:`_Input`."""
+    if isinstance(spec, dict):
+        return {k: _data_structure(v, batch) for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_data_structure(v, batch) for v in spec)
+    dtype = getattr(spec, "dtype", None)
+    shape = getattr(spec, "shape", None)
+    if shape is None or dtype is None:
+        raise _UncountedError(f"its training data's input {spec!r} has no shape and dtype")
+    shape = tuple(shape.as_list()) if hasattr(shape, "as_list") else tuple(shape)
+    return _probe_input(shape, str(getattr(dtype, "name", dtype)), "the training data's x", batch)
+
+
 def _probe_input(shape: tuple[Any, ...], dtype: str, label: str, batch: int) -> _Input:
+    if label.startswith("keras_tensor"):  # Keras' own name for an unnamed `keras.Input`
+        label = ""
+    what = label if label.startswith("the ") else f"its input {label!r}" if label else "its input"
     if not shape:
-        raise _UncountedError(f"its input {label!r} has no batch dimension" if label else "an input has no batch dimension")
+        raise _UncountedError(f"{what} has no batch dimension")
     if any(dim is None for dim in shape[1:]):
-        what = f"input {label!r}" if label else "an input"
         raise _UncountedError(
-            f"its {what} has shape {shape}: a dimension besides the batch is known only from the data "
-            "(a variable sequence length, say), so the FLOPs per sample vary"
+            f"{what} has shape {shape}: a dimension besides the batch is known only from the data "
+            "(a sequence length, say), and the data's shapes cannot be read before training (only array "
+            "data's can)"
         )
     return _Input((batch, *(int(d) for d in shape[1:])), dtype)
 
@@ -232,25 +265,47 @@ def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
             lhs = eqn.invars[0].aval.shape
             total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
         elif prim == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
-            total += 2 * _prod(eqn.outvars[0].aval.shape) * (_prod(rhs) // max(1, rhs[out_feature]))
+            total += _conv_flops(eqn)
         elif prim == "scan":
             total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
         elif prim == "cond":
             costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
             if len(costs) > 1:
-                raise _UncountedError("a conditional in its forward pass has branches of different cost")
+                raise _UncountedError(f"a conditional{_where(eqn)} has branches of different cost ({sorted(costs)})")
             total += costs.pop()
         elif prim == "while":
             if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
-                raise _UncountedError("a loop in its forward pass has no constant number of iterations")
+                raise _UncountedError(f"a loop{_where(eqn)} has no constant number of iterations")
         else:  # calls (jit, custom gradients, remat): their bodies run once
             for value in eqn.params.values():
                 sub = getattr(value, "jaxpr", value)
                 if hasattr(sub, "eqns"):
                     total += _jaxpr_flops(sub, depth + 1)
     return total
+
+
+def _where(eqn: Any) -> str:
+    """` in layer 'name'`: the Keras layers (JAX name stack) an equation was traced in; else ` in its forward pass`."""
+    stack = str(getattr(getattr(eqn, "source_info", None), "name_stack", "") or "")
+    return f" in layer {stack!r}" if stack else " in its forward pass"
+
+
+def _conv_flops(eqn: Any) -> int:
+    """FLOPs of one `conv_general_dilated` equation: 2 x the multiply-adds of real (not inserted zero) inputs.
+
+    A transposed convolution reaches XLA as a convolution over the input
+    dilated with zeros (`lhs_dilation` > 1); counting its output would count
+    the multiplications by those zeros too (4x for a stride of 2 in 2-D).
+    Each real input element meets every kernel tap once per output channel of
+    its group, which is TensorFlow's and PyTorch's count of the same layer.
+    """
+    lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+    spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
+    taps = _prod(rhs[d] for d in spec[2:])
+    if any(int(d) != 1 for d in eqn.params.get("lhs_dilation") or ()):
+        groups = max(1, int(eqn.params.get("feature_group_count", 1)))
+        return 2 * _prod(lhs) * taps * (int(rhs[spec[0]]) // groups)
+    return 2 * _prod(eqn.outvars[0].aval.shape) * taps * int(rhs[spec[1]])
 
 
 def _prod(values: Any) -> int:
@@ -269,7 +324,35 @@ def _torch_forward_flops(model: Any, inputs: Any) -> float:
 
     device = backend.torch_device(model)
     x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping=_torch_formulas(torch))
     with torch.no_grad(), counter:
         model(x, training=False)
     return float(counter.get_total_flops()) / _first(inputs).shape[0]
+
+
+def _torch_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
+    """FLOP formulas for matmul-like ATen ops that PyTorch's counter leaves out (torch 2.13).
+
+    A matrix-vector or vector-vector product (`keras.ops.matmul` or `dot` with
+    a vector) runs as `mv` or `dot`, and attention on the CPU as
+    `_scaled_dot_product_flash_attention_for_cpu`; the counter knows none of
+    them. Formulas receive shapes; multiply-add = 2.
+    """
+
+    def mv(a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return 2 * _prod(a)
+
+    def addmv(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return 2 * _prod(a)
+
+    def dot(a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return 2 * _prod(a)
+
+    def attention(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        *lead, length_q, depth = query
+        length_k, depth_v = key[-2], value[-1]
+        return 2 * _prod(lead) * length_q * length_k * (depth + depth_v)  # scores, then weighted values
+
+    aten = torch.ops.aten
+    wanted = {"mv": mv, "addmv": addmv, "dot": dot, "vdot": dot, "_scaled_dot_product_flash_attention_for_cpu": attention}
+    return {getattr(aten, name): f for name, f in wanted.items() if hasattr(aten, name)}

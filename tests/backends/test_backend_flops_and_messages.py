@@ -1,9 +1,10 @@
 """FLOPs of any model on JAX and PyTorch, and messages once per process, in the environment without TensorFlow.
 
-One interpreter per backend runs four `fit` calls, each with a new model and a
+One interpreter per backend runs five `fit` calls, each with a new model and a
 new `keras_gpu.callbacks()`: a subclassed MLP, a subclassed VAE with
 `add_loss` and a random draw, a functional model of two inputs and two
-outputs, and a model whose input has a variable length. The training FLOPs
+outputs, and a model whose input has a variable length (counted from array
+data, not from a generator). The training FLOPs
 per sample each `ThroughputLogger` found are compared with a hand count of the
 matmuls (multiply-add = 2 FLOPs, training = 3 x forward, as in
 `keras_gpu.meters.flops`).
@@ -94,11 +95,25 @@ cases = [
     (two_in_two_out(), {{"a": f(64, 8), "b": f(64, 6)}}, [f(64, 2), f(64, 3)]),
     (variable_length(), rng.integers(0, 50, (64, 12)).astype("int32"), f(64, 2)),
 ]
+
+
+def batches():  # a generator: the sequence length is not known before training
+    while True:
+        yield rng.integers(0, 50, (16, 12)).astype("int32"), f(16, 2)
+
+
 flops, host_steps = {{}}, {{}}
 for i, (model, x, y) in enumerate(cases):
     model.compile("sgd", "mse")
     cbs = keras_gpu.callbacks({log_dir!r} + f"/{{i}}", every_s=0.05)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=cbs)
+    if model.name == "variable_length":  # counted from the arrays' shape; then from a generator, not at all
+        counted = next(c for c in cbs if isinstance(c, keras_gpu.ThroughputLogger)).summary["flops_per_sample"]
+        flops["variable_length_arrays"] = counted
+        model = variable_length()
+        model.compile("sgd", "mse")
+        cbs = keras_gpu.callbacks({log_dir!r} + f"/{{i}}b", every_s=0.05)
+        model.fit(batches(), steps_per_epoch=4, epochs=1, verbose=0, callbacks=cbs)
     throughput = next(c for c in cbs if isinstance(c, keras_gpu.ThroughputLogger))
     flops[model.name] = throughput.summary["flops_per_sample"]
     scalars = read_scalars({log_dir!r} + f"/{{i}}/train")
@@ -110,6 +125,7 @@ HAND = {  # 3 x 2 x (inputs x units) summed over the Dense layers
     "mlp": 3 * 2 * (8 * 16 + 16 * 4),
     "vae": 3 * 2 * (10 * 12 + 2 * 12 * 3 + 3 * 10),
     "two_in_two_out": 3 * 2 * ((8 + 6) * 5 + 5 * 2 + 6 * 7 + 7 * 3),
+    "variable_length_arrays": 3 * 2 * (8 * 2),  # the embedding lookup and the mean are no matmul
 }
 
 
@@ -135,11 +151,13 @@ def test_an_impossible_count_says_why_in_one_line_in_the_factorys_words(results,
     assert results[backend]["flops"]["variable_length"] is None
     (line,) = [m for m in results[backend]["messages"] if "could not count the FLOPs" in m]
     assert "'variable_length'" in line and "known only from the data" in line
+    assert "its input 'tokens' has shape (None, None)" in line
+    assert "the data's shapes cannot be read before training" in line
     assert "pass `keras_gpu.callbacks(flops_per_sample=...)`" in line
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_once_per_process_messages_appear_once_in_four_fits(results, backend):
+def test_once_per_process_messages_appear_once_in_five_fits(results, backend):
     messages = results[backend]["messages"]
     once = ["logs no throughput/mfu", "placement is logged on the TensorFlow backend only", "MemoryLogger found no GPU",
             "no allocator statistics for"]
@@ -149,7 +167,7 @@ def test_once_per_process_messages_appear_once_in_four_fits(results, backend):
         assert sum(text in m for m in messages) == 1, (text, messages)
     (no_mfu,) = [m for m in messages if "logs no throughput/mfu" in m]
     assert "`keras_gpu.callbacks(peak_flops=...)`" in no_mfu
-    assert sum("wall-clock training rate" in m for m in messages) == 4  # each fit's own end-of-fit line
+    assert sum("wall-clock training rate" in m for m in messages) == 5  # each fit's own end-of-fit line
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

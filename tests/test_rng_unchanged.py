@@ -1,0 +1,94 @@
+"""Training with `keras_gpu.callbacks()` is bit-identical to training without, for models with unseeded noise (TensorFlow).
+
+The callbacks trace the model to count its FLOPs and retrace the step to see
+its placement; every such trace must leave Python's, NumPy's, Keras' and
+TensorFlow's random state as it found it. Two plain runs are compared first,
+so that a difference can only come from the callbacks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._rng_models import CASES, compare
+
+pytest.importorskip("tensorflow")
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_losses_and_weights_are_bit_identical_with_the_callbacks(kind):
+    runs = compare(kind)
+    assert runs["plain"] == runs["again"], "two plain runs differ: the test cannot tell anything"
+    assert runs["callbacks"]["losses"] == runs["plain"]["losses"]
+    assert runs["callbacks"]["weights"] == runs["plain"]["weights"]
+    assert runs["callbacks"]["after"] == runs["plain"]["after"]  # the global generators end where they would
+
+
+@pytest.mark.parametrize("last_only", [False, True], ids=["both-fits", "second-fit-only"])
+@pytest.mark.parametrize("kind", ["np_seeded", "global_seed"])
+def test_a_second_fit_on_the_same_model_is_bit_identical_too(kind, last_only):
+    # second-fit-only: the step was traced by a plain fit before the callbacks came.
+    runs = compare(kind, fits=2, last_only=last_only)
+    assert runs["plain"] == runs["again"]
+    assert runs["callbacks"] == runs["plain"]
+
+
+def test_placement_does_not_retrace_a_compiled_step_that_holds_random_ops(tmp_path):
+    import keras
+    import numpy as np
+
+    from keras_gpu import PlacementLogger
+    from keras_gpu.meters import flops
+
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dropout(0.5), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    x, y = np.ones((32, 6), "float32"), np.ones((32, 2), "float32")
+    model.fit(x, y, batch_size=8, verbose=0)  # the step is traced without the callback
+    state = np.random.get_state()[1].copy()
+    assert "StatelessRandomUniformV2" in flops.random_ops(model)  # Dropout's mask
+    assert (np.random.get_state()[1] == state).all()  # listing them traced the model and put NumPy back
+    traced = model.train_function
+    callback = PlacementLogger(str(tmp_path))
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=[callback])
+    assert model.train_function is traced  # not retraced
+    assert callback.report.ops is None
+    reason = callback.report.ops_unavailable_reason
+    assert "StatelessRandomUniformV2" in reason and "attach the callbacks to the model's first `fit`" in reason
+
+
+def test_preserved_random_state_puts_back_every_generator():
+    import random
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_gpu.core.rng_private import model_seed_generators, preserved_random_state
+
+    def draws(layer):
+        return (
+            random.random(),
+            float(np.random.random()),
+            float(keras.random.uniform(())),  # Keras' global SeedGenerator
+            float(tf.random.uniform(())),  # TensorFlow's eager op-seed generator
+            float(tf.random.get_global_generator().uniform(())),
+            float(layer(tf.ones((1, 1)), training=True)[0, 0]),  # the layer's own SeedGenerator
+        )
+
+    layer = keras.layers.GaussianNoise(1.0)
+    model = keras.Sequential([keras.Input((1,)), layer])
+    assert model_seed_generators(model) == [layer.seed_generator]
+
+    def start():
+        keras.utils.set_random_seed(5)
+        tf.random.set_global_generator(tf.random.Generator.from_seed(5))
+        layer.seed_generator.state.assign(np.array([5, 0], "uint32"))
+
+    start()
+    expected = draws(layer)
+    start()
+    with preserved_random_state(model):
+        assert draws(layer) == expected
+        keras.utils.set_random_seed(9)  # even a new global SeedGenerator is undone
+    assert draws(layer) == expected
