@@ -1,0 +1,86 @@
+"""A small MLP trained under keras_gpu.make_strategy(), with a stopwatch at every batch end.
+
+Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `--width W` (hidden units),
+`--input-ms M` (host work per sample in a tf.data `py_function`, in ms/64 samples: grows with the batch),
+`--stopwatch FILE` (write each batch end's perf_counter, one JSON list, at the end of training),
+`--no-fit` (build the model and exit without training), `--fail` (raise before training).
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--batch", type=int, default=64)
+p.add_argument("--width", type=int, default=64)
+p.add_argument("--input-ms", type=float, default=0.0)
+p.add_argument("--stopwatch", default=None)
+p.add_argument("--no-fit", action="store_true")
+p.add_argument("--fail", action="store_true")
+a = p.parse_args()
+
+import keras
+
+import keras_gpu
+
+strategy = keras_gpu.make_strategy()
+global_batch = a.batch * strategy.num_replicas_in_sync
+rng = np.random.default_rng(0)
+n = global_batch * a.steps
+x = rng.normal(size=(n, 32)).astype("float32")
+y = rng.integers(0, 10, size=(n,)).astype("int32")
+
+if a.fail:
+    raise SystemExit(3)
+
+with strategy.scope():
+    model = keras.Sequential(
+        [keras.Input((32,)), keras.layers.Dense(a.width, activation="relu"), keras.layers.Dense(10)]
+    )
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+if a.no_fit:
+    raise SystemExit(0)
+
+
+class Stopwatch(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.ends = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.perf_counter())
+
+    def on_train_end(self, logs=None):
+        if a.stopwatch and os.environ.get("KERAS_GPU_WORKER_INDEX", "0") == "0":
+            with open(a.stopwatch, "w") as f:
+                json.dump(self.ends, f)
+
+
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as tf
+
+    data = tf.data.Dataset.from_tensor_slices((x, y))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    if a.input_ms:
+        def slow(xb, yb):
+            def work(v):
+                time.sleep(a.input_ms / 1000 * v.shape[0] / 64)
+                return v
+            xb = tf.py_function(work, [xb], tf.float32)
+            xb.set_shape((None, 32))
+            return xb, yb
+        data = data.batch(global_batch).map(slow)
+        options.experimental_optimization.map_parallelization = False
+        options.experimental_optimization.inject_prefetch = False
+    else:
+        data = data.batch(global_batch)
+    data = data.with_options(options)
+    model.fit(data, epochs=1, verbose=0, callbacks=[Stopwatch()])
+else:
+    model.fit(x, y, batch_size=global_batch, epochs=1, verbose=0, shuffle=False, callbacks=[Stopwatch()])
