@@ -152,20 +152,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(rows: list[dict[str, Any]], console: Any = None, title: str = "keras-gpu scale") -> None:
-    """Print rows (each with `devices` and the JSON row's keys) as a terminal table."""
+    """Print rows (each with `devices` and the JSON row's keys) as a terminal table, the causes below it."""
     from rich.console import Console
     from rich.table import Table
 
     from keras_gpu.output.scale_output import format_cell, headers
 
-    console = console or Console()
-    table = Table(title=title)
-    for key, name in headers():
-        table.add_column(name, justify="left" if key in ("devices", "cause") else "right",
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*[format_cell(key, row.get(key)) for key, _ in headers()])
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+            console = Console(width=180)
     if not rows:
         console.print(f"{title}: no configuration was measured")
         return
+    columns = [(key, name) for key, name in headers() if key != "cause"]
+    table = Table(title=title)
+    table.add_column("#", justify="right")
+    for key, name in columns:
+        table.add_column(name, justify="left" if key == "devices" else "right")
+    for i, row in enumerate(rows, 1):
+        table.add_row(str(i), *[format_cell(key, row.get(key)) for key, _ in columns])
     console.print(table)
+    for i, row in enumerate(rows, 1):
+        console.print(f"{i}. {row.get('cause', '-')}", highlight=False, soft_wrap=True)

@@ -248,4 +248,4 @@ def _cause(first: RunResult, r: RunResult) -> str:
 
 
 def _int_if_whole(value: float) -> float | int:
-    return int(round(value)) if math.isclose(value, round(value), rel_tol=0, abs_tol=1e-6) else value
+    return round(value) if math.isclose(value, round(value), rel_tol=0, abs_tol=1e-6) else value

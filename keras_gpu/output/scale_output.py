@@ -44,12 +44,12 @@ def format_cell(key: str, value: Any) -> str:
     """A row's value as the table shows it (milliseconds for seconds per step, `-` for none)."""
     if value is None:
         return "-"
+    if key == "samples_per_sec":
+        return f"{value:,.0f}"
     if key.endswith("_sec"):
         return f"{value * 1e3:.3g}"
     if key in ("speedup", "efficiency"):
         return f"{value:.2f}"
-    if key == "samples_per_sec":
-        return f"{value:,.0f}"
     if key == "allreduce_bus_gbps":
         return f"{value:.3g}"
     if isinstance(value, float):

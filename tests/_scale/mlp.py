@@ -2,8 +2,9 @@
 
 Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `--width W` (hidden units),
 `--input-ms M` (host work per sample in a tf.data `py_function`, in ms/64 samples: grows with the batch),
-`--stopwatch FILE` (write each batch end's perf_counter, one JSON list, at the end of training),
-`--no-fit` (build the model and exit without training), `--fail` (raise before training).
+`--stopwatch FILE` (the chief writes each batch end's perf_counter, one JSON list, to FILE.<total replicas> at the
+end of training), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
+`--fail-replicas K` (exit 3 before training where the strategy has K replicas).
 """
 
 import argparse
@@ -21,6 +22,7 @@ p.add_argument("--input-ms", type=float, default=0.0)
 p.add_argument("--stopwatch", default=None)
 p.add_argument("--no-fit", action="store_true")
 p.add_argument("--fail", action="store_true")
+p.add_argument("--fail-replicas", type=int, default=0)
 a = p.parse_args()
 
 import keras
@@ -34,7 +36,7 @@ n = global_batch * a.steps
 x = rng.normal(size=(n, 32)).astype("float32")
 y = rng.integers(0, 10, size=(n,)).astype("int32")
 
-if a.fail:
+if a.fail or strategy.num_replicas_in_sync == a.fail_replicas:
     raise SystemExit(3)
 
 with strategy.scope():
@@ -57,7 +59,7 @@ class Stopwatch(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if a.stopwatch and os.environ.get("KERAS_GPU_WORKER_INDEX", "0") == "0":
-            with open(a.stopwatch, "w") as f:
+            with open(f"{a.stopwatch}.{strategy.num_replicas_in_sync}", "w") as f:
                 json.dump(self.ends, f)
 
 
