@@ -26,7 +26,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_gpu.output.reader import read_report
-
     from keras_gpu.output.scale_output import read_rows
 
     scale_rows = read_rows(args.log_dir)  # a `keras-gpu scale --log-dir` study
