@@ -143,7 +143,8 @@ def run_config(
         replicas=config.replicas,
         steps=int(chief["steps"]),
         seconds=float(chief["seconds"]),
-        samples=float(sum(r["samples"] for r in found)),
+        # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
+        samples=float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found)),
         parts=parts,
         grad_bytes=int(chief["grad_bytes"]),
         allreduce=allreduce,

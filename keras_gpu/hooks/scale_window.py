@@ -198,6 +198,7 @@ class ScaleWindow(keras.callbacks.Callback):
             start = self._start_count
             _, samples, input_sec = self._count()
             window["samples"] = samples - start[1]
+            window["samples_global"] = _feeds_global_batches()
             input_step = (input_sec - start[2]) / steps
             other = self._host / steps
             window["parts"] = {
@@ -216,6 +217,13 @@ class ScaleWindow(keras.callbacks.Callback):
         total = _backend.num_replicas(self.model)
         workers = _workers(self.model)
         return {"replicas_total": total, "workers": workers}
+
+
+def _feeds_global_batches() -> bool:
+    """Whether every JAX process reads the whole global batch (keras-gpu's `make_strategy()` on JAX)."""
+    from keras_gpu.setup.jax_global_batch import GlobalBatchDataParallel
+
+    return isinstance(keras.distribution.distribution(), GlobalBatchDataParallel)
 
 
 def _workers(model: Any) -> int:
