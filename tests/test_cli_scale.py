@@ -18,7 +18,7 @@ import pytest
 from keras_gpu.meters.scale_table import ROW_KEYS, AllReduce, RunResult, build_rows, bus_bandwidth
 
 REPO = Path(__file__).resolve().parent.parent
-MLP = str(REPO / "tests" / "_scale" / "mlp.py")
+MLP = str(REPO / "benchmarks" / "scale_mlp.py")
 WARMUP, STEPS = 10, 40
 
 

@@ -20,7 +20,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-MLP = str(REPO / "tests" / "_scale" / "mlp.py")
+MLP = str(REPO / "benchmarks" / "scale_mlp.py")
 WARMUP, STEPS = 10, 40
 
 

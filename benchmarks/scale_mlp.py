@@ -1,4 +1,10 @@
-"""A small MLP trained under keras_gpu.make_strategy(), with a stopwatch at every batch end.
+"""The scaling study's workload: a small MLP trained under keras_gpu.make_strategy(), with a stopwatch.
+
+`keras-gpu scale` runs it unchanged in `benchmarks/gpu_check.py` and `benchmarks/scale_time.py`, and the
+tests of `keras-gpu scale` compare its rows with the stopwatch. On TensorFlow it reads a `tf.data` pipeline,
+on JAX NumPy arrays; `--batch` is per replica, so the global batch grows with the replicas.
+
+    python -m keras_gpu.cli scale --replicas 1,2 --workers 1,2 benchmarks/scale_mlp.py --steps 300
 
 Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `--width W` (hidden units),
 `--input-ms M` (host work per sample in a tf.data `py_function`, in ms/64 samples: grows with the batch),
@@ -25,9 +31,9 @@ p.add_argument("--fail", action="store_true")
 p.add_argument("--fail-replicas", type=int, default=0)
 a = p.parse_args()
 
-import keras
+import keras  # noqa: E402 - after the arguments, so --help needs no backend
 
-import keras_gpu
+import keras_gpu  # noqa: E402
 
 strategy = keras_gpu.make_strategy()
 global_batch = a.batch * strategy.num_replicas_in_sync
