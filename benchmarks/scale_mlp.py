@@ -10,7 +10,8 @@ Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `
 `--input-ms M` (host work per sample in a tf.data `py_function`, in ms/64 samples: grows with the batch),
 `--stopwatch FILE` (the chief writes each batch end's perf_counter, one JSON list, to FILE.<total replicas> at the
 end of training), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
-`--fail-replicas K` (exit 3 before training where the strategy has K replicas).
+`--fail-replicas K` (exit 3 before training where the strategy has K replicas), `--epochs E` (the steps
+split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it).
 """
 
 import argparse
@@ -29,6 +30,8 @@ p.add_argument("--stopwatch", default=None)
 p.add_argument("--no-fit", action="store_true")
 p.add_argument("--fail", action="store_true")
 p.add_argument("--fail-replicas", type=int, default=0)
+p.add_argument("--epochs", type=int, default=1)
+p.add_argument("--val-sleep", type=float, default=0.0)
 a = p.parse_args()
 
 import keras  # noqa: E402 - after the arguments, so --help needs no backend
@@ -56,17 +59,30 @@ if a.no_fit:
 
 
 class Stopwatch(keras.callbacks.Callback):
+    """Each batch end's and epoch start's time; a sleep in validation where asked."""
+
     def __init__(self):
         super().__init__()
-        self.ends = []
+        self.ends, self.epochs = [], []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(time.perf_counter())
 
     def on_train_batch_end(self, batch, logs=None):
         self.ends.append(time.perf_counter())
 
+    def on_test_end(self, logs=None):
+        time.sleep(a.val_sleep)
+
     def on_train_end(self, logs=None):
         if a.stopwatch and os.environ.get("KERAS_GPU_WORKER_INDEX", "0") == "0":
             with open(f"{a.stopwatch}.{strategy.num_replicas_in_sync}", "w") as f:
-                json.dump(self.ends, f)
+                json.dump({"ends": self.ends, "epochs": self.epochs}, f)
+
+
+validation = {}
+if a.val_sleep:
+    validation = {"validation_data": (x[:global_batch], y[:global_batch])}
 
 
 if keras.backend.backend() == "tensorflow":
@@ -89,6 +105,8 @@ if keras.backend.backend() == "tensorflow":
     else:
         data = data.batch(global_batch)
     data = data.with_options(options)
-    model.fit(data, epochs=1, verbose=0, callbacks=[Stopwatch()])
+    model.fit(data.repeat(), epochs=a.epochs, steps_per_epoch=a.steps // a.epochs, verbose=0, callbacks=[Stopwatch()],
+              **validation)
 else:
-    model.fit(x, y, batch_size=global_batch, epochs=1, verbose=0, shuffle=False, callbacks=[Stopwatch()])
+    model.fit(x, y, batch_size=global_batch, epochs=a.epochs, steps_per_epoch=a.steps // a.epochs, verbose=0,
+              shuffle=False, callbacks=[Stopwatch()], **validation)

@@ -83,10 +83,14 @@ def test_cause_is_the_part_that_grew_most_against_linear():
 # ------------------------------------------------------------------------------- end to end
 
 
-def _stopwatch_rate(path: Path, global_batch: int) -> float:
-    ends = json.loads(path.read_text())
-    # The window opens at the end of step WARMUP and closes at the end of step WARMUP + STEPS.
-    return global_batch * STEPS / (ends[WARMUP + STEPS - 1] - ends[WARMUP - 1])
+def _stopwatch_rate(path: Path, global_batch: int, warmup: int = WARMUP, steps: int = STEPS) -> float:
+    """The script's own rate over the window: batch ends `warmup` to `warmup + steps`, epoch gaps left out."""
+    times = json.loads(path.read_text())
+    ends, epochs = times["ends"], times["epochs"]
+    start, stop = ends[warmup - 1], ends[warmup + steps - 1]
+    # Between an epoch's last batch end and the next epoch's start: validation and epoch-end work.
+    gaps = sum(begin - max(e for e in ends if e < begin) for begin in epochs[1:] if start < begin < stop)
+    return global_batch * steps / (stop - start - gaps)
 
 
 def test_rows_match_the_scripts_stopwatch_and_log_dir_and_report(tmp_path):
@@ -131,6 +135,19 @@ def _check_events(run: Path, rows: list[dict]) -> None:
     main = EventAccumulator(str(run), size_guidance={"tensors": 0})
     main.Reload()
     assert "scale/table" in main.Tags()["tensors"]
+
+
+def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
+    sw = tmp_path / "sw"
+    # 3 epochs of 20 steps, each followed by validation that sleeps 1 s; the window is steps 10 to 50.
+    proc = _scale("--warmup", "10", "--steps", "40", "--json", MLP, "--steps", "60", "--epochs", "3",
+                  "--val-sleep", "1", "--stopwatch", str(sw))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = _rows(proc)
+    truth = _stopwatch_rate(Path(f"{sw}.1"), row["global_batch"], 10, 40)
+    assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
+    ends = json.loads(Path(f"{sw}.1").read_text())["ends"]
+    assert len(ends) == 50  # stopped at the window's end, in the third epoch
 
 
 def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():

@@ -39,7 +39,7 @@ def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
     assert [(r["workers"], r["replicas"], r["global_batch"], r["per_replica_batch"]) for r in rows] == [
         (1, 1, 64, 64), (2, 1, 128, 64)]
     for row in rows:
-        ends = json.loads(Path(f"{sw}.{row['workers'] * row['replicas']}").read_text())
+        ends = json.loads(Path(f"{sw}.{row['workers'] * row['replicas']}").read_text())["ends"]
         truth = row["global_batch"] * STEPS / (ends[WARMUP + STEPS - 1] - ends[WARMUP - 1])
         assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
         assert row["compute_sec"] is None and row["communication_sec"] is None  # one compiled program on JAX
