@@ -11,10 +11,12 @@ Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `
 `--stopwatch FILE` (the chief writes each batch end's perf_counter, one JSON list, to FILE.<total replicas> at the
 end of training), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
 `--fail-replicas K` (exit 3 before training where the strategy has K replicas), `--epochs E` (the steps
-split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it).
+split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it), `--plain` (build the model outside
+the strategy's scope: it trains on one replica whatever the strategy has).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -31,6 +33,7 @@ p.add_argument("--no-fit", action="store_true")
 p.add_argument("--fail", action="store_true")
 p.add_argument("--fail-replicas", type=int, default=0)
 p.add_argument("--epochs", type=int, default=1)
+p.add_argument("--plain", action="store_true")
 p.add_argument("--val-sleep", type=float, default=0.0)
 a = p.parse_args()
 
@@ -48,7 +51,7 @@ y = rng.integers(0, 10, size=(n,)).astype("int32")
 if a.fail or strategy.num_replicas_in_sync == a.fail_replicas:
     raise SystemExit(3)
 
-with strategy.scope():
+with contextlib.nullcontext() if a.plain else strategy.scope():
     model = keras.Sequential(
         [keras.Input((32,)), keras.layers.Dense(a.width, activation="relu"), keras.layers.Dense(10)]
     )

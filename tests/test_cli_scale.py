@@ -203,6 +203,13 @@ def test_a_script_that_cannot_be_measured_is_named(script_args, message):
     assert json.loads(proc.stdout)["rows"] == []
 
 
+def test_a_script_that_does_not_train_on_the_configurations_replicas_is_named():
+    proc = _scale("--replicas", "2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--plain")
+    assert proc.returncode == 1
+    assert "the script trained on 1 replica(s) in 1 worker(s) with 1 worker(s) x 2 replica(s)" in proc.stderr
+    assert "keras_gpu.make_strategy()" in proc.stderr
+
+
 def test_rows_measured_before_a_failure_are_still_printed():
     proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--fail-replicas", "2")
     assert proc.returncode == 1

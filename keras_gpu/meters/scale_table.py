@@ -232,7 +232,10 @@ def _cause(first: RunResult, r: RunResult) -> str:
                 "(across workers this includes the distributed iterator's check that every worker has a batch)"
             )
         if r.global_batch > first.global_batch:
-            return f"input: the host pipeline's time per step grows with the global batch ({was:.3g} -> {ms:.3g} ms)"
+            return (
+                f"input: the host pipeline's time per step grows with the global batch ({was:.3g} -> {ms:.3g} ms: "
+                "reading the batch and splitting it over the replicas)"
+            )
         return f"input: waiting for the input takes {ms:.3g} ms per step, against {was:.3g} ms at linear scaling"
     if part == "device":
         return (
