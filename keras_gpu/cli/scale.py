@@ -22,7 +22,6 @@ from typing import Any
 
 from keras_gpu.cli import UsageError
 from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, check_devices, run_config
-from keras_gpu.cli.launch import _resolve_target
 from keras_gpu.meters.scale_table import RunResult, build_rows
 
 __all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "parse_list", "render", "run"]
@@ -108,7 +107,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study and print its table; returns 0, or 1 when a configuration could not be measured."""
-    target, is_module, script_args = _resolve_target(args)
+    target, is_module, script_args = _target(args)
     gpu_ids = available_gpus()
     try:
         pairs = check_devices(args.workers, args.replicas, len(gpu_ids), os.cpu_count() or 1)
@@ -149,6 +148,15 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"keras-gpu scale: error: {error}\n")
         return 1
     return 0
+
+
+def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
+    """`(script or module, is_module, arguments)`, checked as `keras-gpu launch` checks them."""
+    from keras_gpu.cli import launch
+
+    if args.module is None and not [t for t in args.target if t != "--"]:
+        raise UsageError("no script given: use `keras-gpu scale [options] script.py [args...]` or `-m MODULE`.")
+    return launch.resolve_target(args)
 
 
 def render(rows: list[dict[str, Any]], console: Any = None, title: str = "keras-gpu scale") -> None:
