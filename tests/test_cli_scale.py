@@ -22,6 +22,12 @@ MLP = str(REPO / "benchmarks" / "scale_mlp.py")
 WARMUP, STEPS = 10, 40
 
 
+def E2E(test):
+    """The real command: a TensorFlow process per configuration."""
+    return pytest.mark.slow(pytest.mark.timeout(900)(test))
+
+
+
 def _scale(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
@@ -93,6 +99,7 @@ def _stopwatch_rate(path: Path, global_batch: int, warmup: int = WARMUP, steps: 
     return global_batch * steps / (stop - start - gaps)
 
 
+@E2E
 def test_rows_match_the_scripts_stopwatch_and_log_dir_and_report(tmp_path):
     sw = tmp_path / "sw"
     proc = _scale("--replicas", "1,2", "--warmup", str(WARMUP), "--steps", str(STEPS), "--json",
@@ -137,6 +144,7 @@ def _check_events(run: Path, rows: list[dict]) -> None:
     assert "scale/table" in main.Tags()["tensors"]
 
 
+@E2E
 def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
     sw = tmp_path / "sw"
     # 3 epochs of 20 steps, each followed by validation that sleeps 1 s; the window is steps 10 to 50.
@@ -150,6 +158,7 @@ def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
     assert len(ends) == 50  # stopped at the window's end, in the third epoch
 
 
+@E2E
 def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
     proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "20", "--json",
                   MLP, "--steps", "30", "--input-ms", "4")
@@ -159,6 +168,7 @@ def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
     assert rows[1]["cause"].startswith("input:"), rows
 
 
+@E2E
 def test_a_wide_model_with_a_tiny_batch_on_two_workers_is_named_communication():
     proc = _scale("--workers", "1,2", "--warmup", "5", "--steps", "20", "--json",
                   MLP, "--steps", "30", "--batch", "2", "--width", "16384")
@@ -188,6 +198,7 @@ def test_bad_arguments_get_a_message_and_exit_2(args, message):
     assert message in proc.stderr
 
 
+@E2E
 @pytest.mark.parametrize(
     ("script_args", "message"),
     [
@@ -203,6 +214,7 @@ def test_a_script_that_cannot_be_measured_is_named(script_args, message):
     assert json.loads(proc.stdout)["rows"] == []
 
 
+@E2E
 def test_a_script_that_does_not_train_on_the_configurations_replicas_is_named():
     proc = _scale("--replicas", "2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--plain")
     assert proc.returncode == 1
@@ -210,6 +222,7 @@ def test_a_script_that_does_not_train_on_the_configurations_replicas_is_named():
     assert "keras_gpu.make_strategy()" in proc.stderr
 
 
+@E2E
 def test_rows_measured_before_a_failure_are_still_printed():
     proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--fail-replicas", "2")
     assert proc.returncode == 1

@@ -24,6 +24,8 @@ MLP = str(REPO / "benchmarks" / "scale_mlp.py")
 WARMUP, STEPS = 10, 40
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), KERAS_BACKEND="jax")
     env.pop("TF_CONFIG", None)
