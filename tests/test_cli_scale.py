@@ -86,6 +86,27 @@ def test_cause_is_the_part_that_grew_most_against_linear():
     assert rows[2].cause.startswith("input: the host pipeline's time per step grows with the global batch")
 
 
+def test_each_worker_gets_its_own_gpus_and_the_cpu_row_hides_them(tmp_path):
+    from keras_gpu.cli._scale_run import Config, _envs
+
+    gpus = ["0", "1", "2", "3"]
+    envs = _envs(Config(2, 2, 2), str(tmp_path), 5, 10, gpus)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "2,3"]
+    assert [json.loads(e["TF_CONFIG"])["task"]["index"] for e in envs] == [0, 1]
+    assert all(e["KERAS_GPU_SCALE_WARMUP"] == "5" and e["KERAS_GPU_SCALE_STEPS"] == "10" for e in envs)
+    (cpu,) = _envs(Config(1, 1, 0, hide_gpus=True), str(tmp_path), 5, 10, gpus)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "TF_CONFIG" not in cpu
+
+
+def test_configurations_that_do_not_fit_the_machine_are_left_out_or_refused():
+    from keras_gpu.cli._scale_run import ScaleError, check_devices
+
+    assert check_devices([1, 2], [1, 2], gpus=0, cpus=2) == [(1, 1), (1, 2), (2, 1)]
+    assert check_devices([1], [1, 2, 4, 8], gpus=8, cpus=2) == [(1, 1), (1, 2), (1, 4), (1, 8)]
+    with pytest.raises(ScaleError, match=r"--replicas 4 needs at least 4 devices, and this machine has 2 GPU"):
+        check_devices([1], [1, 4], gpus=2, cpus=64)
+
+
 # ------------------------------------------------------------------------------- end to end
 
 
@@ -125,6 +146,9 @@ def test_rows_match_the_scripts_stopwatch_and_log_dir_and_report(tmp_path):
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
     assert report.returncode == 0, report.stderr
     assert "scaling study" in report.stdout and "baseline" in report.stdout
+    as_json = subprocess.run([sys.executable, "-m", "keras_gpu.cli", "report", "--json", str(tmp_path / "logs")],
+                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert [r["speedup"] for r in json.loads(as_json.stdout)["scale"]] == [r["speedup"] for r in rows]
     _check_events(tmp_path / "logs" / "scale", rows)
 
 

@@ -42,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
 
         render_scale(scale_rows, title="scaling study (keras-gpu scale)")
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        summary = report.as_dict()
+        if scale_rows is not None:
+            summary["scale"] = scale_rows
+        print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     render(report)
     return 0
