@@ -12,7 +12,8 @@ Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `
 end of training), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
 `--fail-replicas K` (exit 3 before training where the strategy has K replicas), `--epochs E` (the steps
 split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it), `--plain` (build the model outside
-the strategy's scope: it trains on one replica whatever the strategy has).
+the strategy's scope: it trains on one replica whatever the strategy has), `--hang-at K` (sleep for an hour
+at the end of batch K).
 """
 
 import argparse
@@ -34,6 +35,7 @@ p.add_argument("--fail", action="store_true")
 p.add_argument("--fail-replicas", type=int, default=0)
 p.add_argument("--epochs", type=int, default=1)
 p.add_argument("--plain", action="store_true")
+p.add_argument("--hang-at", type=int, default=-1)
 p.add_argument("--val-sleep", type=float, default=0.0)
 a = p.parse_args()
 
@@ -73,6 +75,8 @@ class Stopwatch(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.ends.append(time.perf_counter())
+        if batch == a.hang_at:
+            time.sleep(3600)
 
     def on_test_end(self, logs=None):
         time.sleep(a.val_sleep)

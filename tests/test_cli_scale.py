@@ -212,6 +212,7 @@ def test_a_wide_model_with_a_tiny_batch_on_two_workers_is_named_communication():
         (["--replicas", "0,1"], "--replicas: must be a comma-separated list of distinct positive integers"),
         (["--workers", "1,x"], "Received: --workers 1,x"),
         (["--steps", "0"], "must be an integer >= 1. Received: --steps 0"),
+        (["--hang-timeout", "-1"], "must be a finite number >= 0. Received: --hang-timeout -1"),
         (["--replicas", "4096"], "--replicas 4096 needs at least 4096 devices"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
@@ -244,6 +245,14 @@ def test_a_script_that_does_not_train_on_the_configurations_replicas_is_named():
     assert proc.returncode == 1
     assert "the script trained on 1 replica(s) in 1 worker(s) with 1 worker(s) x 2 replica(s)" in proc.stderr
     assert "keras_gpu.make_strategy()" in proc.stderr
+
+
+@E2E
+def test_a_run_that_stops_making_progress_is_stopped_and_named():
+    proc = _scale("--hang-timeout", "10", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--hang-at", "8")
+    assert proc.returncode == 1
+    assert "with 1 worker(s) x 1 replica(s) was stopped: no progress for 10s (--hang-timeout) on worker(s) 0" in (
+        proc.stderr)
 
 
 @E2E

@@ -23,8 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from keras_gpu.cli._launch_env import free_loopback_ports, worker_command, worker_env
+from keras_gpu.cli._launch_hang import HangWatch
 from keras_gpu.cli._launch_workers import WorkerGroup
 from keras_gpu.cli._worker import ENV_STOP_DELAY
+from keras_gpu.hooks.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE
 from keras_gpu.hooks.scale_env import ENV_SCALE_DIR, ENV_SCALE_STEPS, ENV_SCALE_WARMUP, result_path
 from keras_gpu.meters.scale_table import AllReduce, RunResult
 
@@ -100,9 +102,20 @@ def check_devices(workers: list[int], replicas: list[int], gpus: int, cpus: int)
 
 
 def run_config(
-    config: Config, target: str, args: list[str], module: bool, warmup: int, steps: int, gpu_ids: list[str]
+    config: Config,
+    target: str,
+    args: list[str],
+    module: bool,
+    warmup: int,
+    steps: int,
+    gpu_ids: list[str],
+    hang_timeout: float = 0.0,
 ) -> RunResult:
     """Run the script in `config` and return what its workers measured.
+
+    With `hang_timeout`, the run is stopped when a worker inside `fit`,
+    `evaluate` or `predict` finishes no batch for that long (the launcher's
+    `--hang-timeout` watch).
 
     Raises:
         ScaleError: The script failed, never called `fit`, trained too few
@@ -112,9 +125,17 @@ def run_config(
     command = worker_command(target, args, module=module, cpu_replicas=cpu_replicas)
     with tempfile.TemporaryDirectory(prefix="keras-gpu-scale-") as folder:
         envs = _envs(config, folder, warmup, steps, gpu_ids)
-        code = _run_group(command, envs)
+        watch = None
+        if hang_timeout:
+            paths = [os.path.join(folder, f"progress{i}.json") for i in range(config.workers)]
+            for env, path in zip(envs, paths):
+                env[ENV_PROGRESS_FILE], env[ENV_HANG_TIMEOUT] = path, f"{hang_timeout:g}"
+            watch = HangWatch(paths, hang_timeout)
+        code = _run_group(command, envs, watch)
         found = [_read(result_path(folder, i)) for i in range(config.workers)]
     where = f"with {config.workers} worker(s) x {config.replicas} replica(s)"
+    if watch is not None and watch.stalled:
+        raise ScaleError(f"the run {where} was stopped: {watch.describe()}")
     if code != 0:
         raise ScaleError(f"the script failed {where}: a worker exited with status {code} (its output is above); fix the script and run again")
     if any(r is None for r in found):
@@ -172,12 +193,15 @@ def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[st
     return envs
 
 
-def _run_group(command: list[str], envs: list[dict[str, str]]) -> int:
-    """Run the job; stop every worker when one fails. Returns the failed worker's status, or 0."""
+def _run_group(command: list[str], envs: list[dict[str, str]], watch: HangWatch | None) -> int:
+    """Run the job; stop every worker when one fails or `watch` finds it stuck. Returns a failure's status, or 0."""
     group = WorkerGroup([command] * len(envs), envs, stdout=sys.stderr, stderr=sys.stderr)
     try:
         group.start()
-        failure = group.wait()
+        failure = group.wait(watch=watch)
+        if watch is not None and watch.stalled:
+            group.stop(signal.SIGTERM, _GRACE_S)
+            return 1
         if failure is None:
             return 0
         group.stop(signal.SIGTERM, _GRACE_S)

@@ -30,6 +30,8 @@ DEFAULT_WARMUP = 20
 """Training steps before the measured window, by default."""
 DEFAULT_STEPS = 100
 """Training steps in the measured window, by default."""
+DEFAULT_HANG_TIMEOUT_S = 300.0
+"""Seconds without a finished batch after which a run is stopped, by default."""
 _MAX_COUNT = 4096
 
 
@@ -63,14 +65,24 @@ def _count(name: str, minimum: int) -> Any:
     return parse
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0. Received: --hang-timeout {text}")
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `keras-gpu scale`."""
     parser = subparsers.add_parser(
         "scale",
         help="the speed-up table of a training script over replicas and workers, with the cause of each shortfall",
         usage=(
-            "%(prog)s [--replicas 1,2,4] [--workers 1,2] [--cpu] [--warmup W] [--steps N] [--log-dir DIR] [--json] "
-            "(SCRIPT | -m MODULE) [ARGS ...]"
+            "%(prog)s [--replicas 1,2,4] [--workers 1,2] [--cpu] [--warmup W] [--steps N] [--hang-timeout SECONDS] "
+            "[--log-dir DIR] [--json] (SCRIPT | -m MODULE) [ARGS ...]"
         ),
         description=(
             "Run a training script unchanged once per configuration (each --workers count with each --replicas "
@@ -97,6 +109,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
     parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
                         help=f"training steps measured (default: {DEFAULT_STEPS}); the script must train W + N steps")
+    parser.add_argument("--hang-timeout", type=_seconds, default=DEFAULT_HANG_TIMEOUT_S, metavar="SECONDS",
+                        help=("stop a run whose workers inside fit/evaluate/predict finish no batch for this long, "
+                              f"as `keras-gpu launch --hang-timeout` (default: {DEFAULT_HANG_TIMEOUT_S:g}; 0: off)"))
     parser.add_argument("--log-dir", default=None, metavar="DIR",
                         help="also write the study as a TensorBoard run, DIR/scale (`keras-gpu report DIR` shows it)")
     parser.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON instead of the table')
@@ -127,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"keras-gpu scale: measuring {config.workers} worker(s) x {config.replicas} replica(s) "
                          f"({config.label})\n")
         try:
-            results.append(run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids))
+            results.append(
+                run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids, args.hang_timeout)
+            )
         except ScaleError as exc:
             error = str(exc)
             break
