@@ -185,7 +185,7 @@ def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
 @E2E
 def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
     proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "20", "--json",
-                  MLP, "--steps", "30", "--input-ms", "4")
+                  MLP, "--steps", "30", "--input-ms", "20")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(proc)
     assert rows[1]["global_batch"] == 2 * rows[0]["global_batch"]

@@ -77,6 +77,7 @@ class ScaleWindow(keras.callbacks.Callback):
         self._open: float | None = None  # when the window opened (batch end)
         self._segment: float | None = None  # start of the window's current segment
         self._last_end = 0.0
+        self._gap_from = 0.0  # the last batch end, or the epoch's start: where the host's time between steps starts
         self._elapsed = 0.0
         self._start_steps = 0
         self._start_count: tuple[int, int, float] = (0, 0, 0.0)
@@ -110,20 +111,20 @@ class ScaleWindow(keras.callbacks.Callback):
             self._probe.epoch_begin()
         if self._segment is not None and not self._done:
             self._elapsed += self._last_end - self._segment
-            self._segment = time.perf_counter()
+            self._segment = self._gap_from = time.perf_counter()
 
     def on_train_batch_begin(self, batch, logs=None) -> None:
         if self._probe is not None:
             self._probe.batch_begin()
-        if self._segment is not None and not self._done and self._last_end:
-            self._host += time.perf_counter() - self._last_end
+        if self._segment is not None and not self._done:
+            self._host += time.perf_counter() - self._gap_from
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self.settings is None or self._done or self.result is not None:
             return
         now = time.perf_counter()
         self._steps = self._steps_before + int(batch) + 1
-        self._last_end = now
+        self._last_end = self._gap_from = now
         if self._open is None:
             if self._steps >= self.settings.warmup:
                 self._open = self._segment = now

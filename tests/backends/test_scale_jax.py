@@ -1,4 +1,4 @@
-"""`keras-gpu scale` on Keras' JAX backend: rows against the script's stopwatch, one and two workers.
+"""`keras-gpu scale` on Keras' JAX backend: rows against the script's stopwatch, one and two workers, across epochs.
 
 Runs where JAX is installed (the environment without TensorFlow); elsewhere it skips with the reason.
 """
@@ -32,7 +32,8 @@ def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
     sw = tmp_path / "sw"
     proc = subprocess.run(
         [sys.executable, "-m", "keras_gpu.cli", "scale", "--workers", "1,2", "--warmup", str(WARMUP),
-         "--steps", str(STEPS), "--json", MLP, "--steps", "80", "--stopwatch", str(sw)],
+         "--steps", str(STEPS), "--json", MLP, "--steps", "80", "--epochs", "2", "--val-sleep", "1",
+         "--stopwatch", str(sw)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -41,9 +42,14 @@ def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
     assert [(r["workers"], r["replicas"], r["global_batch"], r["per_replica_batch"]) for r in rows] == [
         (1, 1, 64, 64), (2, 1, 128, 64)]
     for row in rows:
-        ends = json.loads(Path(f"{sw}.{row['workers'] * row['replicas']}").read_text())["ends"]
-        truth = row["global_batch"] * STEPS / (ends[WARMUP + STEPS - 1] - ends[WARMUP - 1])
+        # Two epochs of 40 steps, each followed by validation that sleeps 1 s: the window (steps 10 to 50)
+        # spans the first one, which the stopwatch's truth and the row both leave out.
+        times = json.loads(Path(f"{sw}.{row['workers'] * row['replicas']}").read_text())
+        ends, second_epoch = times["ends"], times["epochs"][1]
+        gap = second_epoch - ends[39]
+        truth = row["global_batch"] * STEPS / (ends[WARMUP + STEPS - 1] - ends[WARMUP - 1] - gap)
         assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
+        assert row["other_sec"] < 0.02  # the 1 s validation, spread over 40 steps, would be 25 ms per step
         assert row["compute_sec"] is None and row["communication_sec"] is None  # one compiled program on JAX
         assert 0 <= row["input_sec"] + row["other_sec"] <= row["step_sec"]
     assert rows[1]["speedup"] == pytest.approx(rows[1]["samples_per_sec"] / rows[0]["samples_per_sec"])
