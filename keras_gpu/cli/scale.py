@@ -94,8 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         epilog=(
             "Replicas are the first GPUs (worker i gets GPUs i*k..i*k+k-1), or on a machine without a GPU k logical "
-            "CPUs per worker as `keras-gpu launch --cpu-replicas` makes them. Workers are local processes on "
-            "loopback, as `keras-gpu launch` starts them. The scripts' output goes to stderr. Exit status: 0 when "
+            "CPUs per worker as `keras-gpu launch --cpu-replicas` makes them; a pair that needs more devices than "
+            "the machine has is left out. Workers are local processes on loopback, as `keras-gpu launch` starts them. The scripts' output goes to stderr. Exit status: 0 when "
             "every configuration was measured; 1 when one could not be (the rows measured so far are printed)."
         ),
     )
