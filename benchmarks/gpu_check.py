@@ -27,6 +27,11 @@ on the first visible GPU, and checks:
    `keras_gpu.callbacks()`; the time spent inside the callbacks' hooks as a
    fraction of `fit` time, and the median wall-clock slowdown, each at most
    0.5 %.
+4. **The scaling study** (`keras-gpu scale`, on JAX and on TensorFlow where
+   installed): `benchmarks/scale_mlp.py` at 1, 2, 4, ... GPUs (as many as
+   the machine has), 1 and 2 workers, and the CPU row (`--cpu`), printed as
+   the study's table with its causes and the all-reduce's bus bandwidth; it
+   passes when the study runs to the end (`--no-scale` leaves it out).
 
 It prints a Markdown table of the figures with the hardware named, and writes
 them as JSON with `--json`. Exit status: 0 when every check passes, 1 when
@@ -478,6 +483,58 @@ def worker(backend: str, out_path: str, pairs: int, size: dict[str, Any]) -> int
     return 0
 
 
+# --------------------------------------------------------------------------- the scaling study
+
+
+SCALE_BACKENDS = ("jax", "tensorflow")
+SCALE_SCRIPT_ARGS = ("--steps", "400", "--batch", "256", "--width", "4096")
+
+
+def scale_lists(gpu_count: int) -> tuple[str, str]:
+    """`--replicas` (1, 2, 4, ... up to `gpu_count`) and `--workers` (1, and 2 where two GPUs exist)."""
+    replicas = [1]
+    while replicas[-1] * 2 <= gpu_count:
+        replicas.append(replicas[-1] * 2)
+    return ",".join(map(str, replicas)), "1,2" if gpu_count >= 2 else "1"
+
+
+def scale_study(backend: str, gpu_count: int, repo: str) -> dict[str, Any]:
+    """Run `keras-gpu scale` on `backend` over this machine's GPUs; the command, the rows and the wall time."""
+    replicas, workers = scale_lists(gpu_count)
+    cmd = [sys.executable, "-m", "keras_gpu.cli", "scale", "--replicas", replicas, "--workers", workers, "--cpu",
+           "--warmup", "20", "--steps", "100", "--json", os.path.join(repo, "benchmarks", "scale_mlp.py"),
+           *SCALE_SCRIPT_ARGS]
+    env = dict(os.environ, KERAS_BACKEND=backend,
+               PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, cwd=repo)
+    except subprocess.TimeoutExpired:
+        return {"command": " ".join(["keras-gpu", *cmd[3:]]), "error": "timed out after 1800 s", "rows": []}
+    out: dict[str, Any] = {"command": " ".join(["keras-gpu", *cmd[3:]]), "wall_sec": time.perf_counter() - start}
+    try:
+        out.update(json.loads(proc.stdout))
+    except ValueError:
+        out["rows"] = []
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        out["error"] = f"exit status {proc.returncode}: {tail[0]}"
+    return out
+
+
+def scale_markdown(studies: dict[str, dict[str, Any]]) -> str:
+    """Each backend's study as its command and table."""
+    from keras_gpu.output.scale_output import markdown_table
+
+    parts = []
+    for backend, study in studies.items():
+        rows = [dict(r, devices=f"{r['workers']}x{r['replicas']}") for r in study.get("rows", [])]
+        parts += [f"\n### keras-gpu scale on {backend}\n", f"`{study.get('command', '?')}`", "", markdown_table(rows)]
+        if study.get("error"):
+            parts.append(f"\nFAIL: {study['error']}")
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------------------- the driver
 
 
@@ -519,6 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # tiny sizes: tests the script on a CPU
+    parser.add_argument("--no-scale", action="store_true", help="leave out the scaling study (keras-gpu scale)")
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.out, args.pairs, SIZES["smoke" if args.smoke else "gpu"])
@@ -553,13 +611,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["backends"][backend] = {"error": "worker timed out after 1800 s"}
         finally:
             os.unlink(out)
+    if not args.no_scale:
+        report["scale"] = {
+            b: scale_study(b, int(report["hardware"].get("gpu_count") or 1), repo)
+            for b in SCALE_BACKENDS
+            if importlib.util.find_spec(b) is not None
+        }
     print(markdown(report))
+    if report.get("scale"):
+        print(scale_markdown(report["scale"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2, default=str)
     passed = all(
         "error" not in r and all(row["pass"] for row in r["checks"]) for r in report["backends"].values()
-    )
+    ) and not any("error" in study for study in report.get("scale", {}).values())
     return 0 if passed else 1
 
 

@@ -16,7 +16,10 @@ give it, after:
   `fit`, `evaluate` and `predict` report progress whatever callbacks the
   script passes (never twice: a list that has one already is left alone).
   Keras is patched when the script imports it, on any backend; the bootstrap
-  imports neither Keras nor TensorFlow itself.
+  imports neither Keras nor TensorFlow itself;
+- under `keras-gpu scale` (`KERAS_GPU_SCALE_DIR` is set), adding a
+  `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
+  it measures the study's window, stops the run and ends the worker.
 
 The parent stays a small supervisor without TensorFlow, so that the worker
 stops when told. TensorFlow's coordination service catches SIGTERM in a
@@ -66,8 +69,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if hasattr(os, "fork"):
         _supervise_child()
     from keras_gpu.hooks.progress import ENV_PROGRESS_FILE
+    from keras_gpu.hooks.scale_env import ENV_SCALE_DIR
 
-    if os.environ.get(ENV_PROGRESS_FILE, "").strip():
+    if os.environ.get(ENV_PROGRESS_FILE, "").strip() or os.environ.get(ENV_SCALE_DIR, "").strip():
         install_heartbeat()
     if replicas is not None:
         _split_cpu(replicas)
@@ -177,9 +181,26 @@ def _with_heartbeat(callbacks: Any) -> Any:
         items = list(callbacks)
     else:
         items = [callbacks]
-    if any(isinstance(c, Heartbeat) for c in items):
-        return callbacks
-    return [*items, Heartbeat()]
+    added = [] if any(isinstance(c, Heartbeat) for c in items) else [Heartbeat()]
+    added += _scale_window(items)
+    return [*items, *added] if added else callbacks
+
+
+def _scale_window(items: list[Any]) -> list[Any]:
+    """A `ScaleWindow` for `keras-gpu scale` (one per process, so every fit shares it), unless `items` holds it."""
+    from keras_gpu.hooks.scale_env import ENV_SCALE_DIR
+
+    if not os.environ.get(ENV_SCALE_DIR, "").strip():
+        return []
+    from keras_gpu.hooks.scale_window import ScaleWindow
+
+    global _SCALE_WINDOW
+    if _SCALE_WINDOW is None:
+        _SCALE_WINDOW = ScaleWindow()
+    return [] if any(c is _SCALE_WINDOW for c in items) else [_SCALE_WINDOW]
+
+
+_SCALE_WINDOW: Any = None
 
 
 # ------------------------------------------------------------------ the supervisor

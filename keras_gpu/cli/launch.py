@@ -119,6 +119,7 @@ __all__ = [
     "WorkerGroup",
     "add_parser",
     "free_loopback_ports",
+    "resolve_target",
     "run",
     "worker_command",
     "worker_env",
@@ -246,6 +247,10 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
     if not Path(script).exists():
         raise UsageError(f"the script does not exist (looked in {os.getcwd()}). Received: script={script!r}")
     return script, False, rest
+
+
+resolve_target = _resolve_target
+"""The script (or module) and its arguments from a parsed command line; `keras-gpu scale` checks its own with it."""
 
 
 def _int_at_least(minimum: int, name: str, maximum: int | None = None) -> Callable[[str], int]:

@@ -35,6 +35,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "keras_gpu.cli.report",
     "keras_gpu.cli.trace",
     "keras_gpu.cli.bench",
+    "keras_gpu.cli.scale",
 )
 """Import paths of the subcommand modules, in the order `--help` lists them."""
 

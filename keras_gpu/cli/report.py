@@ -26,15 +26,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_gpu.output.reader import read_report
+    from keras_gpu.output.scale_output import read_rows
 
+    scale_rows = read_rows(args.log_dir)  # a `keras-gpu scale --log-dir` study
     try:
         report = read_report(args.log_dir)
     except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
+        if scale_rows is None:
+            raise UsageError(str(exc)) from None
+        return _scale_only(scale_rows, args.json)
+    if scale_rows is not None and not report.runs:
+        return _scale_only(scale_rows, args.json)
+    if scale_rows is not None and not args.json:
+        from keras_gpu.cli.scale import render as render_scale
+
+        render_scale(scale_rows, title="scaling study (keras-gpu scale)")
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        summary = report.as_dict()
+        if scale_rows is not None:
+            summary["scale"] = scale_rows
+        print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     render(report)
+    return 0
+
+
+def _scale_only(rows: list[dict[str, Any]], as_json: bool) -> int:
+    """Show a log directory that holds only a `keras-gpu scale` study."""
+    if as_json:
+        print(json.dumps({"scale": rows}, indent=2, sort_keys=True))
+    else:
+        from keras_gpu.cli.scale import render as render_scale
+
+        render_scale(rows, title="scaling study (keras-gpu scale)")
     return 0
 
 

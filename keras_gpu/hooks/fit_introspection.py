@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -294,21 +295,31 @@ class BatchCounter:
     Call it for the running totals `(steps, samples)`. Each batch costs an
     add and a shape read (the path to the first array is found once); a
     batch with no array of rank 1 or more counts as a step of 0 samples.
+    `input_sec` sums the host seconds spent taking the batches (two clock
+    reads per batch): the wait for the input pipeline.
     """
 
-    __slots__ = ("_path", "samples", "steps")
+    __slots__ = ("_path", "input_sec", "samples", "steps")
 
     def __init__(self) -> None:
         self.steps = 0
         self.samples = 0
+        self.input_sec = 0.0
         self._path: tuple[Any, ...] | None = None
 
     def __call__(self) -> tuple[int, int]:
         return self.steps, self.samples
 
     def wrap(self, batches: Any) -> Iterator[Any]:
-        """Yield from `batches`, counting each batch when it is taken."""
-        for batch in batches:
+        """Yield from `batches`, counting each batch when it is taken and the time taking it."""
+        iterator = iter(batches)
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self.input_sec += time.perf_counter() - start
             self.steps += 1
             self.samples += self._size(batch)
             yield batch

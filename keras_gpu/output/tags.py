@@ -342,6 +342,30 @@ PLACEMENT_CPU_FALLBACKS = Tag(
     "placement/cpu_fallbacks", "Markdown", "the ops that fell back to the CPU", "PlacementLogger", text=True
 )
 
+# -- the scaling study (`keras-gpu scale`; the step is the total replica count) --------
+_SCALE = "keras-gpu: scaling"
+_SPEEDUP_CHART = (_SCALE, "speed-up against ideal (step: total replicas)")
+SCALE_SAMPLES_PER_SEC = Tag(
+    "scale/samples_per_sec", "samples/s",
+    "samples per second of the configuration's measured window (warm-up, compilation and validation left out)",
+    "keras-gpu scale", (_SCALE, "samples/s (step: total replicas)"),
+)
+SCALE_SPEEDUP = Tag(
+    "scale/speedup", "x", "samples/s over the first configuration's", "keras-gpu scale", _SPEEDUP_CHART,
+)
+SCALE_IDEAL_SPEEDUP = Tag(
+    "scale/ideal_speedup", "x", "linear scaling: total replicas over the first configuration's", "keras-gpu scale",
+    _SPEEDUP_CHART,
+)
+SCALE_EFFICIENCY = Tag(
+    "scale/efficiency", "fraction", "speed-up over ideal speed-up (1: linear)", "keras-gpu scale",
+    (_SCALE, "efficiency (step: total replicas)"),
+)
+SCALE_TABLE = Tag(
+    "scale/table", "Markdown", "the study's table: one row per configuration, with the cause of each shortfall",
+    "keras-gpu scale", text=True,
+)
+
 TAGS: tuple[Tag, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Tag))
 """Every tag, in declaration order."""
 

@@ -1,0 +1,218 @@
+"""`keras-gpu scale`: running the user's script once per configuration and reading what each worker measured.
+
+Each configuration runs as a job of `workers` processes through the
+launcher's own pieces (:func:`keras_gpu.cli._launch_env.worker_command`, the
+worker bootstrap, :class:`keras_gpu.cli._launch_workers.WorkerGroup`):
+loopback `TF_CONFIG` and `KERAS_DISTRIBUTION_*` variables where there are
+several workers, none where there is one, so that `keras_gpu.make_strategy()`
+sees exactly the configuration. Replicas are the first GPUs of the machine
+(worker `i` gets GPUs `i*k` to `i*k+k-1`), or on a machine without a GPU `k`
+logical CPUs per worker, as `keras-gpu launch --cpu-replicas` makes them.
+The bootstrap adds :class:`keras_gpu.hooks.scale_window.ScaleWindow` to every
+`fit`, which writes each worker's window to a file of the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from keras_gpu.cli._launch_env import free_loopback_ports, worker_command, worker_env
+from keras_gpu.cli._launch_hang import HangWatch
+from keras_gpu.cli._launch_workers import WorkerGroup
+from keras_gpu.cli._worker import ENV_STOP_DELAY
+from keras_gpu.hooks.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE
+from keras_gpu.hooks.scale_env import ENV_SCALE_DIR, ENV_SCALE_STEPS, ENV_SCALE_WARMUP, result_path
+from keras_gpu.meters.scale_table import AllReduce, RunResult
+
+__all__ = ["Config", "ScaleError", "available_gpus", "check_devices", "run_config"]
+
+_GRACE_S = 5.0
+_CLUSTER_VARIABLES = (
+    "TF_CONFIG",
+    "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "KERAS_DISTRIBUTION_PROCESS_ID",
+)
+
+
+class ScaleError(RuntimeError):
+    """A configuration could not be measured; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row to measure.
+
+    Attributes:
+        workers: Worker processes.
+        replicas: Replicas per worker.
+        gpus: GPUs per worker (0: logical CPUs, or every GPU hidden).
+        hide_gpus: The `--cpu` row: every GPU hidden.
+    """
+
+    workers: int
+    replicas: int
+    gpus: int
+    hide_gpus: bool = False
+
+    @property
+    def label(self) -> str:
+        """How the table names the row's devices."""
+        if self.hide_gpus:
+            return "CPU (GPUs hidden)"
+        return f"{self.replicas} GPU" if self.gpus else f"{self.replicas} CPU"
+
+
+def available_gpus(env: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs a worker may be given: `CUDA_VISIBLE_DEVICES`'s entries where it is set, else NVML's GPUs."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    from keras_gpu.core import nvml_session
+
+    return [str(i) for i in range(nvml_session.device_count())]
+
+
+def check_devices(workers: list[int], replicas: list[int], gpus: int, cpus: int) -> list[tuple[int, int]]:
+    """The `(workers, replicas)` pairs that fit the machine, each worker count with each replica count.
+
+    A pair needing more devices than the machine has is left out (the
+    caller says so); a `--replicas` or `--workers` value that fits no pair
+    at all is an error.
+
+    Raises:
+        ScaleError: A value of `workers` or `replicas` needs more devices than the machine has.
+    """
+    have, kind = (gpus, "GPU(s)") if gpus else (cpus, "CPU core(s) and no GPU (replicas are logical CPUs)")
+    for name, values, other in (("--replicas", replicas, min(workers)), ("--workers", workers, min(replicas))):
+        too_many = [v for v in values if v * other > have]
+        if too_many:
+            raise ScaleError(
+                f"{name} {too_many[0]} needs at least {too_many[0] * other} devices, and this machine has {have} "
+                f"{kind}: use smaller values. Received: {name} {','.join(map(str, values))}"
+            )
+    return [(w, r) for w in workers for r in replicas if w * r <= have]
+
+
+def run_config(
+    config: Config,
+    target: str,
+    args: list[str],
+    module: bool,
+    warmup: int,
+    steps: int,
+    gpu_ids: list[str],
+    hang_timeout: float = 0.0,
+) -> RunResult:
+    """Run the script in `config` and return what its workers measured.
+
+    With `hang_timeout`, the run is stopped when a worker inside `fit`,
+    `evaluate` or `predict` finishes no batch for that long (the launcher's
+    `--hang-timeout` watch).
+
+    Raises:
+        ScaleError: The script failed, never called `fit`, trained too few
+            steps, or its strategy did not train on the configuration's replicas.
+    """
+    cpu_replicas = None if config.gpus or config.hide_gpus else config.replicas
+    command = worker_command(target, args, module=module, cpu_replicas=cpu_replicas)
+    with tempfile.TemporaryDirectory(prefix="keras-gpu-scale-") as folder:
+        envs = _envs(config, folder, warmup, steps, gpu_ids)
+        watch = None
+        if hang_timeout:
+            paths = [os.path.join(folder, f"progress{i}.json") for i in range(config.workers)]
+            for env, path in zip(envs, paths):
+                env[ENV_PROGRESS_FILE], env[ENV_HANG_TIMEOUT] = path, f"{hang_timeout:g}"
+            watch = HangWatch(paths, hang_timeout)
+        code = _run_group(command, envs, watch)
+        found = [_read(result_path(folder, i)) for i in range(config.workers)]
+    where = f"with {config.workers} worker(s) x {config.replicas} replica(s)"
+    if watch is not None and watch.stalled:
+        raise ScaleError(f"the run {where} was stopped: {watch.describe()}")
+    if code != 0:
+        raise ScaleError(f"the script failed {where}: a worker exited with status {code} (its output is above); fix the script and run again")
+    if any(r is None for r in found):
+        raise ScaleError(
+            f"the script never called fit {where}: `keras-gpu scale` measures the training steps of `model.fit`"
+        )
+    chief = found[0]
+    short = [r for r in found if r["status"] != "done"]
+    if short:
+        raise ScaleError(
+            f"the script trained {short[0]['steps_trained']} step(s) {where}, fewer than --warmup {warmup} + "
+            f"--steps {steps}: lower them, or let the script train longer"
+        )
+    expected = config.workers * config.replicas
+    if chief["replicas_total"] != expected or chief["workers"] != config.workers:
+        raise ScaleError(
+            f"the script trained on {chief['replicas_total']} replica(s) in {chief['workers']} worker(s) {where}: "
+            "build the model under keras_gpu.make_strategy() (or a strategy over every device it is given)"
+        )
+    allreduce = None
+    if chief.get("allreduce_sec"):
+        allreduce = AllReduce(int(chief["grad_bytes"]), float(chief["allreduce_sec"]), expected)
+    parts = chief.get("parts")
+    return RunResult(
+        workers=config.workers,
+        replicas=config.replicas,
+        steps=int(chief["steps"]),
+        seconds=float(chief["seconds"]),
+        # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
+        samples=float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found)),
+        parts=parts,
+        grad_bytes=int(chief["grad_bytes"]),
+        allreduce=allreduce,
+        label=config.label,
+        note=chief.get("note", ""),
+    )
+
+
+def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[str]) -> list[dict[str, str]]:
+    base = {k: v for k, v in os.environ.items() if k not in _CLUSTER_VARIABLES}
+    if config.workers > 1:
+        ports = free_loopback_ports(config.workers)
+        envs = [worker_env(base, i, ports) for i in range(config.workers)]
+    else:
+        envs = [dict(base, KERAS_GPU_WORKER_INDEX="0", KERAS_GPU_NUM_WORKERS="1", PYTHONUNBUFFERED="1")]
+    for i, env in enumerate(envs):
+        env[ENV_SCALE_DIR] = folder
+        env[ENV_SCALE_WARMUP] = str(warmup)
+        env[ENV_SCALE_STEPS] = str(steps)
+        env[ENV_STOP_DELAY] = f"{_GRACE_S / 2:g}"
+        if config.hide_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif config.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids[i * config.gpus : (i + 1) * config.gpus])
+    return envs
+
+
+def _run_group(command: list[str], envs: list[dict[str, str]], watch: HangWatch | None) -> int:
+    """Run the job; stop every worker when one fails or `watch` finds it stuck. Returns a failure's status, or 0."""
+    group = WorkerGroup([command] * len(envs), envs, stdout=sys.stderr, stderr=sys.stderr)
+    try:
+        group.start()
+        failure = group.wait(watch=watch)
+        if watch is not None and watch.stalled:
+            group.stop(signal.SIGTERM, _GRACE_S)
+            return 1
+        if failure is None:
+            return 0
+        group.stop(signal.SIGTERM, _GRACE_S)
+        return failure.exit_code
+    finally:
+        group.stop(signal.SIGKILL, 0.0)
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,202 @@
+"""`keras-gpu scale`: the speed-up table of the user's own model, with the reason each row falls short of linear.
+
+```
+keras-gpu scale --replicas 1,2 --workers 1,2 train.py --epochs 3
+keras-gpu scale --replicas 1,2,4 --cpu --json -m mypackage.train
+```
+
+The script runs unchanged once per configuration (every worker count with
+every replica count), on TensorFlow or JAX (`KERAS_BACKEND`); see
+:mod:`keras_gpu.cli._scale_run` for how a configuration is run and
+:mod:`keras_gpu.hooks.scale_window` for what is measured in it, and
+:mod:`keras_gpu.meters.scale_table` for speed-up, efficiency and the cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from keras_gpu.cli import UsageError
+from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, check_devices, run_config
+from keras_gpu.meters.scale_table import RunResult, build_rows
+
+__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "parse_list", "render", "run"]
+
+DEFAULT_WARMUP = 20
+"""Training steps before the measured window, by default."""
+DEFAULT_STEPS = 100
+"""Training steps in the measured window, by default."""
+DEFAULT_HANG_TIMEOUT_S = 300.0
+"""Seconds without a finished batch after which a run is stopped, by default."""
+_MAX_COUNT = 4096
+
+
+def parse_list(text: str, name: str) -> list[int]:
+    """`"1,2,4"` as `[1, 2, 4]`: positive integers, each once.
+
+    Raises:
+        argparse.ArgumentTypeError: Anything else, echoing `text`.
+    """
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= _MAX_COUNT for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(
+            f"must be a comma-separated list of distinct positive integers, e.g. 1,2,4. Received: {name} {text}"
+        )
+    return values
+
+
+def _count(name: str, minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name} {text}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0. Received: --hang-timeout {text}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `keras-gpu scale`."""
+    parser = subparsers.add_parser(
+        "scale",
+        help="the speed-up table of a training script over replicas and workers, with the cause of each shortfall",
+        usage=(
+            "%(prog)s [--replicas 1,2,4] [--workers 1,2] [--cpu] [--warmup W] [--steps N] [--hang-timeout SECONDS] "
+            "[--log-dir DIR] [--json] (SCRIPT | -m MODULE) [ARGS ...]"
+        ),
+        description=(
+            "Run a training script unchanged once per configuration (each --workers count with each --replicas "
+            "count), stop each run after W warm-up and N measured training steps, and print one row per "
+            "configuration: samples/s over the measured steps, speed-up against the first row, efficiency, the "
+            "step's input, compute, communication and other time, and the part that grew most (the cause). Rows "
+            "with more than one replica also get the all-reduce of a gradient-sized buffer over the same devices, "
+            "alone, as nccl-tests' bus bandwidth. The script must build its model under keras_gpu.make_strategy()."
+        ),
+        epilog=(
+            "Replicas are the first GPUs (worker i gets GPUs i*k..i*k+k-1), or on a machine without a GPU k logical "
+            "CPUs per worker as `keras-gpu launch --cpu-replicas` makes them; a pair that needs more devices than "
+            "the machine has is left out. Workers are local processes on loopback, as `keras-gpu launch` starts them. The scripts' output goes to stderr. Exit status: 0 when "
+            "every configuration was measured; 1 when one could not be (the rows measured so far are printed)."
+        ),
+    )
+    parser.add_argument("--replicas", type=lambda t: parse_list(t, "--replicas"), default=[1], metavar="LIST",
+                        help="replicas per worker, comma-separated (default: 1)")
+    parser.add_argument("--workers", type=lambda t: parse_list(t, "--workers"), default=[1], metavar="LIST",
+                        help="local worker processes, comma-separated (default: 1)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="add a row of one worker with every GPU hidden (the CPU against the GPUs)")
+    parser.add_argument("--warmup", type=_count("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
+                        help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
+    parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
+                        help=f"training steps measured (default: {DEFAULT_STEPS}); the script must train W + N steps")
+    parser.add_argument("--hang-timeout", type=_seconds, default=DEFAULT_HANG_TIMEOUT_S, metavar="SECONDS",
+                        help=("stop a run whose workers inside fit/evaluate/predict finish no batch for this long, "
+                              f"as `keras-gpu launch --hang-timeout` (default: {DEFAULT_HANG_TIMEOUT_S:g}; 0: off)"))
+    parser.add_argument("--log-dir", default=None, metavar="DIR",
+                        help="also write the study as a TensorBoard run, DIR/scale (`keras-gpu report DIR` shows it)")
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON instead of the table')
+    parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, default=None, metavar="MODULE",
+                        help="run a module as `python -m MODULE` instead of a script")
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]", help="the script and its arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the study and print its table; returns 0, or 1 when a configuration could not be measured."""
+    target, is_module, script_args = _target(args)
+    gpu_ids = available_gpus()
+    try:
+        pairs = check_devices(args.workers, args.replicas, len(gpu_ids), os.cpu_count() or 1)
+    except ScaleError as exc:
+        raise UsageError(str(exc)) from None
+    skipped = [(w, r) for w in args.workers for r in args.replicas if (w, r) not in pairs]
+    for w, r in skipped:
+        sys.stderr.write(f"keras-gpu scale: leaving out {w} worker(s) x {r} replica(s): the machine has fewer "
+                         "devices\n")
+    gpus = bool(gpu_ids)
+    configs = [Config(w, r, r if gpus else 0) for w, r in pairs]
+    if args.cpu:
+        configs.append(Config(1, 1, 0, hide_gpus=True))
+    results: list[RunResult] = []
+    error = None
+    for config in configs:
+        sys.stderr.write(f"keras-gpu scale: measuring {config.workers} worker(s) x {config.replicas} replica(s) "
+                         f"({config.label})\n")
+        try:
+            results.append(
+                run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids, args.hang_timeout)
+            )
+        except ScaleError as exc:
+            error = str(exc)
+            break
+    rows = build_rows(results)
+    labels = [r.label for r in results]
+    if args.log_dir and rows:
+        from keras_gpu.output.scale_output import write_log_dir
+
+        write_log_dir(args.log_dir, rows, labels)
+    if args.json:
+        out: dict[str, Any] = {"rows": [r.as_dict() for r in rows]}
+        if error:
+            out["error"] = error
+        print(json.dumps(out, indent=2))
+    else:
+        render([dict(r.as_dict(), devices=label) for r, label in zip(rows, labels)])
+    if error:
+        sys.stderr.write(f"keras-gpu scale: error: {error}\n")
+        return 1
+    return 0
+
+
+def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
+    """`(script or module, is_module, arguments)`, checked as `keras-gpu launch` checks them."""
+    from keras_gpu.cli import launch
+
+    if args.module is None and not [t for t in args.target if t != "--"]:
+        raise UsageError("no script given: use `keras-gpu scale [options] script.py [args...]` or `-m MODULE`.")
+    return launch.resolve_target(args)
+
+
+def render(rows: list[dict[str, Any]], console: Any = None, title: str = "keras-gpu scale") -> None:
+    """Print rows (each with `devices` and the JSON row's keys) as a terminal table, the causes below it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from keras_gpu.output.scale_output import format_cell, headers
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+            console = Console(width=180)
+    if not rows:
+        console.print(f"{title}: no configuration was measured")
+        return
+    columns = [(key, name) for key, name in headers() if key != "cause"]
+    table = Table(title=title)
+    table.add_column("#", justify="right")
+    for key, name in columns:
+        table.add_column(name, justify="left" if key == "devices" else "right")
+    for i, row in enumerate(rows, 1):
+        table.add_row(str(i), *[format_cell(key, row.get(key)) for key, _ in columns])
+    console.print(table)
+    for i, row in enumerate(rows, 1):
+        console.print(f"{i}. {row.get('cause', '-')}", highlight=False, soft_wrap=True)

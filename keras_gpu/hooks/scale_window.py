@@ -1,0 +1,331 @@
+"""`ScaleWindow`: one configuration's measurement for `keras-gpu scale`, added to `fit` by the worker bootstrap.
+
+The worker bootstrap (`keras_gpu.cli._worker`) puts one into every Keras
+`CallbackList` of a worker that `keras-gpu scale` started (as it does the
+heartbeat), so the user's script runs unchanged. In the first `fit` that
+trains long enough it:
+
+* lets `warmup` training steps pass (compilation, first executions);
+* measures the next `steps` steps: their wall time from the batch end that
+  opens the window to the batch end that closes it, leaving out the time
+  between an epoch's last batch end and the next epoch's start (validation,
+  epoch-end callbacks), and their samples;
+* splits the step on TensorFlow with keras-gpu's step probe
+  (:mod:`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
+  into input, compute, communication and other; on JAX, where the step is
+  one compiled program, into input (the host's wait for each batch), the
+  device's time (compute and communication together) and other;
+* stops training (`model.stop_training`), and where more than one replica
+  trains, all-reduces a buffer the size of the model's trainable weights
+  over the same replicas, alone, a few times (every worker reaches this
+  point, so the collective is safe);
+* writes its result to `worker<i>.json` in the study's folder and ends the
+  process (`os._exit(0)`), so that the rest of a long script does not run.
+
+A `fit` that ends before the window closes writes how many steps it trained
+and lets the script go on; the next `fit` starts counting again.
+
+Nothing here does I/O on the training thread within the window: the hooks
+take clock readings and count; the probe's sums are read once at each end of
+the window.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import keras
+
+from keras_gpu.core import backend as _backend
+from keras_gpu.core.log import logger
+from keras_gpu.hooks import step_probe
+from keras_gpu.hooks.fit_introspection import count_batches
+from keras_gpu.hooks.scale_env import ScaleSettings, result_path, settings_from_env
+
+__all__ = ["ALLREDUCE_REPEATS", "ScaleWindow", "allreduce_seconds"]
+
+ALLREDUCE_REPEATS = 10
+"""Timed all-reduces per row (after two untimed ones); the median is reported."""
+
+
+class ScaleWindow(keras.callbacks.Callback):
+    """Measure `steps` training steps after `warmup`, then stop; see the module's text.
+
+    Args:
+        settings: The study's settings (default: from the environment, as
+            `keras-gpu scale` sets it; `None` there makes this a no-op).
+        exit_when_done: End the process once the result is written.
+    """
+
+    def __init__(self, settings: ScaleSettings | None = None, exit_when_done: bool = True) -> None:
+        super().__init__()
+        self.settings = settings if settings is not None else settings_from_env()
+        self.exit_when_done = exit_when_done
+        self.result: dict[str, Any] | None = None
+        self._probe: step_probe.StepProbe | None = None
+        self._counter: Any = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._steps_before = 0  # steps of the finished epochs of this fit
+        self._steps = 0
+        self._open: float | None = None  # when the window opened (batch end)
+        self._segment: float | None = None  # start of the window's current segment
+        self._last_end = 0.0
+        self._gap_from = 0.0  # the last batch end, or the epoch's start: where the host's time between steps starts
+        self._elapsed = 0.0
+        self._start_steps = 0
+        self._start_count: tuple[int, int, float] = (0, 0, 0.0)
+        self._host = 0.0  # JAX: seconds from a batch end to the next batch begin, in the window
+        self._done = False
+        self._window: dict[str, Any] | None = None
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        if self.settings is None or self.result is not None:
+            return
+        try:
+            if _backend.name() == "tensorflow":
+                local = max(1, _backend.num_replicas(model) // _workers(model))
+                timing = step_probe.unavailable_reason(model) is None
+                self._probe = step_probe.install(model, local, timing=timing)  # reused on a model that has one
+        except Exception as exc:  # noqa: BLE001 - a measurement failure must not stop training
+            logger.warning("keras-gpu scale: no step breakdown: %s: %s", type(exc).__name__, exc)
+
+    def on_train_begin(self, logs=None) -> None:
+        if self.settings is None or self.result is not None:
+            return
+        self._reset()
+        if _backend.name() != "tensorflow":
+            self._counter = count_batches(self.model)
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        if self._probe is not None:
+            self._probe.epoch_begin()
+        if self._segment is not None and not self._done:
+            self._elapsed += self._last_end - self._segment
+            self._segment = self._gap_from = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        if self._probe is not None:
+            self._probe.batch_begin()
+        if self._segment is not None and not self._done:
+            self._host += time.perf_counter() - self._gap_from
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        if self.settings is None or self._done or self.result is not None:
+            return
+        now = time.perf_counter()
+        self._steps = self._steps_before + int(batch) + 1
+        self._last_end = self._gap_from = now
+        if self._open is None:
+            if self._steps >= self.settings.warmup:
+                self._open = self._segment = now
+                self._start_steps = self._steps
+                self._start_count = self._count()
+                if self._probe is not None:
+                    self._probe.reset()
+            return
+        if self._steps - self._start_steps >= self.settings.steps:
+            self._elapsed += now - self._segment
+            self._done = True
+            self._window = self._close()
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        self._steps_before = self._steps
+
+    def on_train_end(self, logs=None) -> None:
+        if self.settings is None or self.result is not None:
+            return
+        result: dict[str, Any] = {"steps_trained": self._steps, "backend": _backend.name()}
+        result.update(self._topology())
+        if self._window is None:
+            result["status"] = "short"
+            _write(self.settings, result)
+            return
+        result["status"] = "done"
+        result.update(self._window)
+        result["grad_bytes"] = _weight_bytes(self.model)
+        if result["replicas_total"] > 1:
+            try:
+                result["allreduce_sec"] = allreduce_seconds(self.model, result["grad_bytes"])
+            except Exception as exc:  # noqa: BLE001 - the table is still worth having without it
+                logger.warning("keras-gpu scale: the all-reduce alone could not be measured: %s: %s",
+                               type(exc).__name__, exc)
+        self.result = result
+        _write(self.settings, result)
+        if self.exit_when_done:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(0)
+
+    # -- measuring --------------------------------------------------------------------------
+
+    def _count(self) -> tuple[int, int, float]:
+        if self._probe is not None:
+            steps, samples = self._probe.counts()
+            return steps, samples, 0.0
+        if self._counter is not None:
+            return self._counter.steps, self._counter.samples, self._counter.input_sec
+        return 0, 0, 0.0
+
+    def _close(self) -> dict[str, Any]:
+        steps = self._steps - self._start_steps
+        seconds = self._elapsed
+        step_sec = seconds / steps
+        window: dict[str, Any] = {"steps": steps, "seconds": seconds}
+        if self._probe is not None:
+            measured = self._probe.read()
+            window["samples"] = 0 if measured is None else measured.samples
+            if measured is not None and self._probe.timing and measured.input_sec == measured.input_sec:
+                parts = {
+                    "input": measured.input_sec,
+                    "compute": measured.compute_sec,
+                    "communication": measured.communication_sec,
+                }
+                parts["other"] = max(0.0, step_sec - sum(parts.values()))
+                window["parts"] = parts
+            else:
+                window["note"] = "the step probe could not split this step (XLA, or steps_per_execution > 1)"
+        elif self._counter is not None:
+            start = self._start_count
+            _, samples, input_sec = self._count()
+            window["samples"] = samples - start[1]
+            window["samples_global"] = _feeds_global_batches()
+            input_step = (input_sec - start[2]) / steps
+            other = self._host / steps
+            window["parts"] = {
+                "input": input_step,
+                "compute": None,
+                "communication": None,
+                "other": other,
+                "device": max(0.0, step_sec - input_step - other),
+            }
+        else:
+            window["samples"] = 0
+            window["note"] = f"keras-gpu counts no samples on the {_backend.name()} backend"
+        return window
+
+    def _topology(self) -> dict[str, Any]:
+        total = _backend.num_replicas(self.model)
+        workers = _workers(self.model)
+        return {"replicas_total": total, "workers": workers}
+
+
+def _feeds_global_batches() -> bool:
+    """Whether every JAX process reads the whole global batch (keras-gpu's `make_strategy()` on JAX)."""
+    from keras_gpu.setup.jax_global_batch import GlobalBatchDataParallel
+
+    return isinstance(keras.distribution.distribution(), GlobalBatchDataParallel)
+
+
+def _workers(model: Any) -> int:
+    return max(1, int(_backend.task_info(model).num_workers))
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the model's trainable weights: the size of its gradients."""
+    total = 0
+    for w in model.trainable_weights:
+        size = 1
+        for d in w.shape:
+            size *= int(d)
+        total += size * _itemsize(str(w.dtype))
+    return total
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except TypeError:
+        return 2 if "16" in dtype else 4
+
+
+def _write(settings: ScaleSettings, result: dict[str, Any]) -> None:
+    path = result_path(settings.folder, settings.worker)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
+
+
+def allreduce_seconds(model: Any, nbytes: int, repeats: int = ALLREDUCE_REPEATS) -> float:
+    """Median seconds of one all-reduce of a float32 buffer of `nbytes` over `model`'s replicas.
+
+    Every worker must call it at the same point (it runs collectives). The
+    result of each reduce is checked against the sum of the replicas'
+    values, so a reduce that did not happen cannot pass for a fast one.
+
+    Raises:
+        RuntimeError: The reduced value is wrong.
+    """
+    elements = max(1, nbytes // 4)
+    if _backend.name() == "tensorflow":
+        run, ranks = _tf_allreduce(_backend.strategy(model), elements)
+    else:
+        run, ranks = _jax_allreduce(elements)
+    expected = ranks * (ranks + 1) / 2
+    times = []
+    for i in range(repeats + 2):
+        start = time.perf_counter()
+        value = run()
+        elapsed = time.perf_counter() - start
+        if value != expected:
+            raise RuntimeError(f"the all-reduce gave {value} where the replicas' values sum to {expected}")
+        if i >= 2:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def _tf_allreduce(strategy: Any, elements: int) -> tuple[Any, int]:
+    import tensorflow as tf
+
+    ranks = int(strategy.num_replicas_in_sync)
+
+    @tf.function
+    def reduce() -> Any:
+        def on_replica() -> Any:
+            ctx = tf.distribute.get_replica_context()
+            value = tf.cast(ctx.replica_id_in_sync_group, tf.float32) + 1.0
+            return ctx.all_reduce("SUM", tf.fill([elements], value))
+
+        reduced = strategy.run(on_replica)
+        return strategy.experimental_local_results(reduced)[0][:1]
+
+    return (lambda: float(reduce().numpy()[0])), ranks
+
+
+def _jax_allreduce(elements: int) -> tuple[Any, int]:
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = list(jax.devices())
+    ranks = len(devices)
+    mesh = Mesh(np.array(devices), ("replica",))
+    sharding = NamedSharding(mesh, P("replica"))
+    shards = [
+        jax.device_put(np.full((1, elements), i + 1, np.float32), d)
+        for i, d in enumerate(devices)
+        if d.process_index == jax.process_index()
+    ]
+    x = jax.make_array_from_single_device_arrays((ranks, elements), sharding, shards)
+    psum = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "replica"), mesh=mesh, in_specs=P("replica"),
+                                 out_specs=P("replica")))
+
+    def run() -> float:
+        out = psum(x)
+        return float(np.asarray(out.addressable_shards[0].data)[0, 0])
+
+    return run, ranks

@@ -1,0 +1,118 @@
+"""The scaling study's table as Markdown, and as a TensorBoard run that `keras-gpu report` reads back.
+
+Layout of `--log-dir DIR`:
+
+* `DIR/scale`: the custom-scalars layout (speed-up against ideal), the table
+  as the text summary `scale/table`, and `scale.json` (the rows as
+  `keras-gpu scale --json` prints them, which `keras-gpu report` shows);
+* `DIR/scale/workers_<w>`: `scale/samples_per_sec`, `scale/speedup`,
+  `scale/ideal_speedup` and `scale/efficiency` of the rows with `w` workers,
+  at the step of the row's total replica count (one line per worker count;
+  the `--cpu` row, which has no replica count of its own, is in the table
+  only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keras_gpu.meters.scale_table import ROW_KEYS, ScaleRow
+from keras_gpu.output import tags as _tags
+from keras_gpu.output.layout import write_layout
+from keras_gpu.output.writer import acquire, release
+
+__all__ = ["ROWS_FILE", "SCALE_RUN", "format_cell", "markdown_table", "read_rows", "write_log_dir"]
+
+SCALE_RUN = "scale"
+"""The study's run directory under `--log-dir`."""
+ROWS_FILE = "scale.json"
+"""The rows, beside the study's event file."""
+
+_HEADERS = (
+    ("devices", "devices"), ("workers", "workers"), ("replicas", "replicas/worker"), ("global_batch", "global batch"),
+    ("per_replica_batch", "batch/replica"), ("samples_per_sec", "samples/s"), ("speedup", "speed-up"),
+    ("efficiency", "efficiency"), ("step_sec", "step ms"), ("input_sec", "input ms"), ("compute_sec", "compute ms"),
+    ("communication_sec", "comm. ms"), ("other_sec", "other ms"), ("allreduce_bus_gbps", "all-reduce busbw GB/s"),
+    ("cause", "cause"),
+)
+
+
+def format_cell(key: str, value: Any) -> str:
+    """A row's value as the table shows it (milliseconds for seconds per step, `-` for none)."""
+    if value is None:
+        return "-"
+    if key == "samples_per_sec":
+        return f"{value:,.0f}"
+    if key.endswith("_sec"):
+        return f"{value * 1e3:.3g}"
+    if key in ("speedup", "efficiency"):
+        return f"{value:.2f}"
+    if key == "allreduce_bus_gbps":
+        return f"{value:.3g}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def headers() -> list[tuple[str, str]]:
+    """`(key, title)` of each column."""
+    return list(_HEADERS)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows (with a `devices` entry beside :data:`ROW_KEYS`) as a Markdown table."""
+    lines = [
+        "| " + " | ".join(title for _, title in _HEADERS) + " |",
+        "|" + "---|" * len(_HEADERS),
+    ]
+    for row in rows:
+        cells = [format_cell(key, row.get(key)).replace("|", "\\|") for key, _ in _HEADERS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: Sequence[str]) -> str:
+    """Write the study to `log_dir` (see the module's text); returns the study's run directory."""
+    run = os.path.join(os.fspath(log_dir), SCALE_RUN)
+    os.makedirs(run, exist_ok=True)
+    dicts = [dict(r.as_dict(), devices=label) for r, label in zip(rows, labels)]
+    main = acquire(run)
+    try:
+        write_layout(main)
+        main.text(_tags.SCALE_TABLE.name(), markdown_table(dicts), step=0)
+    finally:
+        release(main)
+    first = rows[0].result.total_replicas if rows else 1
+    for row, label in zip(rows, labels):
+        if label.startswith("CPU (GPUs hidden)"):
+            continue
+        writer = acquire(os.path.join(run, f"workers_{row.result.workers}"))
+        try:
+            writer.scalars(
+                {
+                    _tags.SCALE_SAMPLES_PER_SEC.name(): row.samples_per_sec,
+                    _tags.SCALE_SPEEDUP.name(): row.speedup,
+                    _tags.SCALE_IDEAL_SPEEDUP.name(): row.result.total_replicas / first,
+                    _tags.SCALE_EFFICIENCY.name(): row.efficiency,
+                },
+                step=row.result.total_replicas,
+            )
+        finally:
+            release(writer)
+    with open(os.path.join(run, ROWS_FILE), "w", encoding="utf-8") as f:
+        json.dump({"rows": dicts}, f, indent=1)
+    return run
+
+
+def read_rows(log_dir: str | os.PathLike) -> list[dict[str, Any]] | None:
+    """The study's rows under `log_dir` (each with `devices` and :data:`ROW_KEYS`), or `None` where there is none."""
+    path = os.path.join(os.fspath(log_dir), SCALE_RUN, ROWS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [r for r in rows if isinstance(r, dict) and all(k in r for k in ROW_KEYS)]

@@ -1,0 +1,263 @@
+"""`keras-gpu scale`: rows against a stopwatch in the script, the arithmetic, the cause, outputs and bad input.
+
+The end-to-end tests run `tests/_scale/mlp.py` (a small MLP under
+`keras_gpu.make_strategy()`) through the real command on logical CPUs and
+loopback workers; they are bounded by step counts, never by wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_gpu.meters.scale_table import ROW_KEYS, AllReduce, RunResult, build_rows, bus_bandwidth
+
+REPO = Path(__file__).resolve().parent.parent
+MLP = str(REPO / "benchmarks" / "scale_mlp.py")
+WARMUP, STEPS = 10, 40
+
+
+def E2E(test):
+    """The real command: a TensorFlow process per configuration."""
+    return pytest.mark.slow(pytest.mark.timeout(900)(test))
+
+
+
+def _scale(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "keras_gpu.cli", "scale", *args],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout,
+    )
+
+
+def _rows(proc: subprocess.CompletedProcess) -> list[dict]:
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout)["rows"]
+
+
+# ------------------------------------------------------------------------------- arithmetic
+
+
+def _result(workers, replicas, samples_per_step, step_sec, parts=None, grad_bytes=4000, allreduce=None):
+    steps = 50
+    return RunResult(workers, replicas, steps, step_sec * steps, samples_per_step * steps, parts, grad_bytes, allreduce)
+
+
+def test_speedup_and_efficiency_follow_from_the_rates():
+    rows = build_rows([_result(1, 1, 64, 0.010), _result(1, 2, 128, 0.0125), _result(2, 2, 256, 0.04)])
+    rates = [64 / 0.010, 128 / 0.0125, 256 / 0.04]  # hand count: samples per step over seconds per step
+    assert [r.samples_per_sec for r in rows] == pytest.approx(rates)
+    assert [r.speedup for r in rows] == pytest.approx([1.0, 1.6, 1.0])
+    assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.8, 0.25])
+    d = rows[1].as_dict()
+    assert tuple(d) == ROW_KEYS
+    assert (d["global_batch"], d["per_replica_batch"], d["step_sec"]) == (128, 64, pytest.approx(0.0125))
+
+
+def test_bus_bandwidth_is_nccl_tests_definition():
+    # nccl-tests: busbw = algbw * 2 (n - 1) / n for all-reduce; 1 GB in 0.5 s over 4 ranks.
+    ar = AllReduce(nbytes=10**9, seconds=0.5, ranks=4)
+    assert ar.algbw == pytest.approx(2e9)
+    assert ar.busbw == pytest.approx(3e9)
+    assert bus_bandwidth(1.0, 1) == 0.0
+    row = build_rows([_result(1, 1, 64, 0.01), _result(1, 4, 256, 0.01, allreduce=ar)])[1].as_dict()
+    assert row["allreduce_bus_gbps"] == pytest.approx(3.0)
+
+
+def test_cause_is_the_part_that_grew_most_against_linear():
+    base = {"input": 0.001, "compute": 0.008, "communication": 0.0, "other": 0.001}
+    # Same global batch over 2 replicas: every part should halve; communication appeared instead.
+    comm = {"input": 0.0005, "compute": 0.004, "communication": 0.006, "other": 0.0005}
+    inp = {"input": 0.006, "compute": 0.008, "communication": 0.001, "other": 0.001}
+    rows = build_rows([
+        _result(1, 1, 64, 0.010, base),
+        _result(1, 2, 64, 0.011, comm, grad_bytes=35_232_153),
+        _result(1, 2, 128, 0.016, inp),
+    ])
+    assert rows[0].cause == "baseline"
+    assert rows[1].cause.startswith("communication: the all-reduce of 33.6 MiB of gradients takes 6 ms per step")
+    assert rows[2].cause.startswith("input: the host pipeline's time per step grows with the global batch")
+
+
+def test_each_worker_gets_its_own_gpus_and_the_cpu_row_hides_them(tmp_path):
+    from keras_gpu.cli._scale_run import Config, _envs
+
+    gpus = ["0", "1", "2", "3"]
+    envs = _envs(Config(2, 2, 2), str(tmp_path), 5, 10, gpus)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "2,3"]
+    assert [json.loads(e["TF_CONFIG"])["task"]["index"] for e in envs] == [0, 1]
+    assert all(e["KERAS_GPU_SCALE_WARMUP"] == "5" and e["KERAS_GPU_SCALE_STEPS"] == "10" for e in envs)
+    (cpu,) = _envs(Config(1, 1, 0, hide_gpus=True), str(tmp_path), 5, 10, gpus)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "TF_CONFIG" not in cpu
+
+
+def test_configurations_that_do_not_fit_the_machine_are_left_out_or_refused():
+    from keras_gpu.cli._scale_run import ScaleError, check_devices
+
+    assert check_devices([1, 2], [1, 2], gpus=0, cpus=2) == [(1, 1), (1, 2), (2, 1)]
+    assert check_devices([1], [1, 2, 4, 8], gpus=8, cpus=2) == [(1, 1), (1, 2), (1, 4), (1, 8)]
+    with pytest.raises(ScaleError, match=r"--replicas 4 needs at least 4 devices, and this machine has 2 GPU"):
+        check_devices([1], [1, 4], gpus=2, cpus=64)
+
+
+# ------------------------------------------------------------------------------- end to end
+
+
+def _stopwatch_rate(path: Path, global_batch: int, warmup: int = WARMUP, steps: int = STEPS) -> float:
+    """The script's own rate over the window: batch ends `warmup` to `warmup + steps`, epoch gaps left out."""
+    times = json.loads(path.read_text())
+    ends, epochs = times["ends"], times["epochs"]
+    start, stop = ends[warmup - 1], ends[warmup + steps - 1]
+    # Between an epoch's last batch end and the next epoch's start: validation and epoch-end work.
+    gaps = sum(begin - max(e for e in ends if e < begin) for begin in epochs[1:] if start < begin < stop)
+    return global_batch * steps / (stop - start - gaps)
+
+
+@E2E
+def test_rows_match_the_scripts_stopwatch_and_log_dir_and_report(tmp_path):
+    sw = tmp_path / "sw"
+    proc = _scale("--replicas", "1,2", "--warmup", str(WARMUP), "--steps", str(STEPS), "--json",
+                  "--log-dir", str(tmp_path / "logs"), MLP, "--steps", "80", "--stopwatch", str(sw))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(proc)
+    assert [(r["workers"], r["replicas"], r["global_batch"], r["per_replica_batch"]) for r in rows] == [
+        (1, 1, 64, 64), (1, 2, 128, 64)]
+    for row in rows:
+        assert tuple(row) == ROW_KEYS
+        truth = _stopwatch_rate(Path(f"{sw}.{row['replicas']}"), row["global_batch"])
+        assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
+        parts = [row[f"{p}_sec"] for p in ("input", "compute", "communication", "other")]
+        assert sum(parts) == pytest.approx(row["step_sec"], rel=0.02)
+    assert rows[0]["allreduce_bus_gbps"] is None and rows[1]["allreduce_bus_gbps"] > 0
+    assert rows[1]["speedup"] == pytest.approx(rows[1]["samples_per_sec"] / rows[0]["samples_per_sec"])
+
+    from keras_gpu.output.scale_output import read_rows
+
+    saved = read_rows(tmp_path / "logs")
+    assert [r["samples_per_sec"] for r in saved] == [r["samples_per_sec"] for r in rows]
+    report = subprocess.run([sys.executable, "-m", "keras_gpu.cli", "report", str(tmp_path / "logs")],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert report.returncode == 0, report.stderr
+    assert "scaling study" in report.stdout and "baseline" in report.stdout
+    as_json = subprocess.run([sys.executable, "-m", "keras_gpu.cli", "report", "--json", str(tmp_path / "logs")],
+                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert [r["speedup"] for r in json.loads(as_json.stdout)["scale"]] == [r["speedup"] for r in rows]
+    _check_events(tmp_path / "logs" / "scale", rows)
+
+
+def _check_events(run: Path, rows: list[dict]) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    acc = EventAccumulator(str(run / "workers_1"), size_guidance={"tensors": 0})
+    acc.Reload()
+    speedup = {e.step: float(make_ndarray(e.tensor_proto)) for e in acc.Tensors("scale/speedup")}
+    ideal = {e.step: float(make_ndarray(e.tensor_proto)) for e in acc.Tensors("scale/ideal_speedup")}
+    assert speedup == pytest.approx({1: 1.0, 2: rows[1]["speedup"]}, rel=1e-6)
+    assert ideal == {1: 1.0, 2: 2.0}
+    main = EventAccumulator(str(run), size_guidance={"tensors": 0})
+    main.Reload()
+    assert "scale/table" in main.Tags()["tensors"]
+
+
+@E2E
+def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
+    sw = tmp_path / "sw"
+    # 3 epochs of 20 steps, each followed by validation that sleeps 1 s; the window is steps 10 to 50.
+    proc = _scale("--warmup", "10", "--steps", "40", "--json", MLP, "--steps", "60", "--epochs", "3",
+                  "--val-sleep", "1", "--stopwatch", str(sw))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = _rows(proc)
+    truth = _stopwatch_rate(Path(f"{sw}.1"), row["global_batch"], 10, 40)
+    assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
+    ends = json.loads(Path(f"{sw}.1").read_text())["ends"]
+    assert len(ends) == 50  # stopped at the window's end, in the third epoch
+
+
+@E2E
+def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
+    proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "20", "--json",
+                  MLP, "--steps", "30", "--input-ms", "20")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(proc)
+    assert rows[1]["global_batch"] == 2 * rows[0]["global_batch"]
+    assert rows[1]["cause"].startswith("input:"), rows
+
+
+@E2E
+def test_a_wide_model_with_a_tiny_batch_on_two_workers_is_named_communication():
+    proc = _scale("--workers", "1,2", "--warmup", "5", "--steps", "20", "--json",
+                  MLP, "--steps", "30", "--batch", "2", "--width", "16384")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(proc)
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert rows[1]["cause"].startswith("communication: the all-reduce of"), rows
+    assert rows[1]["allreduce_bus_gbps"] > 0
+
+
+# ------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replicas", "0,1"], "--replicas: must be a comma-separated list of distinct positive integers"),
+        (["--workers", "1,x"], "Received: --workers 1,x"),
+        (["--steps", "0"], "must be an integer >= 1. Received: --steps 0"),
+        (["--hang-timeout", "-1"], "must be a finite number >= 0. Received: --hang-timeout -1"),
+        (["--replicas", "4096"], "--replicas 4096 needs at least 4096 devices"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments_get_a_message_and_exit_2(args, message):
+    proc = _scale(*args, MLP, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+@E2E
+@pytest.mark.parametrize(
+    ("script_args", "message"),
+    [
+        (["--fail"], "the script failed with 1 worker(s) x 1 replica(s): a worker exited with status 3"),
+        (["--no-fit"], "the script never called fit"),
+        (["--steps", "12"], "the script trained 12 step(s) with 1 worker(s) x 1 replica(s), fewer than --warmup 10"),
+    ],
+)
+def test_a_script_that_cannot_be_measured_is_named(script_args, message):
+    proc = _scale("--warmup", "10", "--steps", "10", "--json", MLP, *script_args)
+    assert proc.returncode == 1
+    assert message in proc.stderr
+    assert json.loads(proc.stdout)["rows"] == []
+
+
+@E2E
+def test_a_script_that_does_not_train_on_the_configurations_replicas_is_named():
+    proc = _scale("--replicas", "2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--plain")
+    assert proc.returncode == 1
+    assert "the script trained on 1 replica(s) in 1 worker(s) with 1 worker(s) x 2 replica(s)" in proc.stderr
+    assert "keras_gpu.make_strategy()" in proc.stderr
+
+
+@E2E
+def test_a_run_that_stops_making_progress_is_stopped_and_named():
+    proc = _scale("--hang-timeout", "10", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--hang-at", "8")
+    assert proc.returncode == 1
+    assert "with 1 worker(s) x 1 replica(s) was stopped: no progress for 10s (--hang-timeout) on worker(s) 0" in (
+        proc.stderr)
+
+
+@E2E
+def test_rows_measured_before_a_failure_are_still_printed():
+    proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "10", MLP, "--steps", "20", "--fail-replicas", "2")
+    assert proc.returncode == 1
+    assert "baseline" in proc.stdout  # the first row's table
+    assert "with 1 worker(s) x 2 replica(s): a worker exited with status 3" in proc.stderr
