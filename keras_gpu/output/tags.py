@@ -34,6 +34,7 @@ _BACKENDS: dict[str, tuple[str, ...]] = {
     "StepTimeLogger": ("tensorflow", "jax"),
     "StepTimeLogger (chief)": ("tensorflow",),
     "PlacementLogger": ("tensorflow",),
+    "keras-gpu scale": ("tensorflow", "jax"),
 }
 
 # Chart categories, in the order TensorBoard's Custom Scalars tab shows them.
