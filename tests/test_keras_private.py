@@ -12,10 +12,10 @@ import pytest
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from keras.src.trainers.epoch_iterator import EpochIterator  # noqa: E402 - the class whose state is read
+from keras.src.trainers.epoch_iterator import EpochIterator
 
-from keras_gpu.core import keras_private  # noqa: E402
-from tests._util import run_python  # noqa: E402
+from keras_gpu.core import keras_private
+from tests._util import run_python
 
 
 def _data(n: int = 10) -> tuple[np.ndarray, np.ndarray]:
