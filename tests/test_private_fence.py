@@ -217,6 +217,35 @@ class _Scanner(ast.NodeVisitor):
         self.docstrings = _docstrings(tree)
         self.functions = _function_names(tree)
         self.findings: list[Finding] = []
+        self.selves: list[frozenset[str]] = [frozenset()]  # the names bound to the instance or class, per scope
+        self.class_body = False
+
+    def _is_self(self, node: ast.AST) -> bool:
+        """`self`/`cls` of the enclosing method (first parameter of a def in a class body), or `super()`."""
+        if isinstance(node, ast.Name):
+            return node.id in self.selves[-1]
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer, self.class_body = self.class_body, True
+        for child in node.body:
+            self.visit(child)
+        self.class_body = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        selves = self.selves[-1]
+        params = [*node.args.posonlyargs, *node.args.args]
+        is_static = any(ast.unparse(d) == "staticmethod" for d in node.decorator_list)
+        if self.class_body and params and not is_static:
+            selves = selves | {params[0].arg}
+        outer, self.class_body = self.class_body, False
+        self.selves.append(frozenset(selves))
+        self.generic_visit(node)
+        self.selves.pop()
+        self.class_body = outer
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self.visit_FunctionDef(node)
 
     def _add(self, node: ast.AST, rule: str, name: str) -> None:
         text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
@@ -252,7 +281,7 @@ class _Scanner(ast.NodeVisitor):
             self._add(node, "import-hook", dotted)
         elif (
             _is_private(node.attr)
-            and not _is_self(node.value)
+            and not self._is_self(node.value)
             and not node.attr.startswith(OWN_NAMESPACE)
             and node.attr not in PUBLIC_UNDERSCORE_NAMES
             and node.attr not in self.own
@@ -261,7 +290,7 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _store(self, target: ast.AST, value: ast.AST | None) -> None:
-        if not isinstance(target, ast.Attribute) or _is_self(target.value):
+        if not isinstance(target, ast.Attribute) or self._is_self(target.value):
             return
         attr = target.attr
         if attr == "exec_module":
@@ -297,7 +326,7 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = ast.unparse(node.func)
         if func in ("getattr", "hasattr", "setattr", "delattr", "object.__setattr__", "object.__delattr__"):
-            if len(node.args) >= 2 and not _is_self(node.args[0]):
+            if len(node.args) >= 2 and not self._is_self(node.args[0]):
                 self._by_name(node, func, node.args[1], node.args[2] if len(node.args) > 2 else None)
         self.generic_visit(node)
 
@@ -371,6 +400,7 @@ def _scan(source: str) -> list[tuple[str, str]]:
     scanner.path, scanner.lines, scanner.own = "x.py", source.splitlines(), {"_own"}
     scanner.constants, scanner.docstrings = _string_constants(tree), _docstrings(tree)
     scanner.functions, scanner.findings = _function_names(tree), []
+    scanner.selves, scanner.class_body = [frozenset()], False
     scanner.visit(tree)
     return [(f.rule, f.name) for f in scanner.findings]
 
@@ -393,7 +423,6 @@ setattr(model, "_x", 1)
 object.__setattr__(model, "_keras_gpu_probe", probe)
 model._inputs_struct
 probe._own
-self._anything
 os._exit(1)
 def step(data):
     return data
@@ -406,6 +435,17 @@ setattr(model, name, 1)
 sys.meta_path.insert(0, finder)
 spec.loader.exec_module = run
 keras.src.backend
+class Owner:
+    def method(self, cls):
+        self._x = lambda: None
+        cls.__init__ = init
+        def inner():
+            self._y = 1
+    @staticmethod
+    def static(self):
+        self.train_step = None
+def patch(cls):
+    cls.__init__ = lambda self: None
 '''
     assert _scan(source) == [
         ("private-import", "keras.src.trainers"),
@@ -428,4 +468,7 @@ keras.src.backend
         ("import-hook", "sys.meta_path"),
         ("import-hook", "spec.loader.exec_module"),
         ("private-import", "keras.src"),
+        ("patching", "cls.__init__"),
+        ("patching", "self.train_step"),
+        ("patching", "cls.__init__"),
     ]
