@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import keras
 
@@ -24,19 +24,33 @@ __all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "check_log_di
 PER_WORKER_RUNS_MAX = 16
 
 
-def read_step(model: Any, fallback: int = 0) -> int:
+@overload
+def read_step(model: Any, fallback: int = 0) -> int: ...
+@overload
+def read_step(model: Any, fallback: None) -> int | None: ...
+def read_step(model: Any, fallback: int | None = 0) -> int | None:
     """The optimizer's iteration count (the global step), or `fallback` when it has none yet.
 
-    Reads the backend variable directly: one small device-to-host copy, safe
-    from any thread.
+    keras-gpu's one reader of the optimizer step. Reads the backend variable
+    directly: one small device-to-host copy, safe from any thread; call it
+    only where a device read is allowed (epoch boundaries, the window's end).
+
+    Example:
+        >>> import keras
+        >>> from keras_gpu.hooks._base import read_step
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> read_step(model), read_step(model, None)  # no optimizer yet
+        (0, None)
     """
     iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
     if iterations is None:
         return fallback
+    value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
     try:
-        value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
-        if hasattr(value, "numpy"):
-            return int(value.numpy())
+        return int(value.numpy())
+    except Exception:  # noqa: BLE001, S110 - no .numpy() (JAX), or one that needs the host first (a GPU tensor)
+        pass
+    try:
         return int(keras.ops.convert_to_numpy(iterations))
     except Exception:  # noqa: BLE001 - an unbuilt optimizer has no value yet
         return fallback
