@@ -61,8 +61,8 @@ class RunOptions:
     """The options every logging callback shares, checked: where the runs go and which workers write one.
 
     Declared once for `keras_gpu.callbacks()` and the callbacks it builds:
-    the factory checks them (:meth:`checked`) and passes the record in place
-    of `log_dir`; a callback built directly checks its own.
+    each checks them with :meth:`checked` (the factory before it builds any
+    callback, so a bad value fails in its name).
     """
 
     log_dir: str
@@ -85,17 +85,13 @@ class LoggingCallback(keras.callbacks.Callback):
     Subclasses call :meth:`_open` from `on_train_begin` and :meth:`_close`
     from `on_train_end`.
 
-    Each value is checked once, where it enters: a callback built directly
-    checks its arguments; one built by `keras_gpu.callbacks()` gets a
-    :class:`RunOptions` as `log_dir` and takes the options that factory
-    checked and forwards (`every_s`, `profile_every_s`) as they are
-    (:attr:`_forwarded` is then True).
+    Every callback checks its arguments, also when `keras_gpu.callbacks()`
+    built it (the checks return a checked value unchanged).
     """
 
-    def __init__(self, log_dir: str | os.PathLike | RunOptions, per_worker_runs: bool | None = None) -> None:
+    def __init__(self, log_dir: str | os.PathLike, per_worker_runs: bool | None = None) -> None:
         super().__init__()
-        self._forwarded = isinstance(log_dir, RunOptions)
-        run = log_dir if isinstance(log_dir, RunOptions) else RunOptions.checked(log_dir, per_worker_runs)
+        run = RunOptions.checked(log_dir, per_worker_runs)
         self.log_dir = run.log_dir
         self.per_worker_runs = run.per_worker_runs
         self._writer: _writer.SummaryWriter | None = None

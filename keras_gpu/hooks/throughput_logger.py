@@ -174,7 +174,7 @@ class ThroughputLogger(LoggingCallback):
         super().__init__(log_dir, per_worker_runs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         # keras_gpu.callbacks() checked the every_s it forwards.
-        self.every_s = every_s if self._forwarded else check_positive("every_s", every_s, allow_none=True)
+        self.every_s = check_positive("every_s", every_s, allow_none=True)
         if every_n_steps is not None and every_s is not None:
             raise ValueError(
                 "Pass only one of `every_n_steps` (windows by steps) and `every_s` (windows by time). "
