@@ -40,3 +40,23 @@ def test_read_step_on_the_other_backends(name):
         pytest.skip(f"{name} is not installed")
     out = run_python(_CODE, env={"KERAS_BACKEND": name}, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "(0, None) 6 6"
+
+
+def test_read_step_reads_a_tensor_whose_numpy_refuses():
+    """A torch tensor `.numpy()` refuses (one that requires grad here; one on a GPU likewise) is still read."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    code = """
+        import types, keras
+        from keras_gpu.hooks._base import read_step
+        iterations = keras.Variable(5.0, trainable=True)
+        try:
+            iterations.value.numpy()
+            refused = False
+        except Exception:
+            refused = True
+        model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=iterations))
+        print(refused, read_step(model, None))
+    """
+    out = run_python(code, env={"KERAS_BACKEND": "torch"}, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "True 5"
