@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
+    "CALLBACK_LIST_MODULE",
     "array_adapter_inputs",
     "array_adapter_num_samples",
     "call_has_training_arg",
