@@ -15,6 +15,16 @@ def test_default_set_is_one_of_each(tmp_path):
     assert all(cb.log_dir == str(tmp_path) for cb in cbs)
 
 
+def test_each_callback_gets_the_path_and_per_worker_runs_as_its_own_arguments(tmp_path):
+    cbs = keras_gpu.callbacks(tmp_path, per_worker_runs=False, profile_every_s=5)
+    assert [(cb.log_dir, cb.per_worker_runs) for cb in cbs] == [(str(tmp_path), False)] * 4
+    assert cbs[-1].profile_every_s == 5.0
+    from keras_gpu.hooks._base import RunOptions
+
+    with pytest.raises(TypeError, match="log_dir"):  # a record is not a path
+        ThroughputLogger(RunOptions(str(tmp_path)))
+
+
 def test_switches_and_shared_options(tmp_path):
     (tp,) = keras_gpu.callbacks(
         tmp_path, memory=False, placement=False, step_time=False, batch_size=128, peak_flops=1e12, every_s=2.0

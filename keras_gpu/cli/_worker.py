@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
-import importlib.machinery
 import os
 import runpy
 import signal
@@ -57,7 +55,6 @@ ENV_STOP_DELAY = "KERAS_GPU_STOP_DELAY"
 _MAX_REPLICAS = 4096  # configure_devices' bound on logical devices
 _DEFAULT_STOP_DELAY_S = 2.5
 _STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
-_CALLBACK_LIST = "keras.src.callbacks.callback_list"
 _PR_SET_PDEATHSIG = 1
 _USAGE = "usage: python -m keras_gpu.cli._worker [--cpu-replicas K] -- (script.py | -m module) [args...]"
 
@@ -128,47 +125,13 @@ def _run_target(target: list[str]) -> None:
 def install_heartbeat() -> None:
     """Make every Keras `CallbackList` of this process hold a `keras_gpu.Heartbeat`.
 
-    Patches `CallbackList.__init__` now when Keras is imported, else when the
+    Wraps `CallbackList.__init__` now when Keras is imported, else when the
     script imports it (an import hook that imports nothing itself, so the
-    script still chooses the backend).
+    script still chooses the backend): see `keras_private.wrap_callback_lists`.
     """
-    module = sys.modules.get(_CALLBACK_LIST)
-    if module is not None:
-        _patch_callback_list(module.CallbackList)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    from keras_gpu.core import keras_private
 
-
-class _PatchOnImport:
-    """A meta-path finder that patches Keras' `CallbackList` right after its module runs."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != _CALLBACK_LIST:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            _patch_callback_list(module.CallbackList)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
-def _patch_callback_list(cls: type) -> None:
-    original = cls.__init__
-    if getattr(original, "_keras_gpu_heartbeat", False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self, callbacks=None, *args, **kwargs):  # noqa: N807 - it replaces CallbackList.__init__
-        original(self, _with_heartbeat(callbacks), *args, **kwargs)
-
-    __init__._keras_gpu_heartbeat = True  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own mark
-    cls.__init__ = __init__
+    keras_private.wrap_callback_lists(_with_heartbeat)
 
 
 def _with_heartbeat(callbacks: Any) -> Any:

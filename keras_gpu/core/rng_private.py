@@ -167,7 +167,7 @@ def _tensorflow() -> list[Callable[[], None]]:
     state = rng.getstate() if rng is not None else None
 
     def put_seed_back() -> None:
-        ctx._seed, ctx._rng = seed, rng  # noqa: SLF001 - the eager context's own seed fields
+        ctx._seed, ctx._rng = seed, rng
         if rng is not None:
             rng.setstate(state)
 

@@ -4,9 +4,11 @@ TensorFlow's private modules (`tensorflow.python...`, `tensorflow.core...`,
 `tensorflow.compiler...`, `tensorflow.tsl...`) and private attributes
 (`context._context_handle`, `extended._devices`, ...) are touched here and
 nowhere else in keras-gpu. When TensorFlow is upgraded, this module and
-`keras_gpu/setup/keras_compat.py` (the upstream-defect fixes) are the two files to
+`keras_gpu/setup/keras_compat.py` (the upstream-defect fixes) are the files to
 audit; `tests/test_tf_private.py` checks every function here against the
-installed TensorFlow.
+installed TensorFlow. Keras' private state is in `keras_gpu/core/keras_private.py`,
+JAX's in `keras_gpu/core/jax_private.py`; `tests/test_private_fence.py` keeps
+all of it inside these modules.
 
 Each function names the fact it reads or the change it makes, states what
 it was checked on, and imports TensorFlow lazily: importing this module

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import keras
 
@@ -23,19 +23,33 @@ __all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "read_step"]
 PER_WORKER_RUNS_MAX = 16
 
 
-def read_step(model: Any, fallback: int = 0) -> int:
+@overload
+def read_step(model: Any, fallback: int = 0) -> int: ...
+@overload
+def read_step(model: Any, fallback: None) -> int | None: ...
+def read_step(model: Any, fallback: int | None = 0) -> int | None:
     """The optimizer's iteration count (the global step), or `fallback` when it has none yet.
 
-    Reads the backend variable directly: one small device-to-host copy, safe
-    from any thread.
+    keras-gpu's one reader of the optimizer step. Reads the backend variable
+    directly: one small device-to-host copy, safe from any thread; call it
+    only where a device read is allowed (epoch boundaries, the window's end).
+
+    Example:
+        >>> import keras
+        >>> from keras_gpu.hooks._base import read_step
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> read_step(model), read_step(model, None)  # no optimizer yet
+        (0, None)
     """
     iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
     if iterations is None:
         return fallback
+    value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
     try:
-        value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
-        if hasattr(value, "numpy"):
-            return int(value.numpy())
+        return int(value.numpy())
+    except Exception:  # noqa: BLE001, S110 - no .numpy() (JAX), or one that needs the host first (a GPU tensor)
+        pass
+    try:
         return int(keras.ops.convert_to_numpy(iterations))
     except Exception:  # noqa: BLE001 - an unbuilt optimizer has no value yet
         return fallback
@@ -46,8 +60,8 @@ class RunOptions:
     """The options every logging callback shares, checked: where the runs go and which workers write one.
 
     Declared once for `keras_gpu.callbacks()` and the callbacks it builds:
-    the factory checks them (:meth:`checked`) and passes the record in place
-    of `log_dir`; a callback built directly checks its own.
+    each checks them with :meth:`checked` (the factory before it builds any
+    callback, so a bad value fails in its name).
     """
 
     log_dir: str
@@ -70,17 +84,13 @@ class LoggingCallback(keras.callbacks.Callback):
     Subclasses call :meth:`_open` from `on_train_begin` and :meth:`_close`
     from `on_train_end`.
 
-    Each value is checked once, where it enters: a callback built directly
-    checks its arguments; one built by `keras_gpu.callbacks()` gets a
-    :class:`RunOptions` as `log_dir` and takes the options that factory
-    checked and forwards (`every_s`, `profile_every_s`) as they are
-    (:attr:`_forwarded` is then True).
+    Every callback checks its arguments, also when `keras_gpu.callbacks()`
+    built it (the checks return a checked value unchanged).
     """
 
-    def __init__(self, log_dir: str | os.PathLike | RunOptions, per_worker_runs: bool | None = None) -> None:
+    def __init__(self, log_dir: str | os.PathLike, per_worker_runs: bool | None = None) -> None:
         super().__init__()
-        self._forwarded = isinstance(log_dir, RunOptions)
-        run = log_dir if isinstance(log_dir, RunOptions) else RunOptions.checked(log_dir, per_worker_runs)
+        run = RunOptions.checked(log_dir, per_worker_runs)
         self.log_dir = run.log_dir
         self.per_worker_runs = run.per_worker_runs
         self._writer: _writer.SummaryWriter | None = None

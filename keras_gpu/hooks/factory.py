@@ -107,8 +107,9 @@ def callbacks(
         >>> [type(callback).__name__ for callback in callbacks]  # on the TensorFlow backend
         ['ThroughputLogger', 'MemoryLogger', 'PlacementLogger', 'StepTimeLogger']
     """
-    # Each value is checked here, once; the callbacks take what this forwards as it is (see RunOptions).
+    # Each value is checked here first, so that a bad one fails before any callback is built.
     run = RunOptions.checked(log_dir, per_worker_runs)
+    shared = {"log_dir": run.log_dir, "per_worker_runs": run.per_worker_runs}
     every_s = check_positive("every_s", every_s, allow_none=True)
     epoch_logs = check_bool("epoch_logs", epoch_logs)
     out: list[keras.callbacks.Callback] = []
@@ -116,7 +117,7 @@ def callbacks(
     if check_bool("throughput", throughput):
         out.append(
             ThroughputLogger(
-                run,
+                **shared,
                 batch_size=batch_size,
                 samples_per_epoch=samples_per_epoch,
                 flops_per_sample=flops_per_sample,
@@ -129,12 +130,12 @@ def callbacks(
         memory_window = dict(window)
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
-        out.append(MemoryLogger(run, epoch_logs=epoch_logs, **memory_window))
+        out.append(MemoryLogger(**shared, epoch_logs=epoch_logs, **memory_window))
     profile_every_s = check_profile_every_s(profile_every_s, allow_none=True)
     if check_bool("placement", placement):
         backend_name = backend.name()
         if backend_name == "tensorflow":
-            out.append(PlacementLogger(run))
+            out.append(PlacementLogger(**shared))
         else:
             log_once(
                 logging.INFO,
@@ -145,7 +146,7 @@ def callbacks(
             )
     if check_bool("step_time", step_time) and profile_every_s != StepTimeLogger.NO_TRACING:
         profile = {} if profile_every_s is None else {"profile_every_s": profile_every_s}
-        out.append(StepTimeLogger(run, **profile))
+        out.append(StepTimeLogger(**shared, **profile))
     if not out and placement:
         raise ValueError(
             f"keras_gpu.callbacks() has nothing to log on the {backend.name()} backend: placement is "

@@ -24,7 +24,7 @@ its size (the first dimension of its first array: shape metadata, no
 device sync) to a :class:`BatchCounter`. TensorFlow's train function takes
 its batches inside the compiled step; there `keras_gpu.hooks.step_probe` counts.
 
-This reads private Keras state (checked on Keras 3.15): everything is wrapped
+This reads private Keras state through `keras_gpu.core.keras_private`: everything is wrapped
 so that a different Keras yields `None` fields, never an exception.
 """
 
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from keras_gpu.core import keras_private
 from keras_gpu.core.log import logger
 
 __all__ = ["ArrayInput", "BatchCounter", "FitData", "FitWatch", "count_batches", "inspect_fit", "walk_stack"]
@@ -199,7 +200,7 @@ def _from_array_adapter(adapter: Any) -> dict[str, Any]:
     batch = _int_or_none(getattr(adapter, "batch_size", None))
     batches = _int_or_none(getattr(adapter, "num_batches", None))
     partial = getattr(adapter, "partial_batch_size", None)
-    samples = _int_or_none(getattr(adapter, "_num_samples", None))
+    samples = _int_or_none(keras_private.array_adapter_num_samples(adapter))
     out: dict[str, Any] = {"batch_size": batch, "batches_per_pass": batches}
     if batch is not None:
         out["last_batch_size"] = _int_or_none(partial) or batch
@@ -207,7 +208,7 @@ def _from_array_adapter(adapter: Any) -> dict[str, Any]:
         out["samples_per_pass"] = (batches - 1) * batch + out["last_batch_size"]
         if samples is not None and samples != out["samples_per_pass"]:
             return {}  # the adapter's fields disagree: trust none of them
-    inputs = getattr(adapter, "_inputs", None)
+    inputs = keras_private.array_adapter_inputs(adapter)
     if inputs is not None:
         try:
             out["x_shapes"] = _array_inputs(_unpack_x(inputs))
@@ -220,7 +221,7 @@ def _from_array_adapter(adapter: Any) -> dict[str, Any]:
 def _from_tf_dataset_adapter(adapter: Any) -> dict[str, Any]:
     import tensorflow as tf
 
-    dataset = getattr(adapter, "_dataset", None)
+    dataset = keras_private.tf_dataset_adapter_dataset(adapter)
     if not isinstance(dataset, tf.data.Dataset):
         return {}  # a user-distributed dataset: per-replica specs, batch unknown
     out: dict[str, Any] = {}
@@ -378,18 +379,9 @@ def count_batches(model: Any) -> BatchCounter | None:
     """
     try:
         iterator = _find_epoch_iterator(model)
-        make = getattr(iterator, "_get_iterator", None)
-        if iterator is None or not callable(make):
-            return None
         counter = BatchCounter()
-
-        def _get_iterator() -> Iterator[Any]:
-            return counter.wrap(make())
-
-        iterator._get_iterator = _get_iterator  # noqa: SLF001 - Keras' epoch iterator has no public hook for its batches
-        current = getattr(iterator, "_current_iterator", None)
-        if current is not None:  # a pass already under way (Keras resets it before on_train_begin)
-            iterator._current_iterator = counter.wrap(current)  # noqa: SLF001 - as above
+        if iterator is None or not keras_private.wrap_epoch_iterator(iterator, counter.wrap):
+            return None
         return counter
     except Exception as exc:  # noqa: BLE001 - counting must never break fit
         logger.debug("keras-gpu: could not count the running fit's batches: %s: %s", type(exc).__name__, exc)

@@ -175,7 +175,7 @@ class MemoryLogger(LoggingCallback):
         super().__init__(log_dir, per_worker_runs)
         self.epoch_logs = check_bool("epoch_logs", epoch_logs)
         # keras_gpu.callbacks() checked the every_s it forwards.
-        self.every_s = float(every_s if self._forwarded else check_positive("every_s", every_s))
+        self.every_s = float(check_positive("every_s", every_s))
         self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
         if self.sample_interval_s > self.every_s:
             raise ValueError(

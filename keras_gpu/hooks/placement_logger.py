@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_gpu.core import keras_private
 from keras_gpu.core.backend import require_tensorflow_backend
 from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import log_once, logger
@@ -206,7 +207,7 @@ class PlacementLogger(LoggingCallback):
 
         first_call.__wrapped__ = original  # type: ignore[attr-defined]
         first_call._keras_gpu_placement = True  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own mark
-        model.train_function = first_call
+        keras_private.set_train_function(model, first_call)
         fit.wrapped = (original, first_call)
 
     def _unwrap(self) -> None:
@@ -216,7 +217,7 @@ class PlacementLogger(LoggingCallback):
         original, wrapper = fit.wrapped
         fit.wrapped = None
         if getattr(fit.model, "train_function", None) is wrapper:
-            fit.model.train_function = original
+            keras_private.set_train_function(fit.model, original)
 
     def _guarded(self, fn, *args) -> None:
         start = time.perf_counter()

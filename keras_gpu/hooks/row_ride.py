@@ -31,6 +31,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from keras_gpu.core import keras_private
 from keras_gpu.hooks.in_step import plain_variables, replica_id
 
 __all__ = ["RowRide", "install_ride"]
@@ -59,7 +60,7 @@ def install_ride(model: Any, workers: int, worker: int, width: int, local_replic
         return None
     ride.optimizer = optimizer
     object.__setattr__(model, _ATTR, ride)
-    model.train_function = None
+    keras_private.drop_train_function(model)
     return ride
 
 

@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from keras_gpu.core import keras_private
 from keras_gpu.hooks.in_step import plain_variables, replica_id
 
 __all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
@@ -142,10 +143,10 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
         probe = StepProbe(local_replicas, timing=timing, on_device=on_device)
         probe._wrap_step(model)  # noqa: SLF001 - the module's own class
         object.__setattr__(model, _ATTR, probe)
-        model.train_function = None
+        keras_private.drop_train_function(model)
     elif timing and not probe.timing:
         probe.timing = probe._timed = True  # noqa: SLF001 - the module's own class
-        model.train_function = None  # the next trace adds the timestamps
+        keras_private.drop_train_function(model)  # the next trace adds the timestamps
     probe._wrap_optimizer(getattr(model, "optimizer", None))  # noqa: SLF001 - the module's own class
     return probe
 
@@ -242,18 +243,13 @@ class StepProbe:
             return self._probed_step(original, data)
 
         object.__setattr__(train_step, _ATTR, self)
-        model.train_step = train_step
+        keras_private.set_train_step(model, train_step)
 
     def _unwrap_step(self, model: Any) -> None:
         """Put back the step this probe wrapped (before another probe wraps it)."""
-        step = model.__dict__.get("train_step")
+        step = keras_private.patched_train_step(model)
         if step is not None and getattr(step, _ATTR, None) is self:
-            original = step.__wrapped__
-            own = getattr(type(model), "train_step", None)
-            if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is own:
-                del model.__dict__["train_step"]  # the class's own method again
-            else:
-                model.train_step = original
+            keras_private.restore_train_step(model, step.__wrapped__)
 
     def _wrap_optimizer(self, optimizer: Any) -> None:
         if optimizer is None or getattr(optimizer.apply, _ATTR, None) is self:
@@ -268,11 +264,11 @@ class StepProbe:
                 trainable_variables = list(trainable_variables)
             grads = self._mark_gradients_ready(grads)
             result = original(grads, trainable_variables, *args, **kwargs)
-            self._trace.updated = _reads(trainable_variables or getattr(optimizer, "_trainable_variables", None))
+            self._trace.updated = _reads(trainable_variables or keras_private.optimizer_trainable_variables(optimizer))
             return result
 
         object.__setattr__(apply, _ATTR, self)
-        optimizer.apply = apply
+        keras_private.set_optimizer_apply(optimizer, apply)
 
     # -- inside the traced step -----------------------------------------------------------------
 

@@ -182,7 +182,7 @@ class StepTimeLogger(LoggingCallback):
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
         # keras_gpu.callbacks() checked the profile_every_s it forwards.
-        self.profile_every_s = profile_every_s if self._forwarded else check_profile_every_s(profile_every_s)
+        self.profile_every_s = check_profile_every_s(profile_every_s)
         self.profile_steps = check_positive("profile_steps", profile_steps, integer=True)
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)
         self.max_traces = check_positive("max_traces", max_traces, integer=True)

@@ -18,7 +18,7 @@ from keras_gpu.core import backend
 from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks import sample_counter
-from keras_gpu.hooks._base import LoggingCallback
+from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.sample_counter import KerasCount
 from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
@@ -164,7 +164,7 @@ class ThroughputLogger(LoggingCallback):
         self.epoch_logs = check_bool("epoch_logs", epoch_logs)
         self.every_n_steps = check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         # keras_gpu.callbacks() checked the every_s it forwards.
-        self.every_s = every_s if self._forwarded else check_positive("every_s", every_s, allow_none=True)
+        self.every_s = check_positive("every_s", every_s, allow_none=True)
         if every_n_steps is not None and every_s is not None:
             raise ValueError(
                 "Pass only one of `every_n_steps` (windows by steps) and `every_s` (windows by time). "
@@ -216,7 +216,7 @@ class ThroughputLogger(LoggingCallback):
         # work below (a write, a step-count read) is wall time of this epoch.
         self._write_epoch(fit.meter.epoch_close(t))
         if not fit.meter.exact_steps:
-            fit.epoch_iterations = self._iterations()
+            fit.epoch_iterations = read_step(self.model, None)
         if fit.keras_count is not None:
             fit.keras_count.epoch_begin()
         fit.meter.epoch_begin(t)
@@ -278,7 +278,7 @@ class ThroughputLogger(LoggingCallback):
         meter = fit.meter
         epoch_steps = None
         if not meter.exact_steps and fit.epoch_iterations is not None:
-            now = self._iterations()
+            now = read_step(self.model, None)
             epoch_steps = None if now is None else now - fit.epoch_iterations
         windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
         fit.next_batch = fit.next_time = _INF
@@ -384,19 +384,6 @@ class ThroughputLogger(LoggingCallback):
             logger.debug("keras-gpu: steps_per_execution check failed: %s", exc)
 
     # -- helpers --------------------------------------------------------------------
-
-    def _iterations(self) -> int | None:
-        """The optimizer's step count (a device read: only at epoch boundaries)."""
-        optimizer = getattr(self.model, "optimizer", None)
-        iterations = getattr(optimizer, "iterations", None)
-        if iterations is None:
-            return None
-        try:
-            import keras
-
-            return int(keras.ops.convert_to_numpy(iterations))
-        except Exception:  # noqa: BLE001
-            return None
 
     def _log_summary(self, s: dict[str, Any]) -> None:
         fit_time = f"{s['fit_seconds']:.2f} s of fit"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from keras_gpu.core import backend
+from keras_gpu.core import backend, keras_private
 from keras_gpu.core.log import logger
 from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.core.tf_private import constant_value, function_body_graph
@@ -261,7 +261,7 @@ def _signature(model: Any, input_spec: Any) -> tuple[Any, int]:
 
     names: list[str] = []  # the model's own input names, where its symbolic inputs give the spec
     if input_spec is None:
-        struct = getattr(model, "_inputs_struct", None)
+        struct = keras_private.inputs_struct(model)
         if struct is None:
             try:
                 struct = model.inputs

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from keras_gpu.core import backend
+from keras_gpu.core import backend, keras_private
 from keras_gpu.core.log import logger
 from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.meters import flops
@@ -172,7 +172,7 @@ def _input_structure(model: Any, batch: int) -> Any:
     """
     import keras
 
-    struct = getattr(model, "_inputs_struct", None)  # a functional model: its inputs as it was defined
+    struct = keras_private.inputs_struct(model)  # a functional model: its inputs as it was defined
     if struct is not None:
         leaves = [(tuple(t.shape), str(t.dtype), getattr(t, "name", "")) for t in keras.tree.flatten(struct)]
         return keras.tree.pack_sequence_as(struct, [_probe_input(shape, dtype, n, batch) for shape, dtype, n in leaves])
@@ -243,7 +243,7 @@ def _jax_forward_flops(model: Any, inputs: Any) -> float:
     x = _map_inputs(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), inputs)
 
     # stateless_call hands its keywords to `call` as they are (unlike `__call__`).
-    training = {"training": False} if getattr(model, "_call_has_training_arg", True) else {}
+    training = {"training": False} if keras_private.call_has_training_arg(model) else {}
 
     def forward(trainable, non_trainable, x):
         outputs, _ = model.stateless_call(trainable, non_trainable, x, **training)

@@ -24,7 +24,7 @@ def _layout_proto():
 
 def write_layout(writer: SummaryWriter) -> bool:
     """Write the layout into `writer`'s run once per writer; later calls do nothing."""
-    if getattr(writer, "_layout_written", False):
+    if writer.layout_written:
         return True
 
     from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
@@ -39,5 +39,5 @@ def write_layout(writer: SummaryWriter) -> bool:
     summary = summary_pb2.Summary()
     summary.value.add(tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(), tensor=tensor)
     ok = writer.summary(summary, step=0)
-    writer._layout_written = ok  # type: ignore[attr-defined]  # noqa: SLF001 - keras-gpu's own writer
+    writer.layout_written = ok
     return ok

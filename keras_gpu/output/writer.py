@@ -210,6 +210,7 @@ class SummaryWriter:
         self._lock = threading.RLock()
         self._closed = False
         self.disabled = False
+        self.layout_written = False  # the custom-scalars layout is in this run (output.layout.write_layout)
         self._templates: dict[tuple[str, ...], Any] = {}  # tag set -> its Summary, refilled on each write
 
     def _get(self) -> Any:

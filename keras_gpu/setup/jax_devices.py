@@ -70,9 +70,9 @@ def backends_started() -> bool:
 
     if "jax" not in sys.modules:
         return False
-    from jax._src import xla_bridge
+    from keras_gpu.core.jax_private import backends_initialized
 
-    return bool(xla_bridge.backends_are_initialized())
+    return backends_initialized()
 
 
 def configure_devices(**kwargs: Any) -> DeviceConfig:

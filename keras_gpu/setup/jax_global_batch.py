@@ -42,6 +42,8 @@ from typing import Any
 import jax
 import keras
 
+from keras_gpu.core import keras_private
+
 __all__ = ["GlobalBatchDataParallel", "install"]
 
 _MARK = "_keras_gpu_global_batch"
@@ -66,28 +68,21 @@ class GlobalBatchDataParallel(keras.distribution.DataParallel):
 
 def install() -> None:
     """Wrap Keras' JAX input distribution and predict function once per process (idempotent)."""
-    from keras.src.backend.jax import distribution_lib
-    from keras.src.backend.jax.trainer import JAXTrainer
+    keras_private.wrap_jax_data_input(_global_data_input)
+    keras_private.wrap_jax_predict_function(_replicated_predict)
 
-    original_input = distribution_lib.distribute_data_input
-    if not getattr(original_input, _MARK, False):
-        wrapped = functools.wraps(original_input)(functools.partial(_distribute_data_input, original_input))
-        setattr(wrapped, _MARK, True)
-        distribution_lib.distribute_data_input = wrapped
-    original_predict = JAXTrainer.make_predict_function
-    if not getattr(original_predict, _MARK, False):
 
-        @functools.wraps(original_predict)
-        def make_predict_function(self: Any, force: bool = False) -> Any:
-            original_predict(self, force)
-            distribution = _global_distribution()
-            function = self.predict_function
-            if distribution is not None and function is not None and not getattr(function, _MARK, False):
-                self.predict_function = _replicating(function, distribution)
-            return self.predict_function
+def _global_data_input(original: Any) -> Any:
+    """Keras' `distribute_data_input`, taking each batch as the global batch while the distribution is ours."""
+    return functools.partial(_distribute_data_input, original)
 
-        setattr(make_predict_function, _MARK, True)
-        JAXTrainer.make_predict_function = make_predict_function
+
+def _replicated_predict(function: Any) -> Any:
+    """Keras' predict function, replicating its outputs while the distribution is ours."""
+    distribution = _global_distribution()
+    if distribution is not None and not getattr(function, _MARK, False):
+        return _replicating(function, distribution)
+    return function
 
 
 def _global_distribution() -> GlobalBatchDataParallel | None:
@@ -102,9 +97,7 @@ def _distribute_data_input(original: Any, per_process_batch: Any, layout: Any, b
     distribution = _global_distribution()
     if distribution is None:
         return original(per_process_batch, layout, batch_dim_name)
-    from keras.src.distribution import TensorLayout
-
-    sharding = layout.backend_layout if isinstance(layout, TensorLayout) else layout
+    sharding = layout.backend_layout if isinstance(layout, keras.distribution.TensorLayout) else layout
     shape = tuple(per_process_batch.shape)
     replicas = distribution.num_model_replicas
     if not shape or shape[0] % replicas:

@@ -253,8 +253,8 @@ _LATE = (
 def _join(info: ClusterInfo, timeout: float) -> None:
     """`jax.distributed.initialize` for this task, then Keras' shared random seed (as `keras.distribution.initialize`)."""
     import jax
-    from keras.src.backend.jax import distribution_lib
 
+    from keras_gpu.core.keras_private import jax_initialize_rng
     from keras_gpu.setup.jax_devices import backends_started
 
     if backends_started():
@@ -278,7 +278,7 @@ def _join(info: ClusterInfo, timeout: float) -> None:
             f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
             f"task of the cluster, check the coordinator's address, or raise `startup_timeout`. JAX said: {first}"
         ) from exc
-    distribution_lib.initialize_rng()  # one random seed for every process: equal initial weights and shuffles
+    jax_initialize_rng()  # one random seed for every process: equal initial weights and shuffles
 
 
 def _local(kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo) -> JaxStrategy:

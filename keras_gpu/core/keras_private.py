@@ -1,0 +1,278 @@
+"""Every private Keras API keras-gpu uses, behind small named functions.
+
+Keras' private state (attributes starting with `_`, the `keras.src...`
+modules) and every change keras-gpu makes to a Keras object or class
+(a method replaced on an instance, a class method wrapped, an import hook)
+are touched here and nowhere else in keras-gpu, besides
+`keras_gpu/core/tf_private.py` (TensorFlow's), `keras_gpu/core/jax_private.py`
+(JAX's) and `keras_gpu/setup/keras_compat.py` (fixes of upstream defects).
+`tests/test_private_fence.py` keeps it so; `tests/test_keras_private.py`
+checks every function here against the installed Keras, so an upgrade that
+moves one of these shows up there first.
+
+Each function names the fact it reads or the change it makes, states what it
+was checked on (Keras 3.15), and imports Keras lazily: importing this module
+imports nothing. Readers never raise on a Keras that lacks the attribute;
+they return the documented default.
+
+Example:
+    >>> import keras
+    >>> from keras_gpu.core import keras_private
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> keras_private.call_has_training_arg(model)
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = [
+    "CALLBACK_LIST_MODULE",
+    "array_adapter_inputs",
+    "array_adapter_num_samples",
+    "call_has_training_arg",
+    "drop_train_function",
+    "inputs_struct",
+    "jax_initialize_rng",
+    "optimizer_trainable_variables",
+    "patched_train_step",
+    "restore_train_step",
+    "set_optimizer_apply",
+    "set_train_function",
+    "set_train_step",
+    "tf_dataset_adapter_dataset",
+    "wrap_callback_lists",
+    "wrap_epoch_iterator",
+    "wrap_jax_data_input",
+    "wrap_jax_predict_function",
+]
+
+CALLBACK_LIST_MODULE = "keras.src.callbacks.callback_list"
+"""The module that defines Keras' `CallbackList` (what `fit`, `evaluate` and `predict` build)."""
+
+_WRAPS = "_keras_gpu_wraps"  # keras-gpu's mark on a function it put in Keras' place: the wrap it applies
+
+
+# --------------------------------------------------------------------------- data adapters of a running fit
+
+
+def array_adapter_num_samples(adapter: Any) -> Any:
+    """The number of samples an `ArrayDataAdapter` holds (`adapter._num_samples`), or None."""
+    return getattr(adapter, "_num_samples", None)
+
+
+def array_adapter_inputs(adapter: Any) -> Any:
+    """The `(x, y, sample_weight)` arrays an `ArrayDataAdapter` was built from (`adapter._inputs`), or None."""
+    return getattr(adapter, "_inputs", None)
+
+
+def tf_dataset_adapter_dataset(adapter: Any) -> Any:
+    """The `tf.data.Dataset` a `TFDatasetAdapter` reads (`adapter._dataset`), or None.
+
+    A distributed dataset the user built is not a `tf.data.Dataset`; callers check.
+    """
+    return getattr(adapter, "_dataset", None)
+
+
+def wrap_epoch_iterator(iterator: Any, wrap: Callable[[Iterator[Any]], Iterator[Any]]) -> bool:
+    """Make `iterator` (a Keras `EpochIterator`) hand out its batches through `wrap`, on this instance only.
+
+    Keras' epoch iterator makes each pass's batch iterator with its private
+    `_get_iterator()` and keeps the pass under way in `_current_iterator`.
+    Both are replaced on the instance: nothing global changes, and the
+    change goes with the iterator when `fit` ends.
+
+    Returns:
+        Whether the iterator had the method to replace (False: nothing changed).
+    """
+    make = getattr(iterator, "_get_iterator", None)
+    if iterator is None or not callable(make):
+        return False
+
+    def _get_iterator() -> Iterator[Any]:
+        return wrap(make())
+
+    iterator._get_iterator = _get_iterator
+    current = getattr(iterator, "_current_iterator", None)
+    if current is not None:  # a pass already under way (Keras resets it before on_train_begin)
+        iterator._current_iterator = wrap(current)
+    return True
+
+
+# --------------------------------------------------------------------------- models and optimizers
+
+
+def inputs_struct(model: Any) -> Any:
+    """A functional model's inputs in the structure it was defined with (`model._inputs_struct`), or None."""
+    return getattr(model, "_inputs_struct", None)
+
+
+def call_has_training_arg(layer: Any) -> bool:
+    """Whether `layer.call` takes a `training` argument (`layer._call_has_training_arg`); True where unknown."""
+    return bool(getattr(layer, "_call_has_training_arg", True))
+
+
+def optimizer_trainable_variables(optimizer: Any) -> Any:
+    """The variables `optimizer` was built for (`optimizer._trainable_variables`), or None."""
+    return getattr(optimizer, "_trainable_variables", None)
+
+
+def set_optimizer_apply(optimizer: Any, apply: Callable[..., Any]) -> None:
+    """Replace `optimizer.apply` on this instance by `apply` (Keras' `train_step` calls `self.optimizer.apply`)."""
+    optimizer.apply = apply
+
+
+def set_train_step(model: Any, step: Callable[[Any], Any]) -> None:
+    """Replace `model.train_step` on this instance by `step`.
+
+    Keras' `make_train_function` calls `self.train_step` when it traces, so
+    the next train function built uses `step`; call :func:`drop_train_function`
+    so that one is built.
+    """
+    model.train_step = step
+
+
+def patched_train_step(model: Any) -> Any:
+    """The `train_step` set on this instance (by :func:`set_train_step`), or None where the class's is in use."""
+    return vars(model).get("train_step")
+
+
+def restore_train_step(model: Any, original: Any) -> None:
+    """Put `original` back as `model.train_step`; where it is the class's own method, drop the instance's."""
+    own = getattr(type(model), "train_step", None)
+    if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is own:
+        vars(model).pop("train_step", None)
+    else:
+        model.train_step = original
+
+
+def drop_train_function(model: Any) -> None:
+    """Forget `model`'s built train function, so that the next `fit` builds (and traces) it anew.
+
+    Keras' `make_train_function` returns the cached `model.train_function`
+    unless it is None.
+    """
+    model.train_function = None
+
+
+def set_train_function(model: Any, function: Callable[..., Any] | None) -> None:
+    """Replace `model.train_function` (what `fit` calls once per step) by `function`, on this instance.
+
+    Keras' `fit` calls `make_train_function()` first and then reads
+    `self.train_function` for every step, so a replacement made after
+    `on_train_begin` is what the steps call.
+    """
+    model.train_function = function
+
+
+# --------------------------------------------------------------------------- every CallbackList of the process
+
+
+def wrap_callback_lists(wrap: Callable[[Any], Any]) -> None:
+    """Make every Keras `CallbackList` built from now on take its callbacks through `wrap(callbacks)`.
+
+    Wraps `CallbackList.__init__` now where Keras' callback module is
+    imported, else right after the program imports it (a meta-path finder
+    that imports nothing itself, so the program still chooses the backend).
+    Calling it again with the same `wrap` changes nothing.
+    """
+    module = sys.modules.get(CALLBACK_LIST_MODULE)
+    if module is not None:
+        _wrap_callback_list_init(module.CallbackList, wrap)
+    elif not any(isinstance(f, _WrapOnImport) and f.wrap is wrap for f in sys.meta_path):
+        sys.meta_path.insert(0, _WrapOnImport(wrap))
+
+
+class _WrapOnImport:
+    """A meta-path finder that wraps Keras' `CallbackList.__init__` right after its module runs."""
+
+    def __init__(self, wrap: Callable[[Any], Any]) -> None:
+        self.wrap = wrap
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != CALLBACK_LIST_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_wrap(module: Any) -> None:
+            exec_module(module)
+            _wrap_callback_list_init(module.CallbackList, self.wrap)
+
+        spec.loader.exec_module = exec_and_wrap
+        return spec
+
+
+def _wrap_callback_list_init(cls: type, wrap: Callable[[Any], Any]) -> None:
+    original = cls.__init__
+    if getattr(original, _WRAPS, None) is wrap:
+        return
+
+    @functools.wraps(original)
+    def __init__(self, callbacks=None, *args, **kwargs):  # noqa: N807 - it replaces CallbackList.__init__
+        original(self, wrap(callbacks), *args, **kwargs)
+
+    setattr(__init__, _WRAPS, wrap)
+    cls.__init__ = __init__
+
+
+# --------------------------------------------------------------------------- Keras on JAX
+
+
+def jax_initialize_rng() -> None:
+    """Give every process of a multi-process JAX job Keras' one random seed (what `keras.distribution.initialize` does).
+
+    Call it after `jax.distributed.initialize`: equal initial weights and
+    shuffles in every process.
+    """
+    from keras.src.backend.jax import distribution_lib
+
+    distribution_lib.initialize_rng()
+
+
+def wrap_jax_data_input(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace Keras' JAX `distribute_data_input(batch, layout, batch_dim_name)` by `wrap(original)`, once.
+
+    Keras' JAX trainer turns every batch into a `jax.Array` through that
+    module function. Calling again with the same `wrap` changes nothing.
+    """
+    from keras.src.backend.jax import distribution_lib
+
+    original = distribution_lib.distribute_data_input
+    if getattr(original, _WRAPS, None) is wrap:
+        return
+    wrapped = functools.wraps(original)(wrap(original))
+    setattr(wrapped, _WRAPS, wrap)
+    distribution_lib.distribute_data_input = wrapped
+
+
+def wrap_jax_predict_function(transform: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Make every predict function Keras' JAX trainer builds go through `transform(function)`, once.
+
+    Wraps `JAXTrainer.make_predict_function`: after Keras builds (or keeps)
+    `model.predict_function`, it becomes `transform(model.predict_function)`;
+    `transform` returns its argument where it has nothing to change.
+    Calling again with the same `transform` changes nothing.
+    """
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    original = JAXTrainer.make_predict_function
+    if getattr(original, _WRAPS, None) is transform:
+        return
+
+    @functools.wraps(original)
+    def make_predict_function(self: Any, force: bool = False) -> Any:
+        original(self, force)
+        if self.predict_function is not None:
+            self.predict_function = transform(self.predict_function)
+        return self.predict_function
+
+    setattr(make_predict_function, _WRAPS, transform)
+    JAXTrainer.make_predict_function = make_predict_function
