@@ -15,13 +15,16 @@ fresh interpreter from the same seeds: without keras-gpu, and with
   stage measured, whatever share of the step the load gives it;
 * `fit_returns`: keras-gpu's work after the last batch takes under 1 s.
 
-A check that fails because of a known defect is a strict xfail naming it.
+A check that fails because of a known defect is a strict xfail naming it;
+where the failure depends on the machine's load (`fit` held up by a trace
+parse whose length the load sets) it is not strict.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.corpus import names_for
 from tests.corpus.checks import CHECKS, cases, run_corpus
 
 KNOWN: dict[tuple[str, str], str] = {
@@ -34,6 +37,15 @@ KNOWN: dict[tuple[str, str], str] = {
         "up for seconds after its last batch"
     ),
 }
+#: The same join, on traces of under a megabyte: 0.01 to 0.1 s at load 5, up to 1.9 s at load 24.
+BY_LOAD: dict[tuple[str, str], str] = {
+    (name, "fit_returns"): (
+        "StepTimeLogger.on_train_end joins the trace-parser thread, which holds fit up past the bound or not as "
+        "the load goes"
+    )
+    for name in names_for("tensorflow")
+    if name != "timeseries_lstm"
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +55,6 @@ def corpus(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # the first test runs the whole corpus: minutes at load 9
-@pytest.mark.parametrize(("name", "check"), cases("tensorflow", KNOWN))
+@pytest.mark.parametrize(("name", "check"), cases("tensorflow", KNOWN, BY_LOAD))
 def test_corpus_program(corpus, name, check):
     CHECKS[check](corpus["plain"][name], corpus["keras_gpu"][name], "tensorflow")
