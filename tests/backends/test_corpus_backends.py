@@ -72,20 +72,18 @@ def _corpus(backend: str, tmp_path_factory) -> dict:
     return _RESULTS[backend]
 
 
-PARAMS = [
-    pytest.param(
-        backend, *case.values, marks=[*case.marks, *(
-            [pytest.mark.skipif(True, reason=f"no {backend}")] if importlib.util.find_spec(backend) is None else []
-        )], id=f"{backend}-{case.id}",
-    )
-    for backend in KNOWN
-    for case in cases(backend, KNOWN[backend], BY_LOAD[backend])
-]
+def _params() -> list:
+    out = []
+    for backend in KNOWN:
+        missing = [pytest.mark.skip(reason=f"{backend} is not installed")] if importlib.util.find_spec(backend) is None else []
+        for case in cases(backend, KNOWN[backend], BY_LOAD[backend]):
+            out.append(pytest.param(backend, *case.values, marks=[*case.marks, *missing], id=f"{backend}-{case.id}"))
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # the first test runs the whole corpus: minutes at load 9
-@pytest.mark.parametrize(("backend", "name", "check"), PARAMS)
+@pytest.mark.parametrize(("backend", "name", "check"), _params())
 def test_corpus_program(tmp_path_factory, backend, name, check):
     results = _corpus(backend, tmp_path_factory)
     CHECKS[check](results["plain"][name], results["keras_gpu"][name], backend)
