@@ -26,3 +26,21 @@ class TrainingPhases(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.train.append(self.last - self.t0)
+
+
+class TrainedSamples(keras.metrics.Metric):
+    """Samples in the batches the train steps took this epoch: each step adds its `y`'s first dimension.
+
+    An independent count of what the model trained on, taken inside the step,
+    to check the samples keras-gpu logs against.
+    """
+
+    def __init__(self, name="trained_samples"):
+        super().__init__(name=name)
+        self.total = self.add_variable((), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.total.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], self.total.dtype))
+
+    def result(self):
+        return keras.ops.convert_to_tensor(self.total)

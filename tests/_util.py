@@ -124,3 +124,26 @@ def check_trained(result: dict, kind: str) -> None:
         assert difference % 7 == 0 and abs(difference) <= 2 * 7  # 2 epochs
     else:
         assert result["truth"] == result["expected"]
+
+
+def implied_samples(run: str) -> tuple[float, float, int]:
+    """What a run's event file implies: `(samples, seconds, samples_per_sec points)`.
+
+    Each window's samples per step (`samples_per_sec / steps_per_sec`) times
+    its steps (the difference of the global steps of consecutive points),
+    summed; and each window's steps over its `steps_per_sec`, summed.
+    """
+    from keras_gpu.output.reader import read_scalars
+
+    scalars = read_scalars(run)
+    samples = dict(scalars.get("throughput/samples_per_sec", []))
+    steps = scalars["throughput/steps_per_sec"]
+    total = seconds = 0.0
+    previous = 0
+    for step, steps_per_sec in steps:
+        n = step - previous
+        previous = step
+        seconds += n / steps_per_sec
+        if step in samples:
+            total += n * samples[step] / steps_per_sec
+    return total, seconds, len(samples)

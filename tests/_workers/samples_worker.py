@@ -53,27 +53,14 @@ if BACKEND == "tensorflow":
     split_cpu(2)
 
 import keras_gpu  # after the logical devices
-from keras_gpu.output.reader import read_scalars
+from tests._callbacks import TrainedSamples
+from tests._util import implied_samples
 
 rng = np.random.default_rng(0)
 X = rng.random((N, 8), dtype=np.float32)
 X2 = rng.random((N, 6), dtype=np.float32)
 Y = rng.random((N, 1), dtype=np.float32)
 STARTS = range(0, N, BATCH)
-
-
-class TrainedSamples(keras.metrics.Metric):
-    """Samples in the batches the train steps took this epoch (each step adds its `y`'s first dimension)."""
-
-    def __init__(self, name="trained_samples"):
-        super().__init__(name=name)
-        self.total = self.add_variable((), initializer="zeros", name="total")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        self.total.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], self.total.dtype))
-
-    def result(self):
-        return keras.ops.convert_to_tensor(self.total)
 
 
 class Trained(keras.callbacks.Callback):
@@ -203,21 +190,6 @@ def kinds():
     return out
 
 
-def implied(run: str) -> tuple[float, float, int]:
-    scalars = read_scalars(run)
-    samples = dict(scalars.get("throughput/samples_per_sec", []))
-    steps = scalars["throughput/steps_per_sec"]
-    total = seconds = 0.0
-    previous = 0
-    for step, steps_per_sec in steps:
-        n = step - previous
-        previous = step
-        seconds += n / steps_per_sec
-        if step in samples:
-            total += n * samples[step] / steps_per_sec
-    return total, seconds, len(samples)
-
-
 def main(log_dir: str) -> None:
     import logging
 
@@ -236,7 +208,7 @@ def main(log_dir: str) -> None:
         callbacks = keras_gpu.callbacks(run_dir, memory=False, placement=False, step_time=False, every_s=0.1)
         watch, trained = Stopwatch(), Trained()
         model.fit(epochs=EPOCHS, verbose=0, callbacks=[*callbacks, watch, trained], **fit_kwargs)
-        samples, seconds, points = implied(os.path.join(run_dir, "train"))
+        samples, seconds, points = implied_samples(os.path.join(run_dir, "train"))
         results[name] = {
             "truth": trained.samples,
             "expected": expected,
