@@ -28,10 +28,6 @@ from tests.corpus import names_for
 from tests.corpus.checks import CHECKS, cases, run_corpus
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("vae_numpy_seed", "identical"): (
-        "the FLOP count traces the model once more, which draws NumPy's global generator the sampling layer seeds "
-        "from, so the training trace gets another seed"
-    ),
     ("timeseries_lstm", "fit_returns"): (
         "StepTimeLogger.on_train_end joins the trace-parser thread: the LSTM's multi-megabyte trace holds fit "
         "up for seconds after its last batch"

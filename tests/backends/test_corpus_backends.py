@@ -27,36 +27,13 @@ pytestmark = [
     ),
 ]
 
-_NUMPY_SEED = (
-    "the FLOP count runs the model once more, which draws NumPy's global generator the sampling layer seeds from, "
-    "so training gets other noise"
-)
-_TRANSPOSED = "JAX's FLOP count includes the multiplications by the zeros of a transposed convolution's dilated input"
-_NONE_TIME = "the FLOPs of an input with a None time dimension are not counted from the data on JAX and PyTorch"
-_JAX_ADVICE = (
-    "on JAX the input stage of every fit is 'Python input', whose advice names PyDataset workers, a generator and "
-    "tf.data whatever the input is"
-)
 _JAX_TAIL = (
     "StepTimeLogger.on_train_end joins the trace-parser thread: on JAX it holds fit for 0.2 to 1.5 s after its last "
     "batch at load 5 to 17, past the bound or not as the load goes"
 )
 KNOWN: dict[str, dict[tuple[str, str], str]] = {
-    "jax": {
-        ("vae_numpy_seed", "identical"): _NUMPY_SEED,
-        ("conv2d_transpose", "flops"): _TRANSPOSED,
-        ("steps_per_execution", "flops"): _TRANSPOSED + " (Conv1DTranspose)",
-        ("lstm_none_time", "flops"): _NONE_TIME,
-        **{(name, "hints"): _JAX_ADVICE for name in names_for("jax")},
-    },
-    "torch": {
-        ("vae_unseeded", "identical"): (
-            "the FLOP count runs the model once more, which advances Keras' global seed generator, so training "
-            "draws other noise"
-        ),
-        ("vae_numpy_seed", "identical"): _NUMPY_SEED,
-        ("lstm_none_time", "flops"): _NONE_TIME,
-    },
+    "jax": {},
+    "torch": {},
 }
 BY_LOAD: dict[str, dict[tuple[str, str], str]] = {
     "jax": {(name, "fit_returns"): _JAX_TAIL for name in names_for("jax")},
