@@ -38,6 +38,7 @@ from typing import Any
 from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
 from keras_gpu.core.slurm import step_layout
+from keras_gpu.setup.jax_exit import end_promptly_on_failure, join_timeouts
 from keras_gpu.setup.startup_guards import check_own_port
 from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
 
@@ -242,6 +243,8 @@ def _multiworker(kind: str, info: ClusterInfo, timeout: float) -> JaxStrategy:
         if not info.is_multi_worker and count > 1:
             info = ClusterInfo("jax.distributed", {"worker": tuple(f"process_{i}" for i in range(count))}, "worker", index)
         reason = f"the {count} processes of this job were already joined"
+        if count > 1:
+            end_promptly_on_failure()
     elif info.is_multi_worker:
         _join(info, timeout)
         reason = f"{info.source} describes {info.num_workers} training tasks"
@@ -279,6 +282,7 @@ def _join(info: ClusterInfo, timeout: float) -> None:
             num_processes=info.num_workers,
             process_id=info.worker_index,
             initialization_timeout=max(1, math.ceil(timeout)),
+            **join_timeouts(),
         )
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -287,6 +291,7 @@ def _join(info: ClusterInfo, timeout: float) -> None:
             f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
             f"task of the cluster, check the coordinator's address, or raise `startup_timeout`. JAX said: {first}"
         ) from exc
+    end_promptly_on_failure()  # a failed process does not wait at JAX's exit-time barrier for its blocked peers
     distribution_lib.initialize_rng()  # one random seed for every process: equal initial weights and shuffles
 
 
