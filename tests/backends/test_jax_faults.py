@@ -90,3 +90,16 @@ def test_kills_inside_the_backup_writes_resume_to_the_uninterrupted_weights(tmp_
     assert (result["attempt"], result["epochs_run"]) == (2, 2)  # epochs 3 and 4: the weights of epoch 2 were renamed in
     for rank in (0, 1):
         assert _max_diff(_weights(killed, rank), _weights(clean, rank)) <= 1e-6
+
+
+def test_a_worker_stuck_in_its_input_pipeline_is_named_first_in_jax_words(tmp_path):
+    job = _launch(tmp_path, "--hang-timeout", "10", fault="input")
+    assert job.returncode == 124, job.stderr[-4000:]
+    verdict = next(line for line in job.stderr.splitlines() if "(--hang-timeout) on worker(s)" in line)
+    assert "on worker(s) 1, 0: worker 1 stuck in fit" in verdict
+    assert "in its input pipeline at " in verdict and "jax_fault_worker.py" in verdict and "in __getitem__" in verdict
+    assert "Worker 1 stopped first (in its input pipeline at " in verdict
+    assert "worker 0 stuck in fit" in verdict and "waiting inside JAX" in verdict and "in Python" not in verdict
+    # Worker 0 blocked in a collective outlasts SIGTERM: the note names JAX, never TensorFlow.
+    assert "JAX's preemption service catches SIGTERM" in job.stderr
+    assert "TensorFlow" not in job.stderr
