@@ -40,6 +40,7 @@ from keras_gpu.core.log import logger
 from keras_gpu.core.slurm import step_layout
 from keras_gpu.setup.jax_exit import end_promptly_on_failure, join_timeouts
 from keras_gpu.setup.startup_guards import check_own_port
+from keras_gpu.setup.startup_wait import WaitNotes
 from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOptions
 
 __all__ = ["JaxStrategy", "make_strategy"]
@@ -277,13 +278,14 @@ def _join(info: ClusterInfo, timeout: float) -> None:
     if str(jax.config.jax_cpu_collectives_implementation or "none") == "none":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=info.num_workers,
-            process_id=info.worker_index,
-            initialization_timeout=max(1, math.ceil(timeout)),
-            **join_timeouts(),
-        )
+        with WaitNotes(lambda: _awaited(info, coordinator), timeout):
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=info.num_workers,
+                process_id=info.worker_index,
+                initialization_timeout=max(1, math.ceil(timeout)),
+                **join_timeouts(),
+            )
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeError(
@@ -293,6 +295,19 @@ def _join(info: ClusterInfo, timeout: float) -> None:
         ) from exc
     end_promptly_on_failure()  # a failed process does not wait at JAX's exit-time barrier for its blocked peers
     distribution_lib.initialize_rng()  # one random seed for every process: equal initial weights and shuffles
+
+
+def _awaited(info: ClusterInfo, coordinator: str) -> str:
+    """Whom this task waits for while JAX's processes join: the coordinator, or the other tasks."""
+    from keras_gpu.setup.startup_guards import port_answers
+
+    lead = "chief:0" if info.cluster.get("chief") else "worker:0"
+    if not info.is_chief and not port_answers(coordinator):
+        return f"{lead} (the JAX coordinator) at {coordinator}"
+    others = [f"{kind}:{i}" for kind in ("chief", "worker") for i, _ in enumerate(info.cluster.get(kind, ()))]
+    me = f"{info.task_type}:{info.task_index}"
+    rest = [name for name in others if name not in (me, lead)] if info.is_chief else [n for n in others if n != me]
+    return f"{', '.join(rest) or 'the other tasks'} to join the JAX coordinator at {coordinator}"
 
 
 def _local(kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo) -> JaxStrategy:
