@@ -103,3 +103,25 @@ def test_a_worker_stuck_in_its_input_pipeline_is_named_first_in_jax_words(tmp_pa
     # Worker 0 blocked in a collective outlasts SIGTERM: the note names JAX, never TensorFlow.
     assert "JAX's preemption service catches SIGTERM" in job.stderr
     assert "TensorFlow" not in job.stderr
+
+
+def test_a_lonely_jax_task_says_whom_it_waits_for_while_it_waits(tmp_path):
+    ports = free_ports(2)
+    tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": 1}})
+    env = subprocess_env({"KERAS_BACKEND": "jax", "TF_CONFIG": tf_config, "KERAS_GPU_WAIT_LOG_S": "1"})
+    code = "import keras_gpu; keras_gpu.make_strategy(startup_timeout=600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:  # worker 0 never comes: the task waits, and says so once per interval
+            if "make_strategy: waiting for " in line:
+                lines.append(line.strip())
+                if len(lines) == 2:
+                    break
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith(f"keras-gpu: make_strategy: waiting for worker:0 (the JAX coordinator) at 127.0.0.1:{ports[0]} (")
+        assert line.endswith(" s of 600 s)")
