@@ -1,4 +1,4 @@
-"""Faults in a two-process Keras-on-JAX job end it promptly and resume it exactly (tests/_workers/jax_fault_worker.py).
+"""Faults in a two-process Keras-on-JAX job end it promptly and resume it exactly (tests/_workers/fault_worker.py).
 
 Every check is a count or a message of a real loopback job (gloo collectives
 on CPU); the subprocess timeouts only keep a broken build from hanging the
@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
 ]
 
-WORKER = str(REPO / "tests" / "_workers" / "jax_fault_worker.py")
+WORKER = str(REPO / "tests" / "_workers" / "fault_worker.py")
 
 
 def _launch(out, *options, fault="", timeout=400):
@@ -97,7 +97,7 @@ def test_a_worker_stuck_in_its_input_pipeline_is_named_first_in_jax_words(tmp_pa
     assert job.returncode == 124, job.stderr[-4000:]
     verdict = next(line for line in job.stderr.splitlines() if "(--hang-timeout) on worker(s)" in line)
     assert "on worker(s) 1, 0: worker 1 stuck in fit" in verdict
-    assert "in its input pipeline at " in verdict and "jax_fault_worker.py" in verdict and "in __getitem__" in verdict
+    assert "in its input pipeline at " in verdict and "fault_worker.py" in verdict and "in __getitem__" in verdict
     assert "Worker 1 stopped first (in its input pipeline at " in verdict
     assert "worker 0 stuck in fit" in verdict and "waiting inside JAX" in verdict and "in Python" not in verdict
     # Worker 0 blocked in a collective outlasts SIGTERM: the note names JAX, never TensorFlow.

@@ -1,6 +1,6 @@
-"""A small two-process JAX job for tests/backends/test_jax_faults.py, run under `keras-gpu launch` or by hand.
+"""A small two-process Keras job (TensorFlow or JAX) for the fault tests, run under `keras-gpu launch` or by hand.
 
-    python jax_fault_worker.py OUT_DIR
+    python fault_worker.py OUT_DIR
 
 `FAULT` chooses what goes wrong (nothing when unset):
 
