@@ -18,9 +18,16 @@ give it, after:
   Keras is patched when the script imports it, on any backend; the bootstrap
   imports neither Keras nor TensorFlow itself.
 
-The parent stays a small supervisor without TensorFlow, so that the worker
-stops when told. TensorFlow's coordination service catches SIGTERM in a
-multi-worker process and ignores it, and while it waits for the cluster's
+The parent stays a small supervisor without TensorFlow or JAX, so that the
+worker stops when told, and ends when its script failed. A script that
+raises (or exits non-zero) has the child report its exit status to the
+supervisor through a pipe before the interpreter's exit handlers run; a
+child still running `KERAS_GPU_STOP_DELAY` seconds later (JAX's exit-time
+`jax.distributed` shutdown waits up to minutes for peers that are blocked in
+a collective on it) is killed, and the supervisor exits with the reported
+status, so the launcher sees `worker i exited with code N` at once.
+TensorFlow's coordination service (and JAX's preemption service) catches
+SIGTERM in a multi-worker process and ignores it, and while it waits for the cluster's
 tasks to register it holds Python's interpreter lock, so no Python handler
 can run in the worker. The supervisor gets the launcher's SIGTERM (or SIGINT,
 SIGHUP) with the rest of the worker's process group, or alone, and passes it

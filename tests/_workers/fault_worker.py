@@ -5,11 +5,14 @@
 `FAULT` chooses what goes wrong (nothing when unset):
 
 - `raise`: worker 1 raises `RuntimeError("worker 1 fails")` in epoch 1, batch 3;
+- `kill`: worker 1 kills itself (SIGKILL) there instead;
 - `backup_kills`: the chief kills itself (SIGKILL) inside `BackupAndRestore`'s
   writes: in attempt 0 after the weights of epoch 2 went to the temporary
   file but before the rename, in attempt 1 after the weights of epoch 2 were
   renamed into place but before the metadata was;
 - `input`: worker 1's `PyDataset.__getitem__` sleeps in epoch 2, batch 4.
+
+Worker 1 writes the wall-clock time of its fault to `OUT_DIR/fault_at` first.
 
 It trains with `keras_gpu.BackupAndRestore(OUT_DIR/backup)` and a
 ThroughputLogger, 4 epochs of 8 global batches, and writes
@@ -43,6 +46,11 @@ with strategy.scope():
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
 
 
+def _stamp():
+    with open(os.path.join(out_dir, "fault_at"), "w") as f:
+        f.write(repr(time.time()))
+
+
 class Batches(keras.utils.PyDataset):
     def __init__(self):
         super().__init__()
@@ -53,6 +61,7 @@ class Batches(keras.utils.PyDataset):
 
     def __getitem__(self, i):
         if fault == "input" and rank == 1 and self.epoch == 1 and i == 4:
+            _stamp()
             time.sleep(3600)  # stuck in its input pipeline
         return x[i * GLOBAL : (i + 1) * GLOBAL], y[i * GLOBAL : (i + 1) * GLOBAL]
 
@@ -62,7 +71,10 @@ class Batches(keras.utils.PyDataset):
 
 class Fault(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
-        if fault == "raise" and rank == 1 and batch == 2:
+        if fault in ("raise", "kill") and rank == 1 and batch == 2:
+            _stamp()
+            if fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("worker 1 fails")
 
 
