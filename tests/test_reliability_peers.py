@@ -54,6 +54,7 @@ def scenarios():
         "late_peer": [(0, ["60"]), (1, ["60", "--late", "2"])],
         "peer_dies": [(0, ["60", "--collective-timeout", str(COLLECTIVE_S)]), (1, ["60", "--exit-after-create"])],
         "follower_waits": [(1, [str(WAIT_STARTUP_S)])],
+        "duplicate_index": [(1, [str(WAIT_STARTUP_S)]), (1, [str(WAIT_STARTUP_S)])],
     }
     ports = {name: free_ports(2) for name in plans}
     procs: dict[str, list[subprocess.Popen]] = {}
@@ -114,6 +115,18 @@ def test_a_lonely_task_says_whom_it_waits_for_while_it_waits(scenarios):
     assert 1 <= len(lines) <= WAIT_STARTUP_S / WAIT_LOG_S + 1, result["stderr"][-3000:]  # at most one per interval
     for line in lines:
         assert re.fullmatch(rf"keras-gpu: make_strategy: waiting for worker:0 at 127\.0\.0\.1:{port} \(\d+ s of 8 s\)", line), line
+
+
+def test_of_two_tasks_with_the_same_index_the_one_that_waits_says_so(scenarios):
+    port = scenarios["ports"]["duplicate_index"][0]
+    waiting = [
+        [line for line in result["stderr"].splitlines() if "make_strategy: waiting for " in line]
+        for result in scenarios["results"]["duplicate_index"]
+    ]
+    assert all(result["created"] is False for result in scenarios["results"]["duplicate_index"])
+    assert any(waiting), [r["stderr"][-2000:] for r in scenarios["results"]["duplicate_index"]]
+    for line in (line for lines in waiting for line in lines):
+        assert f"waiting for worker:0 at 127.0.0.1:{port} (" in line
 
 
 def test_taken_port_fails_at_once_naming_port_and_task(scenarios):
