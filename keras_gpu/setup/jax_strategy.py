@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ from keras_gpu.setup.strategy_options import DEFAULT_STARTUP_TIMEOUT, StrategyOp
 
 __all__ = ["JaxStrategy", "make_strategy"]
 
+_POLL_S = 0.5  # how often a task asks whether the coordinator is up
 _PLATFORMS = {"GPU": ("gpu", "cuda", "rocm"), "CPU": ("cpu",)}
 
 
@@ -277,24 +279,48 @@ def _join(info: ClusterInfo, timeout: float) -> None:
         check_own_port(info)  # the coordinator listens at its own address
     if str(jax.config.jax_cpu_collectives_implementation or "none") == "none":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    failure = (
+        f"make_strategy: the {info.num_workers} processes from {info.source} did not join within "
+        f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
+        "task of the cluster, check the coordinator's address, or raise `startup_timeout`."
+    )
+    deadline = time.monotonic() + timeout
     try:
-        with WaitNotes(lambda: _awaited(info, coordinator), timeout):
+        with WaitNotes(lambda: _awaited(info, coordinator), timeout, on_timeout=f"{failure} JAX ends the process."):
+            if not info.is_chief and not _coordinator_up(coordinator, deadline):
+                # JAX ends the process (abort) when its own connection attempt times out: fail first, in words.
+                raise RuntimeError(f"{failure} The coordinator never answered at {coordinator}.")
             jax.distributed.initialize(
                 coordinator_address=coordinator,
                 num_processes=info.num_workers,
                 process_id=info.worker_index,
-                initialization_timeout=max(1, math.ceil(timeout)),
+                initialization_timeout=max(1, math.ceil(deadline - time.monotonic())),
                 **join_timeouts(),
             )
+    except RuntimeError as exc:
+        if str(exc).startswith(failure):
+            raise
+        raise RuntimeError(f"{failure} JAX said: {_first_line(exc)}") from exc
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeError(
-            f"make_strategy: the {info.num_workers} processes from {info.source} did not join within "
-            f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
-            f"task of the cluster, check the coordinator's address, or raise `startup_timeout`. JAX said: {first}"
-        ) from exc
+        raise RuntimeError(f"{failure} JAX said: {_first_line(exc)}") from exc
     end_promptly_on_failure()  # a failed process does not wait at JAX's exit-time barrier for its blocked peers
     distribution_lib.initialize_rng()  # one random seed for every process: equal initial weights and shuffles
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _coordinator_up(coordinator: str, deadline: float) -> bool:
+    """Wait until the coordinator's port accepts a connection (True), or the deadline passes (False)."""
+    from keras_gpu.setup.startup_guards import port_answers
+
+    while True:
+        if port_answers(coordinator):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
 
 
 def _awaited(info: ClusterInfo, coordinator: str) -> str:

@@ -46,11 +46,15 @@ class WaitNotes:
         describe: What the task waits for, asked at each line (e.g.
             `"worker:0 at 127.0.0.1:2222"`).
         timeout: The wait's bound in seconds, shown in the line.
+        on_timeout: Logged once as an error when the block still runs
+            `timeout` seconds after it began (for waits that end the
+            process, not with an exception, when they time out).
     """
 
-    def __init__(self, describe: Callable[[], str], timeout: float) -> None:
+    def __init__(self, describe: Callable[[], str], timeout: float, on_timeout: str = "") -> None:
         self._describe = describe
         self._timeout = timeout
+        self._on_timeout = on_timeout
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -59,8 +63,15 @@ class WaitNotes:
         interval = wait_interval()
 
         def run() -> None:
-            while not self._done.wait(interval):
-                logger.warning("%s", waiting_line(self._describe(), time.monotonic() - started, self._timeout))
+            next_line, late = started + interval, started + self._timeout
+            while not self._done.wait(max(0.0, min(next_line, late) - time.monotonic())):
+                now = time.monotonic()
+                if now >= late and self._on_timeout:
+                    logger.error("%s Still waiting for %s.", self._on_timeout, self._describe())
+                    late = float("inf")
+                if now >= next_line:
+                    next_line += interval
+                    logger.warning("%s", waiting_line(self._describe(), now - started, self._timeout))
 
         self._thread = threading.Thread(target=run, name="keras-gpu-startup-wait", daemon=True)
         self._thread.start()
