@@ -11,6 +11,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -125,3 +126,22 @@ def test_a_lonely_jax_task_says_whom_it_waits_for_while_it_waits(tmp_path):
     for line in lines:
         assert line.startswith(f"keras-gpu: make_strategy: waiting for worker:0 (the JAX coordinator) at 127.0.0.1:{ports[0]} (")
         assert line.endswith(" s of 600 s)")
+
+
+def test_a_task_whose_coordinator_never_comes_fails_in_words_at_the_timeout():
+    ports = free_ports(2)
+    tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": 1}})
+    code = textwrap.dedent(
+        """
+        import keras_gpu
+        try:
+            keras_gpu.make_strategy(startup_timeout=3)
+        except RuntimeError as exc:
+            print("ERROR", exc)
+        """
+    )
+    env = subprocess_env({"KERAS_BACKEND": "jax", "TF_CONFIG": tf_config})
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # a Python exception, not JAX's abort
+    assert "ERROR make_strategy: the 2 processes from tf_config did not join within startup_timeout=3s" in proc.stdout
+    assert f"The coordinator never answered at 127.0.0.1:{ports[0]}." in proc.stdout
