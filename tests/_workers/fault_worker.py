@@ -10,7 +10,8 @@
   writes: in attempt 0 after the weights of epoch 2 went to the temporary
   file but before the rename, in attempt 1 after the weights of epoch 2 were
   renamed into place but before the metadata was;
-- `input`: worker 1's `PyDataset.__getitem__` sleeps in epoch 2, batch 4.
+- `input`: worker 1's `PyDataset.__getitem__` sleeps at index 4 once the
+  dataset's `on_epoch_end` has run (the heartbeat shows epoch 1, after batch 4).
 
 Worker 1 writes the wall-clock time of its fault to `OUT_DIR/fault_at` first.
 
