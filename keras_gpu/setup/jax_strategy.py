@@ -140,7 +140,11 @@ def make_strategy(
     `"multiworker"` trains on every device of every process.
 
     `startup_timeout` bounds the wait for every process to join (default
-    600 s). `cross_device_ops`, `communication`, `collective_timeout` and
+    600 s); while it waits, the task logs whom it waits for every 30 s. The
+    job is joined with 30 s heartbeat and 120 s shutdown timeouts, and a
+    process whose script raises exits at once rather than at JAX's exit-time
+    barrier, so its blocked peers' collectives fail and they end too (see
+    `keras_gpu.setup.jax_exit`). `cross_device_ops`, `communication`, `collective_timeout` and
     `slurm_gpus_per_task` have no JAX meaning and raise when set.
 
     Raises:
