@@ -227,6 +227,28 @@ def test_failing_worker_stops_the_others_and_its_code_is_returned(tmp_path, kill
     assert _wait_dead(pids) == []  # workers and the processes they started
 
 
+_HELD_AT_EXIT = """
+import atexit, os, sys, threading
+if os.environ["KERAS_GPU_WORKER_INDEX"] == "1":
+    atexit.register(threading.Event().wait)  # an exit handler that never returns, as JAX's shutdown barrier may
+    {fail}
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("fail, code", [("raise RuntimeError('boom')", 1), ("sys.exit(5)", 5)])
+def test_a_failed_script_held_at_exit_ends_the_job_with_its_status(tmp_path, fail, code):
+    script = tmp_path / "held.py"
+    script.write_text(_HELD_AT_EXIT.replace("{fail}", fail))
+    proc = _launch("-n", "2", "--grace-period", "2", "--hang-timeout", "300", str(script), timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert f"worker 1 exited with code {code}; stopping the other 1 worker(s)" in proc.stderr
+    note = f"[worker 1] keras-gpu: the script failed (exit status {code}) but its process did not end within 1s"
+    assert proc.stderr.count(note) == 1, proc.stderr
+    assert "(an exit handler or a thread of the script is still running); ending it" in proc.stderr
+    assert "--hang-timeout) on worker" not in proc.stderr
+
+
 def test_worker_killed_by_signal_gives_128_plus_signal(tmp_path, kill_leftovers):
     proc = _launch("-n", "2", str(WORKERS / "behave_worker.py"), "sigkill", str(tmp_path), timeout=60)
     pids = _read_pids(tmp_path, 2, timeout=1)

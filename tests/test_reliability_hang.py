@@ -88,6 +88,27 @@ def test_fewest_batches_first_and_a_tie_names_no_single_cause(tmp_path):
     assert "stopped first" not in watch.describe() and "on worker(s) 0, 1" in watch.describe()
 
 
+def test_one_inside_its_input_pipeline_then_the_earliest_last_batch_is_named_first(tmp_path):
+    watch, (p0, p1), clock = _watch(tmp_path)
+    _write(p0, 4, runtime="JAX", where="a.py:1 in main", last_batch_wall=10.0)
+    _write(p1, 4, runtime="JAX", input="data.py:9 in __getitem__", last_batch_wall=10.5)
+    watch([None, None])
+    assert _tick(watch, clock, 10)
+    assert [rank for rank, _ in watch.stalled] == [1, 0]
+    text = watch.describe()
+    assert "worker 1 (4 batch(es) done; in its input pipeline at data.py:9 in __getitem__)" in text
+    assert "worker 0 (4 batch(es) done; waiting inside JAX (a collective, the device or its input) at a.py:1 in main)" in text
+    assert text.endswith("Worker 1 stopped first (in its input pipeline at data.py:9 in __getitem__)")
+    (tmp_path / "walls").mkdir()
+    watch, (p0, p1), clock = _watch(tmp_path / "walls")
+    _write(p0, 4, runtime="JAX", last_batch_wall=12.0)
+    _write(p1, 4, runtime="JAX", last_batch_wall=11.0)
+    watch([None, None])
+    assert _tick(watch, clock, 10)
+    assert [rank for rank, _ in watch.stalled] == [1, 0]
+    assert watch.describe().endswith("Worker 1 stopped first (its last batch ended first, 1s before the next worker's)")
+
+
 def test_idle_exited_and_silent_workers_are_not_judged(tmp_path):
     watch, (p0, p1), clock = _watch(tmp_path)
     assert not _tick(watch, clock, 60) and not watch.seen_any  # no files: nothing to judge
@@ -248,7 +269,7 @@ def test_bad_hang_timeout_is_a_usage_error(value, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case, where", [("stuck-python", "in Python"), ("stuck-pipeline", "waiting inside TensorFlow")])
+@pytest.mark.parametrize("case, where", [("stuck-python", "in Python"), ("stuck-pipeline", "in its input pipeline at")])
 def test_a_stuck_worker_ends_the_job_within_the_timeout(tmp_path, case, where):
     hang_s, grace_s = 4.0, 1.0
     cmd = [sys.executable, "-m", "keras_gpu.cli", "launch", "-n", "2", "--hang-timeout", f"{hang_s:g}",
@@ -261,6 +282,10 @@ def test_a_stuck_worker_ends_the_job_within_the_timeout(tmp_path, case, where):
     assert "worker 1 stuck in fit, epoch " in message and where in message.split("worker 1 stuck in fit", 1)[1]
     if case == "stuck-python":
         assert "Worker 1 stopped first (in Python while the others wait inside TensorFlow)" in message
+    else:  # the generator tf.data runs on a thread of its own: the worker is named first, in its input pipeline
+        assert "on worker(s) 1, 0: worker 1 stuck in fit" in message, message
+        assert "Worker 1 stopped first (in its input pipeline at " in message and "in samples)" in message, message
+        assert "worker 0 stuck in fit" in message and "waiting inside TensorFlow" in message.split("worker 0 stuck", 1)[1]
     # From the moment worker 1 got stuck: the timeout, the grace period, and the launcher's reading cadence.
     stuck_at = float((tmp_path / "stuck_at").read_text())
     assert hang_s <= ended - stuck_at < hang_s + grace_s + 20

@@ -277,6 +277,10 @@ def test_non_chief_restores_from_the_chief_backup_but_never_writes(tmp_path):
     assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 3
     metadata = backup / "training_metadata.json"
     metadata.write_text(json.dumps({"epoch": 1, "batch": 0}))  # as if the job had died after epoch 0
+    import h5py
+
+    with h5py.File(backup / "latest.weights.h5", "a") as f:  # the epoch the weights file records wins: the same
+        f.attrs["keras_gpu_backup"] = json.dumps({"epoch": 1, "batch": 0})
     before = {p.name: p.stat().st_mtime_ns for p in backup.iterdir()}
     worker1 = role(1)
     assert worker1["writes"] is False and worker1["epochs"] == [1, 2]  # resumed from the chief's backup

@@ -34,6 +34,7 @@ WORKER = REPO / "tests" / "_workers" / "startup_worker.py"
 STARTUP_S = 3.0
 COLLECTIVE_S = 3.0
 DEADLINE_S = 150
+WAIT_STARTUP_S, WAIT_LOG_S = 8.0, 2.0  # a lonely task's startup timeout, and the waiting lines' interval
 
 
 def _tf_config(ports: list[int], index: int) -> str:
@@ -52,6 +53,8 @@ def scenarios():
         "port_taken": [(0, ["30", "--hold-port"])],
         "late_peer": [(0, ["60"]), (1, ["60", "--late", "2"])],
         "peer_dies": [(0, ["60", "--collective-timeout", str(COLLECTIVE_S)]), (1, ["60", "--exit-after-create"])],
+        "follower_waits": [(1, [str(WAIT_STARTUP_S)])],
+        "duplicate_index": [(1, [str(WAIT_STARTUP_S)]), (1, [str(WAIT_STARTUP_S)])],
     }
     ports = {name: free_ports(2) for name in plans}
     procs: dict[str, list[subprocess.Popen]] = {}
@@ -61,7 +64,7 @@ def scenarios():
             procs[name] = [
                 subprocess.Popen(
                     [sys.executable, str(WORKER), *args],
-                    env=subprocess_env({"TF_CONFIG": _tf_config(ports[name], index)}),
+                    env=subprocess_env({"TF_CONFIG": _tf_config(ports[name], index), "KERAS_GPU_WAIT_LOG_S": str(WAIT_LOG_S)}),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
@@ -76,7 +79,7 @@ def scenarios():
                 out, err = proc.communicate(timeout=max(1.0, DEADLINE_S - (time.monotonic() - started)))
                 lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
                 assert lines, f"{name}: worker exited {proc.returncode} without a result\n{err[-4000:]}"
-                results[name].append(dict(json.loads(lines[0][len("RESULT "):]), returncode=proc.returncode))
+                results[name].append(dict(json.loads(lines[0][len("RESULT "):]), returncode=proc.returncode, stderr=err))
     finally:
         for group in procs.values():
             for proc in group:
@@ -102,6 +105,28 @@ def test_worker_whose_leader_never_starts_fails_after_the_timeout_naming_it(scen
     assert result["created"] is False and result["returncode"] == 0
     assert f"these tasks never came up: worker:0 (127.0.0.1:{port})." in result["error"]
     assert STARTUP_S <= result["create_s"] < STARTUP_S + 20, result["create_s"]
+
+
+def test_a_lonely_task_says_whom_it_waits_for_while_it_waits(scenarios):
+    (result,) = scenarios["results"]["follower_waits"]
+    port = scenarios["ports"]["follower_waits"][0]
+    assert result["created"] is False
+    lines = [line for line in result["stderr"].splitlines() if "make_strategy: waiting for " in line]
+    assert 1 <= len(lines) <= WAIT_STARTUP_S / WAIT_LOG_S + 1, result["stderr"][-3000:]  # at most one per interval
+    for line in lines:
+        assert re.fullmatch(rf"keras-gpu: make_strategy: waiting for worker:0 at 127\.0\.0\.1:{port} \(\d+ s of 8 s\)", line), line
+
+
+def test_of_two_tasks_with_the_same_index_the_one_that_waits_says_so(scenarios):
+    port = scenarios["ports"]["duplicate_index"][0]
+    waiting = [
+        [line for line in result["stderr"].splitlines() if "make_strategy: waiting for " in line]
+        for result in scenarios["results"]["duplicate_index"]
+    ]
+    assert all(result["created"] is False for result in scenarios["results"]["duplicate_index"])
+    assert any(waiting), [r["stderr"][-2000:] for r in scenarios["results"]["duplicate_index"]]
+    for line in (line for lines in waiting for line in lines):
+        assert f"waiting for worker:0 at 127.0.0.1:{port} (" in line
 
 
 def test_taken_port_fails_at_once_naming_port_and_task(scenarios):

@@ -48,3 +48,15 @@ def test_disk_full_mid_run_turns_logging_off_with_one_error_and_training_continu
     steps = [step for step, _ in read_scalars(str(tmp_path / "train"))["throughput/samples_per_sec"]]
     assert steps and max(steps) <= 2 * 16
     assert _writer._registry == {}
+
+
+def test_a_write_after_the_exit_time_close_is_dropped_without_an_error(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG, logger="keras_gpu")
+    writer = _writer.SummaryWriter(str(tmp_path / "run"))
+    assert writer.scalars({"a": 1.0}, step=1)
+    monkeypatch.setattr(_writer, "_exiting", False)
+    _writer._close_all()  # what the interpreter runs at exit: every event file closed
+    assert _writer._exiting
+    assert writer.scalars({"a": 2.0}, step=2) is False  # a late write (a logger's thread, an epoch end) meets it
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "training continues" not in caplog.text and "was closed at exit" in caplog.text

@@ -29,8 +29,9 @@ class HangWatch:
     count. Files are read at most every `min(0.5, timeout / 10)` seconds.
     When one worker has stalled, every judged worker idle for at least half
     the timeout is reported with it (the peers of a stuck worker wait in a
-    collective), fewest batches first, then one in Python before one waiting
-    inside TensorFlow.
+    collective), the likely cause first: fewest batches, then one inside its
+    input pipeline, then one in Python before one waiting inside its runtime
+    (TensorFlow, JAX), then the one whose last batch ended first.
 
     While no worker has been active for `quiet_after` seconds since the watch
     was made, it logs one warning saying that nothing is judged yet.
@@ -99,10 +100,9 @@ class HangWatch:
             )
         if not idle_for or max(idle_for.values()) < self._timeout:
             return False
-        # Peers of a stuck worker stop within moments of it: report every worker idle for half the timeout,
-        # fewest batches first, then one in Python before one waiting inside TensorFlow.
+        # Peers of a stuck worker stop within moments of it: report every worker idle for half the timeout.
         stalled = [(rank, self._latest[rank]) for rank, idle in idle_for.items() if idle >= self._timeout / 2]
-        self.stalled = sorted(stalled, key=lambda item: (item[1].steps, item[1].in_tensorflow, item[0]))
+        self.stalled = sorted(stalled, key=lambda item: _cause_first(*item))
         return True
 
     def describe(self) -> str:
@@ -111,17 +111,30 @@ class HangWatch:
         for rank, p in self.stalled:
             position = p.position()
             stuck = f" stuck in {position}" if position else ""
-            parts.append(
-                f"worker {rank}{stuck} ({p.steps} batch(es) done; "
-                f"{'waiting inside TensorFlow' if p.in_tensorflow else 'in Python'} at {p.where or 'unknown'})"
-            )
+            parts.append(f"worker {rank}{stuck} ({p.steps} batch(es) done; {p.waiting()})")
         ranks = ", ".join(str(rank) for rank, _ in self.stalled)
         text = f"no progress for {self._timeout:g}s (--hang-timeout) on worker(s) {ranks}: {'; '.join(parts)}"
-        key = [(p.steps, p.in_tensorflow) for _, p in self.stalled]
-        if len(key) > 1 and key[0] != key[1]:
-            first, _progress = self.stalled[0]
-            why = "the fewest batches" if key[0][0] < key[1][0] else "in Python while the others wait inside TensorFlow"
-            text += f". Worker {first} stopped first ({why})"
-        elif len(key) == 1:
-            text += f". Worker {self.stalled[0][0]} stopped making progress"
-        return text
+        if len(self.stalled) == 1:
+            return text + f". Worker {self.stalled[0][0]} stopped making progress"
+        (first, p), (_, q) = self.stalled[0], self.stalled[1]
+        if p.steps < q.steps:
+            why = "the fewest batches"
+        elif p.input_where and not q.input_where:
+            why = f"in its input pipeline at {p.input_where}"
+        elif _in_runtime(q) and not _in_runtime(p):
+            why = f"in Python while the others wait inside {q.runtime or 'TensorFlow'}"
+        elif p.last_batch_wall is not None and q.last_batch_wall is not None and p.last_batch_wall < q.last_batch_wall:
+            why = f"its last batch ended first, {q.last_batch_wall - p.last_batch_wall:.3g}s before the next worker's"
+        else:
+            return text
+        return text + f". Worker {first} stopped first ({why})"
+
+
+def _in_runtime(p: Progress) -> bool:
+    return bool(p.runtime) or p.in_tensorflow
+
+
+def _cause_first(rank: int, p: Progress) -> tuple[int, bool, bool, float, int]:
+    """The sort key that puts the worker most likely to have stopped first first."""
+    ended = p.last_batch_wall if p.last_batch_wall is not None else float("inf")
+    return (p.steps, not p.input_where, _in_runtime(p) and not p.input_where, ended, rank)

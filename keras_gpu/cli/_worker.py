@@ -21,9 +21,16 @@ give it, after:
   `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
   it measures the study's window, stops the run and ends the worker.
 
-The parent stays a small supervisor without TensorFlow, so that the worker
-stops when told. TensorFlow's coordination service catches SIGTERM in a
-multi-worker process and ignores it, and while it waits for the cluster's
+The parent stays a small supervisor without TensorFlow or JAX, so that the
+worker stops when told, and ends when its script failed. A script that
+raises (or exits non-zero) has the child report its exit status to the
+supervisor through a pipe before the interpreter's exit handlers run; a
+child still running `KERAS_GPU_STOP_DELAY` seconds later (JAX's exit-time
+`jax.distributed` shutdown waits up to minutes for peers that are blocked in
+a collective on it) is killed, and the supervisor exits with the reported
+status, so the launcher sees `worker i exited with code N` at once.
+TensorFlow's coordination service (and JAX's preemption service) catches
+SIGTERM in a multi-worker process and ignores it, and while it waits for the cluster's
 tasks to register it holds Python's interpreter lock, so no Python handler
 can run in the worker. The supervisor gets the launcher's SIGTERM (or SIGINT,
 SIGHUP) with the rest of the worker's process group, or alone, and passes it
@@ -63,8 +70,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse the bootstrap's arguments, fork the supervisor, then run the target in the child."""
     argv = list(sys.argv[1:] if argv is None else argv)
     replicas, target = _parse(argv)
-    if hasattr(os, "fork"):
-        _supervise_child()
+    report = _supervise_child() if hasattr(os, "fork") else None
     from keras_gpu.hooks.progress import ENV_PROGRESS_FILE
     from keras_gpu.hooks.scale_env import ENV_SCALE_DIR
 
@@ -72,7 +78,37 @@ def main(argv: Sequence[str] | None = None) -> None:
         install_heartbeat()
     if replicas is not None:
         _split_cpu(replicas)
-    _run_target(target)
+    try:
+        _run_target(target)
+    except SystemExit as exc:
+        _report_failure(report, _exit_status(exc.code))
+        raise
+    except BaseException:
+        _report_failure(report, 1)
+        raise
+
+
+def _exit_status(code: object) -> int:
+    """The status `raise SystemExit(code)` ends the interpreter with."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1  # a message: printed, then status 1
+
+
+def _report_failure(report: int | None, status: int) -> None:
+    """Tell the supervisor that the script failed with `status`, before the interpreter's exit handlers run.
+
+    JAX's exit handler waits at `jax.distributed`'s shutdown barrier for every
+    peer (up to its shutdown timeout) while a peer may wait in a collective
+    for this process: the supervisor ends a reported worker that is still
+    running after the stop delay, with the reported status.
+    """
+    if report is None or status == 0:
+        return
+    with contextlib.suppress(OSError):
+        os.write(report, bytes([status]))
 
 
 def _parse(argv: list[str]) -> tuple[int | None, list[str]]:
@@ -169,25 +205,32 @@ _SCALE_WINDOW: Any = None
 # ------------------------------------------------------------------ the supervisor
 
 
-def _supervise_child() -> None:
-    """Fork; return in the child, and never return in the parent, which supervises it.
+def _supervise_child() -> int:
+    """Fork; return in the child (the write end of its failure report), and never return in the parent.
 
-    Signals are blocked across the fork so that none is lost or handled by
-    the wrong process before each side has set up its own handling.
+    The parent supervises the child. Signals are blocked across the fork so
+    that none is lost or handled by the wrong process before each side has
+    set up its own handling.
     """
     parent = os.getpid()
+    read_end, write_end = os.pipe()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     child = os.fork()
     if child == 0:
+        os.close(read_end)
+        os.set_inheritable(write_end, False)  # the script's own subprocesses do not hold it
         _die_with_parent(parent)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        return
+        return write_end
+    os.close(write_end)
+    os.set_blocking(read_end, False)
     received: list[int] = []
     for signum in _STOP_SIGNALS:
         signal.signal(signum, lambda s, _f: received.append(s))
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    status = _wait(child, received)
+    status = _wait(child, received, read_end)
     _exit_like(status)
+    raise AssertionError("unreachable")  # pragma: no cover - _exit_like ends the process
 
 
 def _die_with_parent(parent: int) -> None:
@@ -201,9 +244,17 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wait(child: int, received: list[int]) -> int:
-    """Wait for the child; once a stop signal arrived, give it the stop delay, then kill it. Returns its wait status."""
+def _wait(child: int, received: list[int], report: int | None = None) -> int:
+    """Wait for the child and return its wait status.
+
+    Once a stop signal arrived, the child gets the stop delay, then SIGKILL.
+    Once it reported a failure (`report`, see `_report_failure`), it gets the
+    stop delay to end on its own; then it is killed and the reported exit
+    status is returned.
+    """
     deadline: float | None = None
+    failed: int | None = None
+    failed_by: float | None = None
     while True:
         try:
             pid, status = os.waitpid(child, os.WNOHANG)
@@ -211,6 +262,19 @@ def _wait(child: int, received: list[int]) -> int:
             return 0
         if pid == child:
             return status
+        if report is not None and failed is None:
+            failed = _read_report(report)
+            if failed is not None:
+                failed_by = time.monotonic() + _stop_delay()
+        if failed_by is not None and time.monotonic() >= failed_by and not received:
+            _note(
+                f"the script failed (exit status {failed}) but its process did not end within {_stop_delay():g}s "
+                f"({_exit_wait(child)}); ending it"
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            return failed << 8  # the wait status of a process that exited with `failed`
         if received and deadline is None:
             if not _ignores(child, received[0]):
                 with contextlib.suppress(ProcessLookupError):  # a signal sent to the supervisor alone reaches the worker too
@@ -220,15 +284,54 @@ def _wait(child: int, received: list[int]) -> int:
                 received.clear()  # the worker chose to ignore it; the launcher's SIGKILL decides
         if deadline is not None and time.monotonic() >= deadline:
             signum = received[0]
-            _note(
-                f"the worker did not end within {_stop_delay():g}s of {signal.Signals(signum).name} (TensorFlow catches "
-                "SIGTERM in a multi-worker process and holds the interpreter while it waits for the cluster); ending it"
-            )
+            _note(f"the worker did not end within {_stop_delay():g}s of {signal.Signals(signum).name} ({_catcher(child)}); ending it")
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
             os.waitpid(child, 0)
             return signum  # the wait status of a process killed by `signum`: the supervisor ends by it
         time.sleep(0.02)
+
+
+def _read_report(report: int) -> int | None:
+    """The exit status the child reported, or None while it reported none."""
+    try:
+        data = os.read(report, 1)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return None
+    return data[0] if data else None
+
+
+def _runtime(pid: int) -> str | None:
+    """`"TensorFlow"` or `"JAX"`: the runtime whose library process `pid` has loaded (from /proc), else None."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
+    except OSError:
+        return None
+    if "libtensorflow_framework" in maps or "_pywrap_tensorflow" in maps:
+        return "TensorFlow"
+    if "jaxlib" in maps:
+        return "JAX"
+    return None
+
+
+def _catcher(pid: int) -> str:
+    """Why a signalled worker may not end, in the words of the runtime it runs."""
+    runtime = _runtime(pid)
+    if runtime == "JAX":
+        return "JAX's preemption service catches SIGTERM in a multi-process job, and a collective waits for its peers"
+    if runtime == "TensorFlow":
+        return "TensorFlow catches SIGTERM in a multi-worker process and holds the interpreter while it waits for the cluster"
+    return "it catches or outlasts the signal"
+
+
+def _exit_wait(pid: int) -> str:
+    """What a failed worker's process is likely waiting for at exit."""
+    if _runtime(pid) == "JAX":
+        return "JAX's exit-time jax.distributed shutdown waits for every peer"
+    return "an exit handler or a thread of the script is still running"
 
 
 def _ignores(pid: int, signum: int) -> bool:

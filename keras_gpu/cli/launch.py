@@ -30,10 +30,13 @@ stdout or stderr with a `[worker i] ` prefix; lines are never mixed.
 The job fails as a whole: when one worker exits non-zero or is killed, the
 others get SIGTERM, then SIGKILL after `--grace-period` seconds, and the
 launcher exits with that worker's status (`128 + signal` for a signal). Each
-stopped worker's end is logged too. TensorFlow's coordination service catches
-SIGTERM in a multi-worker process, so a worker blocked in a collective on a
-dead peer is ended by that SIGKILL: a failed job always ends within about
-`--grace-period` seconds.
+stopped worker's end is logged too. TensorFlow's coordination service (and
+JAX's preemption service) catches SIGTERM in a multi-worker process, so a
+worker blocked in a collective on a dead peer is ended by that SIGKILL: a
+failed job always ends within about `--grace-period` seconds. A worker whose
+script raised is not left waiting in JAX's exit-time `jax.distributed`
+shutdown for its blocked peers: the bootstrap ends it half a
+`--grace-period` after the failure, with the script's exit status.
 
 With `--max-restarts R` a failed job is restarted as a whole, up to `R` times
 (like `torchrun --max-restarts`): every worker is stopped, then all `N` are

@@ -27,7 +27,9 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
     this process is the chief (the `"chief"` task, else worker 0) is read from
     the model's strategy (on JAX: process 0 of `jax.distributed`) when training
     begins. In a single process it behaves
-    exactly like Keras' own. Saving reads each variable's local copy and runs
+    like Keras' own, except that each file is written to a temporary file
+    beside it, fsynced and renamed into place, so a kill at any instant
+    leaves the previous file or the new one. Saving reads each variable's local copy and runs
     no collective, so the chief never waits for its peers while it writes.
 
     Attributes:
@@ -49,6 +51,8 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
         ...     print(checkpoint.writes_checkpoints, os.path.exists(path))
         True True
     """
+
+    atomic_model_saves = True  # a kill while writing leaves the previous file or the new one
 
     @property
     def writes_checkpoints(self) -> bool | None:

@@ -9,9 +9,12 @@ distribution, and skips them on the other workers.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from keras_gpu.core import backend
+from keras_gpu.hooks.backup_private import atomic_saves
 
 __all__ = ["ChiefWrites"]
 
@@ -32,6 +35,13 @@ class ChiefWrites:
     """
 
     chief_writes: bool | None = None
+    atomic_model_saves = False
+    """Whether `model.save` and `model.save_weights` replace their file atomically inside the hooks."""
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        with backend.writing_alone(), (atomic_saves(self.model) if self.atomic_model_saves else contextlib.nullcontext()):
+            yield
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.chief_writes = backend.task_info(self.model).is_chief
@@ -39,15 +49,15 @@ class ChiefWrites:
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.chief_writes:
-            with backend.writing_alone():
+            with self._writing():
                 super().on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.chief_writes:
-            with backend.writing_alone():
+            with self._writing():
                 super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs: Any = None) -> None:
         if self.chief_writes:
-            with backend.writing_alone():
+            with self._writing():
                 super().on_train_end(logs)

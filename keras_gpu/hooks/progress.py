@@ -19,13 +19,20 @@ the files.
 
 File format (JSON, replaced atomically): `{"pid": int, "steps": int,
 "active": bool, "phase": str, "epoch": int | null, "batch": int | null,
-"where": str, "in_tensorflow": bool, "wall": float}`, where `phase` is the
+"where": str, "in_tensorflow": bool, "runtime": str, "input": str,
+"last_batch_wall": float | null, "wall": float}`, where `phase` is the
 innermost running call (`"fit"`, `"evaluate"`, `"predict"`, or `""`), `epoch`
 the `fit` epoch and `batch` the batches finished in the current epoch or
 call, both counted from 1 as Keras' progress bar shows them; `where` is the
 innermost frame of the main thread as `file:line in function` and
 `in_tensorflow` says whether that frame is inside TensorFlow (waiting on a
-collective or the input pipeline) rather than in Python code.
+collective or the input pipeline) rather than in Python code; `runtime` names
+the library the frame is in (`"TensorFlow"`, `"JAX"`, `"PyTorch"`, or `""`
+for Python code). `input` is where the script's own input code runs when a
+thread is inside it, called from the input pipeline (a tf.data
+`py_function` or generator, a `PyDataset.__getitem__`, a generator fed to
+`fit`), else `""`. `last_batch_wall` is the wall-clock time (`time.time()`)
+the last batch ended, or the call began, as the training thread noted it.
 """
 
 from __future__ import annotations
@@ -73,6 +80,12 @@ class Progress:
         batch: Batches finished in the current epoch (or `evaluate` /
             `predict` call), from 1; `None` before the first.
         parent: The call `phase` runs inside, e.g. `"fit"` for validation.
+        runtime: The library the main thread waits in (`"TensorFlow"`,
+            `"JAX"`, `"PyTorch"`), or `""` in Python code.
+        input_where: Where the script's input code runs, called from the
+            input pipeline (`file:line in function`); `""` when it does not.
+        last_batch_wall: When the last batch ended (or the call began), as
+            `time.time()`; `None` when unknown.
     """
 
     pid: int
@@ -84,6 +97,18 @@ class Progress:
     epoch: int | None = None
     batch: int | None = None
     parent: str = ""
+    runtime: str = ""
+    input_where: str = ""
+    last_batch_wall: float | None = None
+
+    def waiting(self) -> str:
+        """What the worker was doing, e.g. `"in its input pipeline at ..."` or `"waiting inside JAX at ..."`."""
+        if self.input_where:
+            return f"in its input pipeline at {self.input_where}"
+        runtime = self.runtime or ("TensorFlow" if self.in_tensorflow else "")
+        if runtime:
+            return f"waiting inside {runtime} (a collective, the device or its input) at {self.where or 'unknown'}"
+        return f"in Python at {self.where or 'unknown'}"
 
     def position(self) -> str:
         """Where the worker was in words, e.g. `"fit, epoch 2, after batch 17"`; `""` when unknown."""
@@ -113,6 +138,9 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
             epoch=_optional_int(data.get("epoch")),
             batch=_optional_int(data.get("batch")),
             parent=str(data.get("parent") or ""),
+            runtime=str(data.get("runtime") or ""),
+            input_where=str(data.get("input") or ""),
+            last_batch_wall=_optional_float(data.get("last_batch_wall")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -120,6 +148,10 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 class ProgressWriter:
@@ -142,6 +174,7 @@ class ProgressWriter:
         self._depth = 0
         self._calls: list[list[Any]] = []  # [phase, batch] per running call, innermost last
         self._epoch: int | None = None
+        self._last_wall: float | None = None
         self._main = threading.main_thread()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -159,6 +192,7 @@ class ProgressWriter:
         """A `fit`, `evaluate` or `predict` call started (calls may nest: validation runs inside `fit`)."""
         self._depth += 1
         self._calls.append([phase, None])
+        self._last_wall = time.time()
         if phase == "fit":
             self._epoch = None
 
@@ -183,6 +217,7 @@ class ProgressWriter:
             batch: Batches finished in the current epoch or call, from 1.
         """
         self._steps += 1
+        self._last_wall = time.time()  # a clock read, no I/O: the launcher compares when each worker's last batch ended
         if batch is not None and self._calls:
             self._calls[-1][1] = batch
 
@@ -197,7 +232,7 @@ class ProgressWriter:
             self._write()
 
     def _write(self) -> None:
-        where, in_tf = _main_thread_frame(self._main)
+        where, in_tf, runtime = _main_thread_frame(self._main)
         calls = list(self._calls)  # a snapshot: the training thread may change it meanwhile
         phase, batch = calls[-1] if calls else ("", None)
         parent = calls[-2][0] if len(calls) > 1 else ""
@@ -211,6 +246,9 @@ class ProgressWriter:
             "batch": batch,
             "where": where,
             "in_tensorflow": in_tf,
+            "runtime": runtime,
+            "input": _input_frame(),
+            "last_batch_wall": self._last_wall,
             "wall": time.time(),
         }
         tmp = f"{self._path}.tmp"
@@ -222,12 +260,31 @@ class ProgressWriter:
             pass
 
 
-def _main_thread_frame(main: threading.Thread) -> tuple[str, bool]:
-    """Where the main thread is: its innermost frame outside installed libraries, and whether it is inside TensorFlow."""
+_RUNTIMES = (("tensorflow", "TensorFlow"), ("jax", "JAX"), ("jaxlib", "JAX"), ("torch", "PyTorch"))
+# Frames of the input pipelines that call the script's own input code.
+_PIPELINE = (
+    f"{os.sep}keras{os.sep}src{os.sep}trainers{os.sep}data_adapters{os.sep}",
+    f"{os.sep}tensorflow{os.sep}python{os.sep}ops{os.sep}script_ops.py",
+    f"{os.sep}tensorflow{os.sep}python{os.sep}data{os.sep}",
+)
+
+
+def _runtime_of(filename: str) -> str:
+    """The runtime library a frame's file belongs to, or `""`."""
+    parts = filename.split(os.sep)
+    for package, name in _RUNTIMES:
+        if package in parts:
+            return name
+    return ""
+
+
+def _main_thread_frame(main: threading.Thread) -> tuple[str, bool, str]:
+    """Where the main thread is: its innermost frame outside installed libraries, whether it is inside TensorFlow, and its runtime."""
     frame = sys._current_frames().get(main.ident) if main.ident is not None else None  # noqa: SLF001 - CPython's documented frame access
     if frame is None:
-        return "", False
+        return "", False, ""
     in_tf = f"{os.sep}tensorflow{os.sep}" in frame.f_code.co_filename
+    runtime = _runtime_of(frame.f_code.co_filename)
     innermost = frame
     skipped = (*_library_dirs(), __file__)
     while frame is not None and frame.f_code.co_filename.startswith(skipped):
@@ -236,7 +293,32 @@ def _main_thread_frame(main: threading.Thread) -> tuple[str, bool]:
     text = f"{shown.f_code.co_filename}:{shown.f_lineno} in {shown.f_code.co_name}"
     if shown is not innermost:
         text += f" (innermost: {os.path.basename(innermost.f_code.co_filename)}:{innermost.f_lineno} in {innermost.f_code.co_name})"
-    return text, in_tf
+    return text, in_tf, runtime
+
+
+def _input_frame() -> str:
+    """Where the script's own code runs inside an input pipeline, on any thread; `""` when it does not.
+
+    A thread counts when a frame of the input machinery (Keras' data
+    adapters, tf.data and its `py_function`) calls, further in, a frame
+    outside installed libraries: the script's `__getitem__`, generator or
+    mapped function. Idle pipeline threads wait in library code and do not.
+    """
+    skipped = (*_library_dirs(), os.path.dirname(os.path.dirname(__file__)))
+    for frame in sys._current_frames().values():  # noqa: SLF001 - CPython's documented frame access
+        stack = []
+        while frame is not None:
+            stack.append(frame)
+            frame = frame.f_back
+        stack.reverse()  # outermost first
+        inside = False
+        for f in stack:
+            name = f.f_code.co_filename
+            if any(marker in name for marker in _PIPELINE):
+                inside = True
+            elif inside and not name.startswith(skipped) and not name.startswith("<"):
+                return f"{name}:{f.f_lineno} in {f.f_code.co_name}"
+    return ""
 
 
 def _library_dirs() -> tuple[str, ...]:

@@ -138,6 +138,7 @@ class _EventFile:
 
 _files: dict[str, _EventFile] = {}
 _files_lock = threading.Lock()
+_exiting = False  # set when the interpreter exits and every event file was closed
 
 
 def _open_file(path: str) -> _EventFile:
@@ -164,6 +165,8 @@ def _drop_file(path: str, event_file: _EventFile | None) -> None:
 
 @atexit.register
 def _close_all() -> None:
+    global _exiting
+    _exiting = True
     with _files_lock:
         files = list(_files.values())
         _files.clear()
@@ -230,6 +233,9 @@ class SummaryWriter:
                 self.disabled = True
                 failed, self._file = self._file, None
                 _drop_file(self.path, failed)
+                if _exiting:  # the process is ending and its files were closed: nothing failed, nothing continues
+                    logger.debug("keras-gpu: %s was closed at exit; a late write was dropped", self.path)
+                    return False
                 logger.error(
                     "keras-gpu: writing TensorBoard logs to %s failed (%s: %s); logging to this "
                     "directory is turned off for the rest of the run, training continues.",

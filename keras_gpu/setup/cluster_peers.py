@@ -54,6 +54,7 @@ from keras_gpu.core.tf_private import (
     service_insert,
     service_try_get,
 )
+from keras_gpu.setup.startup_wait import wait_interval, waiting_line
 
 __all__ = [
     "DISAGREEMENT_KEY",
@@ -263,7 +264,10 @@ class PeerWatch:
             "source": info.source,
             "timeout_s": timeout_s,
             "parent": os.getpid(),
+            "wait_log_s": wait_interval(),
         }
+        notice = _dup_stderr()
+        spec["notice_fd"] = notice
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -276,10 +280,14 @@ class PeerWatch:
                 stderr=subprocess.PIPE,
                 env=env,
                 text=True,
+                pass_fds=() if notice is None else (notice,),
             )
         except OSError as exc:  # pragma: no cover - no interpreter to start: the startup timeout still bounds the wait
             logger.debug("make_strategy: the peer watcher did not start: %s", exc)
             return cls(None)
+        finally:
+            if notice is not None:
+                os.close(notice)
         return cls(process)
 
     def stop(self) -> str | None:
@@ -327,14 +335,34 @@ def startup_guard(info: ClusterInfo, timeout_s: float) -> Iterator[None]:
         watch.stop()
 
 
-def _watch(info: ClusterInfo, timeout_s: float, parent: int) -> str | None:
-    """Poll the peers until one disagrees (returned), all agree, the parent ends, or time runs out."""
+def _dup_stderr() -> int | None:
+    """A copy of this process's stderr for the watcher's waiting lines, or None without one."""
+    try:
+        return os.dup(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _watch(
+    info: ClusterInfo, timeout_s: float, parent: int, notice: Callable[[str], None] | None = None, every_s: float = 30.0
+) -> str | None:
+    """Poll the peers until one disagrees (returned), all agree, the parent ends, or time runs out.
+
+    While peers have not answered, `notice` gets a waiting line naming them
+    every `every_s` seconds.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     pending = {a: t for a, t in _expected(info).items() if a != info.address}
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_note = started + every_s
     with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
         while pending and time.monotonic() < deadline and os.getppid() == parent:
+            if notice is not None and time.monotonic() >= next_note:
+                next_note += every_s
+                names = ", ".join(f"{_name(t)} at {a}" for a, t in pending.items())
+                notice(waiting_line(names, time.monotonic() - started, timeout_s))
             addresses = list(pending)
             for address, found in zip(addresses, pool.map(lambda a: server_task(a, _RPC_S), addresses)):
                 if found is None:
@@ -351,7 +379,17 @@ def _main(argv: list[str]) -> int:
     spec: Mapping = json.loads(argv[0])
     cluster = {k: tuple(v) for k, v in spec["cluster"].items()}
     info = ClusterInfo(spec["source"], cluster, spec["task_type"], int(spec["task_index"]))
-    message = _watch(info, float(spec["timeout_s"]), int(spec["parent"]))
+    notice = None
+    if spec.get("notice_fd") is not None:
+        stream = os.fdopen(int(spec["notice_fd"]), "w", buffering=1)
+
+        def notice(line: str) -> None:
+            try:
+                stream.write(f"keras-gpu: {line}\n")
+            except (OSError, ValueError):
+                pass
+
+    message = _watch(info, float(spec["timeout_s"]), int(spec["parent"]), notice, float(spec.get("wait_log_s", 30.0)))
     if message is not None:
         print(_MARK + message, flush=True)  # before the report, which ends the parent's wait
         _report(info, message)

@@ -32,13 +32,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
 from keras_gpu.core.slurm import step_layout
+from keras_gpu.setup.jax_exit import end_promptly_on_failure, join_timeouts
 from keras_gpu.setup.startup_guards import check_own_port
+from keras_gpu.setup.startup_wait import WaitNotes
 from keras_gpu.setup.strategy_options import (
     DEFAULT_STARTUP_TIMEOUT,
     StrategyOptions,
@@ -48,6 +51,7 @@ from keras_gpu.setup.strategy_options import (
 
 __all__ = ["JaxStrategy", "make_strategy"]
 
+_POLL_S = 0.5  # how often a task asks whether the coordinator is up
 _PLATFORMS = {"GPU": ("gpu", "cuda", "rocm"), "CPU": ("cpu",)}
 
 
@@ -127,7 +131,11 @@ def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
     `"multiworker"` trains on every device of every process.
 
     `startup_timeout` bounds the wait for every process to join (default
-    600 s). `cross_device_ops`, `communication`, `collective_timeout` and
+    600 s); while it waits, the task logs whom it waits for every 30 s. The
+    job is joined with 30 s heartbeat and 120 s shutdown timeouts, and a
+    process whose script raises exits at once rather than at JAX's exit-time
+    barrier, so its blocked peers' collectives fail and they end too (see
+    `keras_gpu.setup.jax_exit`). `cross_device_ops`, `communication`, `collective_timeout` and
     `slurm_gpus_per_task` have no JAX meaning and raise when set.
 
     Raises:
@@ -233,6 +241,8 @@ def _multiworker(kind: str, info: ClusterInfo, timeout: float) -> JaxStrategy:
         if not info.is_multi_worker and count > 1:
             info = ClusterInfo("jax.distributed", {"worker": tuple(f"process_{i}" for i in range(count))}, "worker", index)
         reason = f"the {count} processes of this job were already joined"
+        if count > 1:
+            end_promptly_on_failure()
     elif info.is_multi_worker:
         _join(info, timeout)
         reason = f"{info.source} describes {info.num_workers} training tasks"
@@ -264,21 +274,61 @@ def _join(info: ClusterInfo, timeout: float) -> None:
         check_own_port(info)  # the coordinator listens at its own address
     if str(jax.config.jax_cpu_collectives_implementation or "none") == "none":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    failure = (
+        f"make_strategy: the {info.num_workers} processes from {info.source} did not join within "
+        f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
+        "task of the cluster, check the coordinator's address, or raise `startup_timeout`."
+    )
+    deadline = time.monotonic() + timeout
     try:
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=info.num_workers,
-            process_id=info.worker_index,
-            initialization_timeout=max(1, math.ceil(timeout)),
-        )
+        with WaitNotes(lambda: _awaited(info, coordinator), timeout, on_timeout=f"{failure} JAX ends the process."):
+            if not info.is_chief and not _coordinator_up(coordinator, deadline):
+                # JAX ends the process (abort) when its own connection attempt times out: fail first, in words.
+                raise RuntimeError(f"{failure} The coordinator never answered at {coordinator}.")
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=info.num_workers,
+                process_id=info.worker_index,
+                initialization_timeout=max(1, math.ceil(deadline - time.monotonic())),
+                **join_timeouts(),
+            )
+    except RuntimeError as exc:
+        if str(exc).startswith(failure):
+            raise
+        raise RuntimeError(f"{failure} JAX said: {_first_line(exc)}") from exc
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeError(
-            f"make_strategy: the {info.num_workers} processes from {info.source} did not join within "
-            f"startup_timeout={timeout:g}s (coordinator {coordinator}, this is rank {info.worker_index}). Start every "
-            f"task of the cluster, check the coordinator's address, or raise `startup_timeout`. JAX said: {first}"
-        ) from exc
+        raise RuntimeError(f"{failure} JAX said: {_first_line(exc)}") from exc
+    end_promptly_on_failure()  # a failed process does not wait at JAX's exit-time barrier for its blocked peers
     jax_initialize_rng()  # one random seed for every process: equal initial weights and shuffles
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _coordinator_up(coordinator: str, deadline: float) -> bool:
+    """Wait until the coordinator's port accepts a connection (True), or the deadline passes (False)."""
+    from keras_gpu.setup.startup_guards import port_answers
+
+    while True:
+        if port_answers(coordinator):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+
+
+def _awaited(info: ClusterInfo, coordinator: str) -> str:
+    """Whom this task waits for while JAX's processes join: the coordinator, or the other tasks."""
+    from keras_gpu.setup.startup_guards import port_answers
+
+    lead = "chief:0" if info.cluster.get("chief") else "worker:0"
+    if not info.is_chief and not port_answers(coordinator):
+        return f"{lead} (the JAX coordinator) at {coordinator}"
+    others = [f"{kind}:{i}" for kind in ("chief", "worker") for i, _ in enumerate(info.cluster.get(kind, ()))]
+    me = f"{info.task_type}:{info.task_index}"
+    rest = [name for name in others if name not in (me, lead)] if info.is_chief else [n for n in others if n != me]
+    return f"{', '.join(rest) or 'the other tasks'} to join the JAX coordinator at {coordinator}"
 
 
 def _local(kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo) -> JaxStrategy:

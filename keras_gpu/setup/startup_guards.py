@@ -23,6 +23,7 @@ from keras_gpu.setup.cluster_peers import explain_taken_port
 __all__ = [
     "bound_registration",
     "check_own_port",
+    "port_answers",
     "port_in_use_message",
     "startup_failure_message",
     "unknown_task_message",
@@ -112,7 +113,7 @@ def startup_failure_message(info: ClusterInfo, timeout: float, detail: str) -> s
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(tasks)))) as pool:
-            answers = list(pool.map(_answers, [t[2] for t in tasks]))
+            answers = list(pool.map(port_answers, [t[2] for t in tasks]))
         missing = [t for t, up in zip(tasks, answers) if not up]
     first = detail.strip().splitlines()[0] if detail.strip() else "no detail"
     running = []
@@ -120,7 +121,7 @@ def startup_failure_message(info: ClusterInfo, timeout: float, detail: str) -> s
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(32, len(missing))) as pool:
-            answers = list(pool.map(_answers, [t[2] for t in missing]))
+            answers = list(pool.map(port_answers, [t[2] for t in missing]))
         running = [t for t, up in zip(missing, answers) if up]
         missing = [t for t, up in zip(missing, answers) if not up]
     if running:
@@ -144,7 +145,7 @@ def startup_failure_message(info: ClusterInfo, timeout: float, detail: str) -> s
     )
 
 
-def _answers(address: str, timeout: float = 1.0) -> bool:
+def port_answers(address: str, timeout: float = 1.0) -> bool:
     """Whether `host:port` accepts a TCP connection within `timeout` seconds."""
     import socket
 
