@@ -116,8 +116,11 @@ class ThroughputLogger(LoggingCallback):
 
     At the end of every epoch the current, partial window is closed, so short
     epochs still get a point. At the end of training one INFO line gives the
-    wall-clock rates over the whole run and the time of the `fit`, and
-    :attr:`summary` holds the numbers.
+    wall-clock rates over the whole run and the time of the `fit` (from the
+    first keras-gpu callback's `on_train_begin` to the last one's
+    `on_train_end`, so the end-of-fit work of every keras-gpu callback
+    counts; logged when the last one ends), and :attr:`summary` holds the
+    numbers.
 
     Args:
         log_dir: Directory shared with Keras' `TensorBoard` callback; this
@@ -271,9 +274,15 @@ class ThroughputLogger(LoggingCallback):
             self._end_training_phase(fit)
             t = time.perf_counter()
             self._write_epoch(fit.meter.epoch_close(t))
-            self.summary = fit.meter.summary()
-            self.summary["fit_seconds"] = t - fit.t0
-            self._log_summary(self.summary)
+            summary = self.summary = fit.meter.summary()
+            summary["fit_seconds"] = t - fit.t0  # until the callbacks after this one end (below)
+
+            def log(seconds: float) -> None:
+                if seconds == seconds:
+                    summary["fit_seconds"] = seconds
+                self._log_summary(summary)
+
+            self._at_fit_end(log)
         self._fit = None
         self._close()
 
