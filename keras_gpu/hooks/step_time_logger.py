@@ -327,8 +327,10 @@ class StepTimeLogger(LoggingCallback):
         if cluster is not None and cluster.batch_end(batch):
             self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
-        if fit is not None:
-            self._submit(fit.batch_end(batch))
+        if fit is not None:  # per batch: a store and a comparison; the schedule only where it has work
+            fit.last_batch = batch
+            if batch >= fit.next_batch:
+                self._submit(fit.batch_end(batch))
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:

@@ -214,7 +214,11 @@ class ThroughputLogger(LoggingCallback):
             self._fit = _ThroughputFit(meter, t0)
             if keras_count is not None:
                 self._fit.keras_count = keras_count
-                self._fit.last_index = keras_count.last_index
+            steps = (self.params or {}).get("steps")
+            if keras_count is not None:
+                self._fit.epoch_last = keras_count.last_index
+            elif isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+                self._fit.epoch_last = steps - 1
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
@@ -233,23 +237,19 @@ class ThroughputLogger(LoggingCallback):
         if fit.keras_count is not None:
             fit.keras_count.epoch_begin()
         fit.meter.epoch_begin(t)
-        fit.last_batch, fit.last_t = -1, t
+        fit.last_batch = fit.checked_batch = fit.prev_batch = -1
+        fit.checked_t = fit.prev_t = t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+        fit.watch = fit.meter.compile_watch
+        fit.next_check = 0  # the first execution
 
     def on_train_batch_end(self, batch, logs=None):
-        t = time.perf_counter()
+        # The training thread's whole per-batch cost: a store and a comparison.
         fit = self._fit
-        if fit is None:
-            return
-        if batch >= fit.last_index:  # the epoch's last step: Keras' count read before anything resets it
-            fit.keras_count.epoch_end()
-        if batch >= fit.next_batch or t >= fit.next_time:
-            self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
-            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
-            if fit.meter.counter_failed:
-                self._counter_failed(fit)
-        fit.last_batch = batch
-        fit.last_t = t
+        if fit is not None:
+            fit.last_batch = batch
+            if batch >= fit.next_check:
+                self._check(fit, batch)
 
     def on_test_begin(self, logs=None):
         if self._fit is not None:
@@ -286,6 +286,44 @@ class ThroughputLogger(LoggingCallback):
         self._fit = None
         self._close()
 
+    # -- the batch ends that do something ------------------------------------------
+
+    def _check(self, fit: _ThroughputFit, batch: int) -> None:
+        """A batch end the fit asked for: a window's end, the epoch's last step, or a look at the clock.
+
+        Windows by time (`every_s`) close at the first batch end at or after
+        their end: the clock is read at batch ends chosen from the pace so far,
+        each halfway to the window's end in steps, so a few reads per window
+        find it within a step. Where the epoch's length is unknown, every batch
+        end reads the clock (its last batch end is the training phase's end).
+        """
+        t = time.perf_counter()
+        fit.prev_batch, fit.prev_t = fit.checked_batch, fit.checked_t
+        fit.checked_batch, fit.checked_t = batch, t
+        if batch >= fit.epoch_last and fit.keras_count is not None:
+            fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
+        if batch >= fit.next_batch or t >= fit.next_time:
+            self._write(fit.meter.execution_end(batch, t, fit.prev_batch, fit.prev_t))
+            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+            if fit.meter.counter_failed:
+                self._counter_failed(fit)
+        fit.next_check = self._next_check(fit, batch, t)
+
+    @staticmethod
+    def _next_check(fit: _ThroughputFit, batch: int, t: float) -> float:
+        if fit.epoch_last == _INF:
+            return batch + 1
+        nxt = min(fit.next_batch, fit.epoch_last)
+        if fit.watch > batch:
+            nxt = min(nxt, fit.watch)
+        if fit.next_time < _INF:
+            steps, seconds = batch - fit.prev_batch, t - fit.prev_t
+            ahead = 1
+            if steps > 0 and seconds > 0:
+                ahead = max(1, int((fit.next_time - t) * steps / seconds / 2))
+            nxt = min(nxt, batch + ahead)
+        return nxt
+
     # -- writing ------------------------------------------------------------------
 
     def _end_training_phase(self, fit: _ThroughputFit) -> None:
@@ -295,8 +333,12 @@ class ThroughputLogger(LoggingCallback):
         if not meter.exact_steps and fit.epoch_iterations is not None:
             now = self._iterations()
             epoch_steps = None if now is None else now - fit.epoch_iterations
-        windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
-        fit.next_batch = fit.next_time = _INF
+        if fit.checked_batch == fit.last_batch:
+            last_t, prev_batch, prev_t = fit.checked_t, fit.prev_batch, fit.prev_t
+        else:  # the epoch stopped early (`stop_training`) at a batch end that was not looked at: now
+            last_t, prev_batch, prev_t = time.perf_counter(), fit.checked_batch, fit.checked_t
+        windows = meter.epoch_end(fit.last_batch, last_t, epoch_steps, prev_batch, prev_t)
+        fit.next_batch = fit.next_time = fit.next_check = _INF
         if meter.counter_failed:
             self._counter_failed(fit)
         if windows:
@@ -456,8 +498,8 @@ class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
     __slots__ = (
-        "epoch_iterations", "keras_count", "last_batch", "last_index", "last_t", "meter", "next_batch", "next_time",
-        "t0", "warned_counter",
+        "checked_batch", "checked_t", "epoch_iterations", "epoch_last", "keras_count", "last_batch", "meter",
+        "next_batch", "next_check", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -465,9 +507,12 @@ class _ThroughputFit:
         self.t0 = t0  # when fit's callbacks started (on_train_begin)
         self.next_batch: float = _INF
         self.next_time: float = _INF
-        self.last_batch = -1
-        self.last_t = t0
+        self.next_check: float = _INF  # the next batch end that does anything
+        self.last_batch = -1  # Keras' index of the last batch end
+        self.checked_batch = self.prev_batch = -1  # the last two batch ends looked at, and their times
+        self.checked_t = self.prev_t = t0
+        self.watch = -1  # the batch end before an execution that may compile (a new batch shape)
+        self.epoch_last: float = _INF  # Keras' batch index of the epoch's last step, where known
         self.epoch_iterations: int | None = None
         self.warned_counter = False
         self.keras_count: KerasCount | None = None
-        self.last_index: float = _INF  # Keras' batch index of the epoch's last step, where Keras' count is read
