@@ -110,7 +110,7 @@ class ThroughputLogger(LoggingCallback):
     Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
     only; see :mod:`keras_gpu.meters.flops`). Each worker logs its own view to its own
-    run directory. The training thread pays one timestamp and two comparisons
+    run directory. The training thread pays a store and a comparison
     per batch; everything else happens once per window, and a point is handed
     to the writer's background thread.
 

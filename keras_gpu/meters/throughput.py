@@ -102,8 +102,9 @@ class ThroughputMeter:
 
     The caller (the callback) compares each batch end against
     :attr:`next_batch` and :attr:`next_time` itself and calls
-    :meth:`execution_end` only when one is reached, so the per-batch cost
-    stays a timestamp and two comparisons.
+    :meth:`execution_end` only when one is reached (the callback reads the
+    clock only at batch ends it chose, see `ThroughputLogger`), so the
+    per-batch cost stays a store and a comparison.
 
     Args:
         schedule: How `fit` feeds batches.
