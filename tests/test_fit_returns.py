@@ -1,5 +1,7 @@
 """`fit` never waits for a trace to be parsed, and the end-of-fit line counts the time `fit` really took.
 
+Runs on TensorFlow and on JAX (`KERAS_BACKEND=jax`): both profilers write the traces read here.
+
 The parser is held busy by a gate the test holds, so every assertion is an
 order of events the test controls, never a wall-clock bound.
 """
@@ -16,8 +18,11 @@ import pytest
 
 from tests._util import run_python
 
-tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() not in ("tensorflow", "jax"), reason="only TensorFlow's and JAX's profilers write traces"
+)
 
 from keras_gpu.hooks import step_time_logger
 from keras_gpu.hooks.step_time_logger import StepTimeLogger
@@ -116,7 +121,7 @@ def test_points_of_a_trace_parsed_after_fit_survive_interpreter_exit(tmp_path):
         threading.Thread(target=gate.set).start()
         print("RETURNED")
     """
-    proc = run_python(textwrap.dedent(code), timeout=600)
+    proc = run_python(textwrap.dedent(code), timeout=600, env={"KERAS_BACKEND": keras.backend.backend()})
     assert "RETURNED" in proc.stdout
     steps = [s for s, _ in read_scalars(str(tmp_path / "train"))["step_time/step_sec"]]
     assert steps == [6]
