@@ -14,7 +14,8 @@ steps, so the trace stops at the last batch end and is parsed while `fit`
 ends. It measures, by `time.perf_counter`:
 
 * `return_s`: from the last batch end (a callback placed last records it) to
-  `fit` returning;
+  `fit` returning; `after_callbacks_s`: the part of it after that callback's
+  `on_train_end` (Keras' own end of `fit`);
 * `profiler_stop_s`: the backend profiler's `stop()` (on the training thread,
   inside the last batch end: before `return_s` starts);
 * `parse_s`: reading and analysing the kept trace (`xspace.load` and
@@ -64,6 +65,9 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
         def on_train_batch_end(self, batch, logs=None):
             self.t = time.perf_counter()
 
+        def on_train_end(self, logs=None):
+            self.t_end = time.perf_counter()
+
     stops: list[float] = []
     profiler = step_time_trace.backend_profiler()
     real_stop = profiler.stop
@@ -99,7 +103,7 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         model.fit(data, epochs=1, verbose=0, callbacks=[*callbacks, last])
         t_return = time.perf_counter()
-        step_logger.wait()
+        getattr(step_logger, "wait", lambda: None)()  # where fit does not wait for the parse itself
         t_written = time.perf_counter()
         keras_gpu_logger.removeHandler(handler)
     finally:
@@ -114,6 +118,7 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
     line_fit = float(line.split(" s of fit")[0].rsplit(" ", 1)[1]) if line else float("nan")
     return {
         "return_s": round(t_return - last.t, 4),
+        "after_callbacks_s": round(t_return - last.t_end, 4),
         "profiler_stop_s": round(stops[-1], 4) if stops else None,
         "parse_s": round(parse, 3),
         "written_s": round(t_written - t_return, 3),
