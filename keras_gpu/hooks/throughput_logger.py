@@ -190,6 +190,8 @@ class ThroughputLogger(LoggingCallback):
         self.summary: dict[str, Any] | None = None
         self._count_with: str | None = None  # "probe": never Keras' own count (benchmarks compare the two)
         self._fit: _ThroughputFit | None = None
+        self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
+        self._last_batch = -1  # Keras' index of the last batch end
         self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
@@ -207,6 +209,7 @@ class ThroughputLogger(LoggingCallback):
     def on_train_begin(self, logs=None):
         t0 = time.perf_counter()
         self._fit = None
+        self._next_check = _INF
         self.summary = None
         self._open()
         try:
@@ -237,19 +240,18 @@ class ThroughputLogger(LoggingCallback):
         if fit.keras_count is not None:
             fit.keras_count.epoch_begin()
         fit.meter.epoch_begin(t)
-        fit.last_batch = fit.checked_batch = fit.prev_batch = -1
+        self._last_batch = fit.checked_batch = fit.prev_batch = -1
         fit.checked_t = fit.prev_t = t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
         fit.watch = fit.meter.compile_watch
-        fit.next_check = 0  # the first execution
+        self._next_check = 0  # the first execution
 
     def on_train_batch_end(self, batch, logs=None):
         # The training thread's whole per-batch cost: a store and a comparison.
-        fit = self._fit
-        if fit is not None:
-            fit.last_batch = batch
-            if batch >= fit.next_check:
-                self._check(fit, batch)
+        # On the callback itself, not on the fit's state: one object touched (inf outside a fit).
+        self._last_batch = batch
+        if batch >= self._next_check:
+            self._check(self._fit, batch)
 
     def on_test_begin(self, logs=None):
         if self._fit is not None:
@@ -284,6 +286,7 @@ class ThroughputLogger(LoggingCallback):
 
             self._at_fit_end(log)
         self._fit = None
+        self._next_check = _INF
         self._close()
 
     # -- the batch ends that do something ------------------------------------------
@@ -307,10 +310,10 @@ class ThroughputLogger(LoggingCallback):
             fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
             if fit.meter.counter_failed:
                 self._counter_failed(fit)
-        fit.next_check = self._next_check(fit, batch, t)
+        self._next_check = self._next_batch_end(fit, batch, t)
 
     @staticmethod
-    def _next_check(fit: _ThroughputFit, batch: int, t: float) -> float:
+    def _next_batch_end(fit: _ThroughputFit, batch: int, t: float) -> float:
         if fit.epoch_last == _INF:
             return batch + 1
         nxt = min(fit.next_batch, fit.epoch_last)
@@ -333,12 +336,12 @@ class ThroughputLogger(LoggingCallback):
         if not meter.exact_steps and fit.epoch_iterations is not None:
             now = self._iterations()
             epoch_steps = None if now is None else now - fit.epoch_iterations
-        if fit.checked_batch == fit.last_batch:
+        if fit.checked_batch == self._last_batch:
             last_t, prev_batch, prev_t = fit.checked_t, fit.prev_batch, fit.prev_t
         else:  # the epoch stopped early (`stop_training`) at a batch end that was not looked at: now
             last_t, prev_batch, prev_t = time.perf_counter(), fit.checked_batch, fit.checked_t
-        windows = meter.epoch_end(fit.last_batch, last_t, epoch_steps, prev_batch, prev_t)
-        fit.next_batch = fit.next_time = fit.next_check = _INF
+        windows = meter.epoch_end(self._last_batch, last_t, epoch_steps, prev_batch, prev_t)
+        fit.next_batch = fit.next_time = self._next_check = _INF
         if meter.counter_failed:
             self._counter_failed(fit)
         if windows:
@@ -498,8 +501,8 @@ class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
     __slots__ = (
-        "checked_batch", "checked_t", "epoch_iterations", "epoch_last", "keras_count", "last_batch", "meter",
-        "next_batch", "next_check", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
+        "checked_batch", "checked_t", "epoch_iterations", "epoch_last", "keras_count", "meter",
+        "next_batch", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -507,8 +510,6 @@ class _ThroughputFit:
         self.t0 = t0  # when fit's callbacks started (on_train_begin)
         self.next_batch: float = _INF
         self.next_time: float = _INF
-        self.next_check: float = _INF  # the next batch end that does anything
-        self.last_batch = -1  # Keras' index of the last batch end
         self.checked_batch = self.prev_batch = -1  # the last two batch ends looked at, and their times
         self.checked_t = self.prev_t = t0
         self.watch = -1  # the batch end before an execution that may compile (a new batch shape)
