@@ -110,7 +110,7 @@ class _Runner:
 
         from benchmarks._instrument import EpochClock, HookTimer
         from benchmarks._variants import Context, Variant, make_callbacks, variant
-        from benchmarks._workload import build_model, make_data
+        from benchmarks._workload import build_model, fit_input, make_data
 
         started = time.perf_counter()
         keras.backend.clear_session()
@@ -126,13 +126,13 @@ class _Runner:
         steps_per_epoch = self.steps if steps is None else steps
         if steps_per_epoch not in self._data:
             self._data[steps_per_epoch] = make_data(self.workload.model, steps_per_epoch * self.batch, self.seed)
-        x, y = self._data[steps_per_epoch]
+        data = fit_input(self.workload, *self._data[steps_per_epoch])
         model = build_model(self.workload.model, self.strategy, self.seed)
         measured = [*callbacks] if extra is None else [*extra, *callbacks]
         fits = []
         for n_epochs in epochs:
             t0 = time.perf_counter()
-            model.fit(x, y, batch_size=self.batch, epochs=n_epochs, verbose=0, callbacks=clock.wrap(measured))
+            model.fit(**data, epochs=n_epochs, verbose=0, callbacks=clock.wrap(measured))
             wall = time.perf_counter() - t0
             record = clock.record.as_dict(wall, steps_per_epoch)
             record["threads_alive_after"] = timer.alive_threads() if timer else []

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["CONFIGS", "Workload", "build_model", "make_data", "setup_replicas", "workload"]
+__all__ = ["CONFIGS", "Workload", "build_model", "fit_input", "make_data", "setup_replicas", "workload"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ class Workload:
         batch_size: Global batch size.
         steps_per_epoch: Steps per epoch at scale 1.
         workers: Processes of the job (one replica each when more than one).
+        input: `"arrays"` (NumPy arrays, `batch_size=`) or `"tfdata"` (a
+            `tf.data.Dataset.from_tensor_slices(...).batch(batch_size)`: its
+            batch dimension is dynamic, so ThroughputLogger counts samples
+            with Keras' own count).
     """
 
     name: str
@@ -45,6 +49,7 @@ class Workload:
     batch_size: int
     steps_per_epoch: int
     workers: int = 1
+    input: str = "arrays"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +59,7 @@ CONFIGS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("mlp-1", "mlp", 1, 64, 400),
+        Workload("mlp-1-tfdata", "mlp", 1, 64, 400, input="tfdata"),
         Workload("mlp-2", "mlp", 2, 64, 100),
         Workload("cnn-1", "cnn", 1, 32, 100),
         Workload("cnn-2", "cnn", 2, 32, 24),
@@ -139,3 +145,12 @@ def make_data(kind: str, samples: int, seed: int = 0) -> tuple[Any, Any]:
     x = rng.standard_normal((samples, *shape), dtype=np.float32)
     y = rng.integers(0, 10, size=samples).astype("int32")
     return x, y
+
+
+def fit_input(w: Workload, x: Any, y: Any) -> dict[str, Any]:
+    """The data arguments of `fit` for `w`: the arrays with `batch_size=`, or a batched `tf.data` dataset."""
+    if w.input == "tfdata":
+        import tensorflow as tf
+
+        return {"x": tf.data.Dataset.from_tensor_slices((x, y)).batch(w.batch_size)}
+    return {"x": x, "y": y, "batch_size": w.batch_size}

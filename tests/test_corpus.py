@@ -24,24 +24,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.corpus import names_for
 from tests.corpus.checks import CHECKS, cases, run_corpus
 
-KNOWN: dict[tuple[str, str], str] = {
-    ("timeseries_lstm", "fit_returns"): (
-        "StepTimeLogger.on_train_end joins the trace-parser thread: the LSTM's multi-megabyte trace holds fit "
-        "up for seconds after its last batch"
-    ),
-}
-#: The same join, on traces of under a megabyte: 0.01 to 0.1 s at load 5, up to 1.9 s at load 24.
-BY_LOAD: dict[tuple[str, str], str] = {
-    (name, "fit_returns"): (
-        "StepTimeLogger.on_train_end joins the trace-parser thread, which holds fit up past the bound or not as "
-        "the load goes"
-    )
-    for name in names_for("tensorflow")
-    if name != "timeseries_lstm"
-}
+KNOWN: dict[tuple[str, str], str] = {}
+BY_LOAD: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")

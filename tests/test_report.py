@@ -98,11 +98,37 @@ def test_first_execution_share_is_hinted_from_the_time_tags(tmp_path):
     data = summarize(log_dir)
     assert data["runs"][0]["time"] == {
         "epochs": 3, "epoch_sec": 36.0, "train_sec": 30.0, "first_step_sec": 3.0, "validation_sec": 3.0, "other_sec": 3.0,
+        "first_epoch_first_step_sec": 1.0,
     }
     assert not [h for h in data["hints"] if "first execution" in h]  # 10%
     _write(os.path.join(log_dir, "train"), [{**epoch, "time/first_step_sec": 9.0}], step0=40)
     (hint,) = [h for h in summarize(log_dir)["hints"] if "first execution" in h]
     assert "12.0 s in all, 30% of the training time" in hint
+    # Later epochs paid it too (11 s over 3 epochs against 1 s in the first): "at every epoch".
+    assert "1.0 s in the first epoch and 3.7 s in each later one on average" in hint and "every epoch" in hint
+
+
+def test_first_execution_paid_once_is_not_called_every_epoch(tmp_path):
+    # A compile in the first epoch only (as on JAX): 8 s, then 0.1 s per epoch.
+    log_dir = str(tmp_path / "logs")
+    epoch = {"time/epoch_sec": 12.0, "time/train_sec": 10.0, "time/validation_sec": 1.0, "time/other_sec": 1.0}
+    firsts = [8.0, 0.1, 0.1]
+    _write(os.path.join(log_dir, "train"), [{**epoch, "time/first_step_sec": f} for f in firsts], step0=10)
+    (hint,) = [h for h in summarize(log_dir)["hints"] if "first execution" in h]
+    assert "8.2 s in all, 27% of the training time" in hint and "8.0 s of it in the first epoch" in hint
+    assert "every epoch" not in hint and "paid once" in hint
+
+
+def test_host_rss_has_its_own_column(two_workers, capsys):
+    report_cli.render(read_report(two_workers))
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    (header,) = [line for line in lines if "allocator peak" in line]
+    (host,) = [line for line in lines if "worker 1" in line and " host " in line]
+    rss = host.index("286.1 MiB")
+    # The RSS value sits under "host RSS peak", right of the allocator column.
+    assert header.index("allocator peak") + len("allocator peak") <= rss
+    assert rss < header.index("host RSS peak") + len("host RSS peak") + 2
 
 
 def test_step_time_is_weighted_by_traced_steps_and_hinted(tmp_path, capsys):

@@ -116,6 +116,7 @@ def test_unknown_length_steps_line_up_with_throughput(tmp_path):
     steps = StepTimeLogger(tmp_path, profile_steps=40, warmup_steps=5, profile_every_s=0.001)
     rates = ThroughputLogger(tmp_path, every_n_steps=10, batch_size=16)
     model.fit(_unknown_length(30), epochs=3, verbose=0, callbacks=[rates, steps])
+    assert steps.wait()  # fit does not wait for its last trace to be parsed and written
     assert int(model.optimizer.iterations.numpy()) == 93
     scalars = read_scalars(str(tmp_path / "train"))
     epoch_ends = [s for s, _ in scalars["time/train_sec"]]
@@ -134,6 +135,7 @@ def test_traces_hold_profile_steps_and_never_pass_the_epoch(tmp_path):
     x, y = _arrays(16 * 30)
     cb = StepTimeLogger(tmp_path / "full", profile_steps=20, warmup_steps=15, profile_every_s=0.001)
     _model().fit(x, y, batch_size=16, epochs=4, verbose=0, callbacks=[cb])
+    assert cb.wait()
     ends = [s for s, _ in read_scalars(str(tmp_path / "full" / "train"))["step_time/step_sec"]]
     assert ends[:3] == [51, 81, 111] and [t.steps for t in cb.traces[:3]] == [20, 20, 20]
     # Only the last epoch, which no epoch follows, may hold a shorter one; it ends at the epoch's last batch end.
@@ -142,6 +144,7 @@ def test_traces_hold_profile_steps_and_never_pass_the_epoch(tmp_path):
     x, y = _arrays(16 * 8)
     cb = StepTimeLogger(tmp_path / "short", profile_steps=20, profile_every_s=0.001)
     _model().fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[cb])
+    assert cb.wait()
     ends = [s for s, _ in read_scalars(str(tmp_path / "short" / "train"))["step_time/step_sec"]]
     assert ends == [16, 24] and [t.steps for t in cb.traces] == [7, 7]
 

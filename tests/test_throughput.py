@@ -313,3 +313,30 @@ def test_epoch_times_add_up_with_validation_and_epoch_end_work():
     assert (s["validation_seconds"], s["other_seconds"], s["train_seconds"]) == (4.0, 2.0, 4.0)
 
 
+
+
+def test_an_execution_that_runs_a_new_batch_size_is_left_out_of_the_steady_rate():
+    # 1000 samples by 64: 15 full batches and one of 40. In the first epoch the short batch compiles (3 s here);
+    # in the second it is compiled already.
+    meter = ThroughputMeter(DataSchedule(**ARRAYS_1000_BY_64), every_n_steps=100)
+    meter.epoch_begin(0.0)
+    assert meter.compile_watch == 14  # the batch end before the short batch's execution
+    executions = [(0, 5.0)] + [(b, 5.0 + 0.1 * b) for b in range(1, 15)] + [(15, 5.0 + 1.4 + 3.0)]
+    _drive(meter, executions)
+    meter.epoch_end(15, 9.4, None, 14, 6.4)
+    first = meter.epoch_close(10.0)
+    assert first.first_step_sec == pytest.approx(5.0 + 3.0)
+    assert first.steady_steps_per_sec == pytest.approx(14 / 1.4)
+    assert first.steady_samples_per_sec == pytest.approx(14 * 64 / 1.4)
+    meter.epoch_begin(10.0)
+    assert meter.compile_watch == -1  # every size has run
+    executions = [(b, 10.2 + 0.1 * b) for b in range(16)]
+    _drive(meter, executions)
+    meter.epoch_end(15, 11.7, None, 14, 11.6)
+    second = meter.epoch_close(12.0)
+    assert second.first_step_sec == pytest.approx(0.2)
+    assert second.steady_samples_per_sec == pytest.approx((14 * 64 + 40) / 1.5)
+    # Over the fit, each epoch weighted by its steady seconds.
+    s = meter.summary()
+    assert s["steady_samples_per_sec"] == pytest.approx((14 * 64 + 14 * 64 + 40) / (1.4 + 1.5))
+    assert s["first_step_sec"] == pytest.approx((8.0, 0.2))

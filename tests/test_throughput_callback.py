@@ -540,3 +540,41 @@ def test_steady_rate_of_the_end_of_fit_line_is_the_reports(tmp_path, caplog):
     # The same figure; the event file holds float32 values, hence the 1e-6.
     assert steady["mean"] == pytest.approx(cb.summary["steady_samples_per_sec"], rel=1e-6)
     assert steady["mean"] != pytest.approx(steady["median"], rel=1e-3)
+
+
+class _SlowFirstShortBatch(keras.callbacks.Callback):
+    """Stands in for a compile: 0.3 s at the end of the first epoch's short last batch, before ThroughputLogger's hook."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 0 and batch == 15:
+            import time
+
+            time.sleep(0.3)
+
+
+def test_steady_rate_leaves_out_the_execution_of_a_new_batch_size(tmp_path):
+    # 1000 samples by 64: 15 full batches, then 40. The execution of the short batch in the first epoch (a compile
+    # on JAX, a retrace on TensorFlow) is left out of that epoch's steady rate and counted with its first
+    # execution; in the second epoch only the first execution is. Checked by counts: the steady rate times the
+    # steady seconds the same epoch logs gives the steps left in.
+    from keras_gpu.output.reader import read_scalars
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    rates = ThroughputLogger(tmp_path, every_s=0.05)
+    model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=[_SlowFirstShortBatch(), rates])
+    scalars = read_scalars(str(tmp_path / "train"))
+    train, first = dict(scalars["time/train_sec"]), dict(scalars["time/first_step_sec"])
+    steady = dict(scalars["throughput/steady_steps_per_sec"])
+    samples = dict(scalars["throughput/steady_samples_per_sec"])
+    assert sorted(train) == [16, 32]
+    assert first[16] >= 0.3  # the slow short batch counts with the first execution
+    assert steady[16] * (train[16] - first[16]) == pytest.approx(14, rel=1e-4)  # batches 1..14
+    assert samples[16] * (train[16] - first[16]) == pytest.approx(14 * 64, rel=1e-4)
+    assert steady[32] * (train[32] - first[32]) == pytest.approx(15, rel=1e-4)  # batches 1..15
+    assert samples[32] * (train[32] - first[32]) == pytest.approx(14 * 64 + 40, rel=1e-4)

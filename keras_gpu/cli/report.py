@@ -183,26 +183,27 @@ def _memory_table(runs: list[RunSummary]) -> tuple[Any, list[str]]:
     """`(peak memory table, notes on devices whose allocator counted nothing)`."""
     mem = _table(
         "Peak memory",
-        ("worker", "device", "allocator peak", "GPU: this process", "GPU: all processes", "GPU util mean"),
+        ("worker", "device", "allocator peak", "host RSS peak", "GPU: this process", "GPU: all processes",
+         "GPU util mean"),
         ("worker", "device"),
     )
     notes: list[str] = []
     for r in runs:
         m = r.memory
         for device, peak in sorted(m.allocator_peak_bytes.items()):
-            mem.add_row(r.label, device, _bytes(peak), "", "", "")
+            mem.add_row(r.label, device, _bytes(peak), "", "", "", "")
         for device, why in sorted(m.allocator_uncounted.items()):
-            mem.add_row(r.label, device, "not counted", "", "", "")
+            mem.add_row(r.label, device, "not counted", "", "", "", "")
             notes.append(f"{r.label}, {device}: the allocator counted no allocation ({why}).")
         for gpu, metrics in sorted(m.gpus.items()):
             mem.add_row(
-                r.label, f"GPU {gpu} (NVML)", "",
+                r.label, f"GPU {gpu} (NVML)", "", "",
                 _bytes(_max(metrics.get("process_memory_bytes"))),
                 _bytes(_max(metrics.get("memory_used_bytes"))),
                 _num(metrics.get("utilization_percent"), "mean", "{:.0f}%"),
             )
-        if m.host_rss_peak_bytes is not None:
-            mem.add_row(r.label, "host RSS", _bytes(m.host_rss_peak_bytes), "", "", "")
+        if m.host_rss_peak_bytes is not None:  # the process's resident memory, not an allocator's count
+            mem.add_row(r.label, "host", "", _bytes(m.host_rss_peak_bytes), "", "", "")
     return mem, notes
 
 

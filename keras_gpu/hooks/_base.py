@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 import keras
@@ -12,7 +15,7 @@ import keras
 from keras_gpu.core import backend
 from keras_gpu.core.checks import check_bool, check_log_dir
 from keras_gpu.core.cluster import ClusterInfo
-from keras_gpu.core.log import log_once
+from keras_gpu.core.log import log_once, logger
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.layout import write_layout
 
@@ -78,6 +81,64 @@ class RunOptions:
         return cls(check_log_dir(log_dir), check_bool("per_worker_runs", per_worker_runs, allow_none=True))
 
 
+@dataclass
+class _FitSpan:
+    t0: float
+    members: set[int] = field(default_factory=set)
+    then: list[Callable[[float], None]] = field(default_factory=list)
+
+
+class _FitClock:
+    """How long each `fit` really took: from the first keras-gpu callback's `on_train_begin` to the last's `on_train_end`.
+
+    One callback's own two hooks would leave out what the callbacks after it
+    do when `fit` ends; each keras-gpu callback of a `fit` joins the span when
+    it begins and leaves it when it ends, and what waits for the span's end
+    (the end-of-fit line) runs when the last one leaves.
+    """
+
+    def __init__(self) -> None:
+        self._spans: dict[int, _FitSpan] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, model: Any, who: object) -> None:
+        """`who` begins a fit of `model` (the first to begin starts the clock; one already in, a new fit)."""
+        with self._lock:
+            span = self._spans.get(id(model))
+            if span is None or id(who) in span.members:  # a new fit (the last one was interrupted)
+                span = self._spans[id(model)] = _FitSpan(time.perf_counter())
+            span.members.add(id(who))
+
+    def then(self, model: Any, fn: Callable[[float], None]) -> None:
+        """Call `fn(seconds of fit)` when the fit's last keras-gpu callback ends (now, outside any fit)."""
+        with self._lock:
+            span = self._spans.get(id(model))
+            if span is not None:
+                span.then.append(fn)
+                return
+        fn(float("nan"))
+
+    def leave(self, model: Any, who: object) -> None:
+        """`who` ends its part of the fit; the last one to end stops the clock and runs what waited."""
+        with self._lock:
+            span = self._spans.get(id(model))
+            if span is None or id(who) not in span.members:
+                return
+            span.members.discard(id(who))
+            if span.members:
+                return
+            del self._spans[id(model)]
+        seconds = time.perf_counter() - span.t0
+        for fn in span.then:
+            try:
+                fn(seconds)
+            except Exception as exc:  # noqa: BLE001 - a log line must not fail the end of fit
+                logger.warning("keras-gpu: an end-of-fit step failed: %s: %s", type(exc).__name__, exc)
+
+
+_fit_clock = _FitClock()
+
+
 class LoggingCallback(keras.callbacks.Callback):
     """Base class: resolves this worker's run directory and holds the shared writer per `fit`.
 
@@ -110,6 +171,7 @@ class LoggingCallback(keras.callbacks.Callback):
         """
         if self._writer is not None:  # a previous fit ended without on_train_end (interrupted)
             self._close()
+        _fit_clock.enter(self.model, self)
         self._task = backend.task_info(self.model)
         self.run_dir = _writer.run_dir(self.log_dir, self._task)
         if not self._writes_run(self._task):
@@ -138,9 +200,24 @@ class LoggingCallback(keras.callbacks.Callback):
         return bool(wanted)
 
     def _close(self) -> None:
+        """Give the writer back and leave this fit's clock (from `on_train_end`)."""
         if self._writer is not None:
             writer, self._writer = self._writer, None
             _writer.release(writer)
+        self._leave_fit()
+
+    def _leave_fit(self) -> None:
+        """This callback's part of the fit is over (see :meth:`_at_fit_end`)."""
+        _fit_clock.leave(self.model, self)
+
+    def _at_fit_end(self, fn: Callable[[float], None]) -> None:
+        """Call `fn(seconds)` when every keras-gpu callback of this fit has ended, with the seconds the fit took.
+
+        The fit's time runs from the first keras-gpu callback's `on_train_begin`
+        to the last one's `on_train_end`, so the work every callback does at
+        the end of `fit` counts.
+        """
+        _fit_clock.then(self.model, fn)
 
     def _initial_step(self) -> int:
         """The optimizer's iteration count: the global step this `fit` starts from."""

@@ -48,8 +48,9 @@ def callbacks(
 ) -> list[keras.callbacks.Callback]:
     """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
 
-    Only :class:`ThroughputLogger` has a per-batch hook (an integer add and a
-    clock read); memory is sampled on a background thread and placement is
+    The per-batch hooks of :class:`ThroughputLogger` and :class:`StepTimeLogger`
+    store the batch index and compare it with the next batch end that has
+    work (the clock is read only there); memory is sampled on a background thread and placement is
     analysed once per traced training step. It works beside
     `keras.callbacks.TensorBoard` writing to the same `log_dir` where that
     callback works: Keras' own needs TensorFlow installed, on every backend.

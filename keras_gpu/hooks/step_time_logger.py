@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import os
+import threading
 from typing import Any
 
 from keras_gpu.core import backend as _backend
@@ -37,6 +38,7 @@ from keras_gpu.hooks.step_time_trace import (
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
 from keras_gpu.output import tags as _tags
+from keras_gpu.output import writer as _writer
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
 from keras_gpu.output.step_time_text import input_stage_markdown
 
@@ -143,9 +145,15 @@ class StepTimeLogger(LoggingCallback):
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
 
+    `fit` never waits for a trace to be parsed: one still being parsed when
+    `fit` ends is finished on the parser's thread, which then writes its
+    points and logs the end-of-fit line (before the interpreter exits, at the
+    latest); :meth:`wait` waits for it.
+
     Attributes:
-        last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`.
-        traces: Breakdowns logged in this `fit`, oldest first.
+        last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`
+            (read after `fit`, it waits for the fit's traces).
+        traces: Breakdowns logged in this `fit`, oldest first (as `last`).
         cluster: In multi-worker TensorFlow jobs, every worker's rows at each share
             (:class:`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
@@ -187,15 +195,46 @@ class StepTimeLogger(LoggingCallback):
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)
         self.max_traces = check_positive("max_traces", max_traces, integer=True)
         self.multiworker_tracing = check_bool("multiworker_tracing", multiworker_tracing)
-        self.last: steptime.StepTime | None = None
-        self.traces: list[steptime.StepTime] = []
         self.cluster: list[ClusterSummary | None] = []
+        self._out: _FitOutput | None = None  # the current (or last) fit's breakdowns
         self._fit: TraceSchedule | None = None
         self._cluster_fit: ClusterSchedule | None = None
         self._probe: step_probe.StepProbe | None = None
         self._once = Once()
-        self._parser: TraceParser | None = None
+        self._parser = TraceParser(self._handle)
         self._first_step = 0
+
+    @property
+    def last(self) -> steptime.StepTime | None:
+        """The last breakdown of the current or last `fit` (after `fit`, waits for a trace still being parsed)."""
+        out = self._settled()
+        return None if out is None else out.last
+
+    @property
+    def traces(self) -> list[steptime.StepTime]:
+        """The breakdowns of the current or last `fit`, oldest first (after `fit`, as :attr:`last`)."""
+        out = self._settled()
+        return [] if out is None else out.traces
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the last `fit`'s traces are parsed and written; whether they are.
+
+        `fit` does not wait for them: a trace still being parsed when `fit`
+        ends is finished on a background thread, its points written and the
+        end-of-fit line logged when it is ready (and before the interpreter
+        exits). Reading :attr:`last` or :attr:`traces` after `fit` waits too.
+
+        Args:
+            timeout: Seconds to wait at most; `None` waits as long as it takes.
+        """
+        out = self._out
+        return out is None or not out.ended or out.done.wait(timeout)
+
+    def _settled(self) -> _FitOutput | None:
+        out = self._out
+        if out is not None and out.ended:
+            out.done.wait()
+        return out
 
 
     # -- Keras hooks ------------------------------------------------------------
@@ -220,8 +259,9 @@ class StepTimeLogger(LoggingCallback):
 
     def on_train_begin(self, logs=None):
         self._fit = self._cluster_fit = None
-        self.last, self.traces, self.cluster = None, [], []
+        self.cluster = []
         self._open()
+        self._out = _FitOutput(self._writer)
         self._first_step = self._initial_step()  # ThroughputLogger's step axis: this plus the steps run
         task = self._task
         workers = task.num_workers if task is not None else 1
@@ -282,8 +322,10 @@ class StepTimeLogger(LoggingCallback):
         if cluster is not None and cluster.batch_end(batch):
             self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
-        if fit is not None:
-            self._submit(fit.batch_end(batch))
+        if fit is not None:  # per batch: a store and a comparison; the schedule only where it has work
+            fit.last_batch = batch
+            if batch >= fit.next_batch:
+                self._submit(fit.batch_end(batch))
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:
@@ -305,40 +347,43 @@ class StepTimeLogger(LoggingCallback):
         cluster, self._cluster_fit = self._cluster_fit, None
         if fit is not None and fit.tracing:
             self._submit(fit.stop())
-        if self._parser is not None:
-            parser, self._parser = self._parser, None
-            parser.close()
-        if fit is not None:
-            self._log_summary(fit)
-        elif cluster is not None and self.last is not None:
-            self._log_breakdown(self.last, [])
+        out = self._out
+        if out is None:  # on_train_end without on_train_begin
+            self._close()
+            return
+        if fit is None and cluster is not None and out.last is not None:
+            self._log_breakdown(out.last, [])
         if cluster is not None:
             self._cluster_views(cluster, cluster.at_fit_end(self._once))
             log_cluster(self.cluster, self._task)
-        self._close()
+        # `fit` returns now: a trace still being parsed is finished on the parser's
+        # thread, which then logs the end-of-fit line and gives the writer back.
+        self._writer = None
+        self._leave_fit()
+        out.ended = True
+        self._parser.then(lambda: self._finish(out, fit))
 
     # -- the traces (parsed on the parser thread) ------------------------------------
 
     def _submit(self, job: TraceJob | None) -> None:
-        """Hand a finished trace to the parser thread."""
-        if job is None:
+        """Hand a finished trace to the parser thread (bound to this fit's output)."""
+        out = self._out
+        if job is None or out is None:
             return
-        if self._parser is None:
-            self._parser = TraceParser(self._handle)
-        self._parser.submit(job)
+        self._parser.submit(dataclasses.replace(job, write=out.write))
 
     def _handle(self, job: TraceJob) -> None:
-        read_trace(job, self._once, self.max_traces, self._write)
+        read_trace(job, self._once, self.max_traces, job.write)
 
-    def _write(self, result: steptime.StepTime, labels: Any, step: int) -> None:
-        writer = self._writer
-        if writer is not None:
-            writer.scalars(step_time_values(result, labels), step)
-            stage = input_stage_markdown(result)
-            if stage is not None:
-                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
-        self.last = result
-        self.traces.append(result)
+    def _finish(self, out: _FitOutput, fit: TraceSchedule | None) -> None:
+        """When the fit's last trace is in: its end-of-fit line, and the writer given back."""
+        try:
+            if fit is not None:
+                self._log_summary(fit, out.last)
+        finally:
+            if out.writer is not None:
+                _writer.release(out.writer)
+            out.done.set()
 
     # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
@@ -354,7 +399,8 @@ class StepTimeLogger(LoggingCallback):
 
     def _own_window(self) -> Any:
         """Where this worker's own probe window goes (nowhere while the profiler measures it)."""
-        return None if self.multiworker_tracing else self._write
+        out = self._out
+        return None if self.multiworker_tracing or out is None else out.write
 
     def _cluster_views(self, cluster: ClusterSchedule, views: list[Any]) -> None:
         """Keep the views that became complete; the chief logs them. A schedule that failed ends the view."""
@@ -375,8 +421,8 @@ class StepTimeLogger(LoggingCallback):
             (f"{rank * len(devices) + i}_{topology.device_label(d)}", d) for i, d in enumerate(devices)
         ]
 
-    def _log_summary(self, fit: TraceSchedule) -> None:
-        if self.last is None:
+    def _log_summary(self, fit: TraceSchedule, last: steptime.StepTime | None) -> None:
+        if last is None:
             logger.info(
                 "keras-gpu: StepTimeLogger traced no step in this fit (the first trace comes after warm-up: at the "
                 "second epoch, or after %d steps of the first).",
@@ -384,7 +430,7 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         self._log_breakdown(
-            self.last, [f"replica {label.split('_', 1)[0]} ({topology.short_device(d)})" for label, d in fit.replicas]
+            last, [f"replica {label.split('_', 1)[0]} ({topology.short_device(d)})" for label, d in fit.replicas]
         )
 
     def _log_breakdown(self, last: steptime.StepTime, labels: list[str]) -> None:
@@ -412,6 +458,31 @@ class StepTimeLogger(LoggingCallback):
             100 * last.share("other"),
             "".join(f" Hint: {h}." for h in hints),
         )
+
+
+class _FitOutput:
+    """Where one `fit`'s breakdowns go: its writer and its list, whichever thread writes them.
+
+    Bound to one `fit`, so that a trace parsed after its `fit` returned never
+    lands in the next `fit` of the same callback.
+    """
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.last: steptime.StepTime | None = None
+        self.traces: list[steptime.StepTime] = []
+        self.ended = False  # on_train_end ran
+        self.done = threading.Event()  # ... and every trace of this fit is written
+
+    def write(self, result: steptime.StepTime, labels: Any, step: int) -> None:
+        writer = self.writer
+        if writer is not None:
+            writer.scalars(step_time_values(result, labels), step)
+            stage = input_stage_markdown(result)
+            if stage is not None:
+                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
+        self.traces.append(result)
+        self.last = result
 
 
 def check_profile_every_s(value: Any, *, allow_none: bool = False) -> float | None:

@@ -9,9 +9,9 @@ training steps, so every worker of a job traces the same steps.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -22,7 +22,7 @@ from typing import Any
 
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
-from keras_gpu.core.log import Once
+from keras_gpu.core.log import Once, logger
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
@@ -97,6 +97,8 @@ class TraceJob:
         num_replicas: This worker's replicas.
         labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
         gpu_replicas: `{GPU index in the trace: local replicas on it}`.
+        write: Where its breakdown goes, `write(breakdown, labels, step)`
+            (the output of the `fit` that traced it).
     """
 
     profile_dir: str
@@ -109,6 +111,7 @@ class TraceJob:
     num_replicas: int
     labels: tuple[str, ...]
     gpu_replicas: dict[int, tuple[int, ...]]
+    write: Callable[[steptime.StepTime, tuple[str, ...], int], None] | None = None
 
 
 class TraceSchedule:
@@ -342,28 +345,60 @@ class TraceSchedule:
 
 
 class TraceParser:
-    """One background thread that hands finished traces, in order, to `handle`."""
+    """Hands finished traces, in order, to `handle` on a background thread, and runs what waits for them.
+
+    The thread exists only while there is work: it starts on the first
+    submission and ends when the queue is empty. It is not a daemon thread,
+    so a trace still being parsed when the program ends is finished and its
+    points written before the interpreter exits (Python joins such threads
+    before it flushes the event files at exit); an idle parser holds no
+    thread, so an interrupted `fit` never keeps the process alive.
+    """
 
     def __init__(self, handle: Callable[[TraceJob], None]) -> None:
         self._handle = handle
-        self._queue: queue.Queue[TraceJob | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="keras-gpu-step-time", daemon=True)
-        self._thread.start()
+        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def submit(self, job: TraceJob) -> None:
-        self._queue.put(job)
+        """Parse `job` after every trace submitted before it."""
+        self._put(lambda: self._handle(job))
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Handle what was submitted (at most `timeout` s), then end the thread."""
-        self._queue.put(None)
-        self._thread.join(timeout)
+    def then(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once every trace submitted so far is handled: here and now where none is pending."""
+        with self._lock:
+            if self._thread is None:
+                idle = True
+            else:
+                idle = False
+                self._queue.append(fn)
+        if idle:
+            fn()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a trace (or what waits for one) is still pending."""
+        return self._thread is not None
+
+    def _put(self, item: Callable[[], None]) -> None:
+        with self._lock:
+            self._queue.append(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="keras-gpu-step-time", daemon=False)
+                self._thread.start()
 
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            self._handle(job)
+            with self._lock:
+                if not self._queue:
+                    self._thread = None
+                    return
+                item = self._queue.popleft()
+            try:
+                item()
+            except Exception as exc:  # noqa: BLE001 - a failure here must not end the parser
+                logger.warning("keras-gpu: StepTimeLogger's trace parser failed: %s: %s", type(exc).__name__, exc)
 
 
 def read_trace(

@@ -93,14 +93,17 @@ class ThroughputLogger(LoggingCallback):
     Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
     only; see :mod:`keras_gpu.meters.flops`). Each worker logs its own view to its own
-    run directory. The training thread pays one timestamp and two comparisons
+    run directory. The training thread pays a store and a comparison
     per batch; everything else happens once per window, and a point is handed
     to the writer's background thread.
 
     At the end of every epoch the current, partial window is closed, so short
     epochs still get a point. At the end of training one INFO line gives the
-    wall-clock rates over the whole run and the time of the `fit`, and
-    :attr:`summary` holds the numbers.
+    wall-clock rates over the whole run and the time of the `fit` (from the
+    first keras-gpu callback's `on_train_begin` to the last one's
+    `on_train_end`, so the end-of-fit work of every keras-gpu callback
+    counts; logged when the last one ends), and :attr:`summary` holds the
+    numbers.
 
     Args:
         log_dir: Directory shared with Keras' `TensorBoard` callback; this
@@ -177,6 +180,8 @@ class ThroughputLogger(LoggingCallback):
         self.summary: dict[str, Any] | None = None
         self._count_with: str | None = None  # "probe": never Keras' own count (benchmarks compare the two)
         self._fit: _ThroughputFit | None = None
+        self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
+        self._last_batch = -1  # Keras' index of the last batch end
         self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
@@ -194,14 +199,20 @@ class ThroughputLogger(LoggingCallback):
     def on_train_begin(self, logs=None):
         t0 = time.perf_counter()
         self._fit = None
+        self._next_check = _INF
         self.summary = None
         self._open()
         try:
-            meter, keras_count = self._build_meter()
+            meter, keras_count, flops_later = self._build_meter()
             self._fit = _ThroughputFit(meter, t0)
+            self._fit.flops_later = flops_later
             if keras_count is not None:
                 self._fit.keras_count = keras_count
-                self._fit.last_index = keras_count.last_index
+            steps = (self.params or {}).get("steps")
+            if keras_count is not None:
+                self._fit.epoch_last = keras_count.last_index
+            elif isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+                self._fit.epoch_last = steps - 1
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
@@ -220,23 +231,18 @@ class ThroughputLogger(LoggingCallback):
         if fit.keras_count is not None:
             fit.keras_count.epoch_begin()
         fit.meter.epoch_begin(t)
-        fit.last_batch, fit.last_t = -1, t
+        self._last_batch = fit.checked_batch = fit.prev_batch = -1
+        fit.checked_t = fit.prev_t = t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+        fit.watch = fit.meter.compile_watch
+        self._next_check = 0  # the first execution
 
     def on_train_batch_end(self, batch, logs=None):
-        t = time.perf_counter()
-        fit = self._fit
-        if fit is None:
-            return
-        if batch >= fit.last_index:  # the epoch's last step: Keras' count read before anything resets it
-            fit.keras_count.epoch_end()
-        if batch >= fit.next_batch or t >= fit.next_time:
-            self._write(fit.meter.execution_end(batch, t, fit.last_batch, fit.last_t))
-            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
-            if fit.meter.counter_failed:
-                self._counter_failed(fit)
-        fit.last_batch = batch
-        fit.last_t = t
+        # The training thread's whole per-batch cost: a store and a comparison.
+        # On the callback itself, not on the fit's state: one object touched (inf outside a fit).
+        self._last_batch = batch
+        if batch >= self._next_check:
+            self._check(self._fit, batch)
 
     def on_test_begin(self, logs=None):
         if self._fit is not None:
@@ -265,11 +271,58 @@ class ThroughputLogger(LoggingCallback):
             self._end_training_phase(fit)
             t = time.perf_counter()
             self._write_epoch(fit.meter.epoch_close(t))
-            self.summary = fit.meter.summary()
-            self.summary["fit_seconds"] = t - fit.t0
-            self._log_summary(self.summary)
+            summary = self.summary = fit.meter.summary()
+            summary["fit_seconds"] = t - fit.t0  # until the callbacks after this one end (below)
+
+            def log(seconds: float) -> None:
+                if seconds == seconds:
+                    summary["fit_seconds"] = seconds
+                self._log_summary(summary)
+
+            self._at_fit_end(log)
         self._fit = None
+        self._next_check = _INF
         self._close()
+
+    # -- the batch ends that do something ------------------------------------------
+
+    def _check(self, fit: _ThroughputFit, batch: int) -> None:
+        """A batch end the fit asked for: a window's end, the epoch's last step, or a look at the clock.
+
+        Windows by time (`every_s`) close at the first batch end at or after
+        their end: the clock is read at batch ends chosen from the pace so far,
+        each halfway to the window's end in steps, so a few reads per window
+        find it within a step. Where the epoch's length is unknown, every batch
+        end reads the clock (its last batch end is the training phase's end).
+        """
+        if fit.flops_later is not None:
+            self._count_flops_now(fit)  # inside the first execution, which the steady rates leave out
+        t = time.perf_counter()
+        fit.prev_batch, fit.prev_t = fit.checked_batch, fit.checked_t
+        fit.checked_batch, fit.checked_t = batch, t
+        if batch >= fit.epoch_last and fit.keras_count is not None:
+            fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
+        if batch >= fit.next_batch or t >= fit.next_time:
+            self._write(fit.meter.execution_end(batch, t, fit.prev_batch, fit.prev_t))
+            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
+            if fit.meter.counter_failed:
+                self._counter_failed(fit)
+        self._next_check = self._next_batch_end(fit, batch, t)
+
+    @staticmethod
+    def _next_batch_end(fit: _ThroughputFit, batch: int, t: float) -> float:
+        if fit.epoch_last == _INF:
+            return batch + 1
+        nxt = min(fit.next_batch, fit.epoch_last)
+        if fit.watch > batch:
+            nxt = min(nxt, fit.watch)
+        if fit.next_time < _INF:
+            steps, seconds = batch - fit.prev_batch, t - fit.prev_t
+            ahead = 1
+            if steps > 0 and seconds > 0:
+                ahead = max(1, int((fit.next_time - t) * steps / seconds / 2))
+            nxt = min(nxt, batch + ahead)
+        return nxt
 
     # -- writing ------------------------------------------------------------------
 
@@ -280,8 +333,12 @@ class ThroughputLogger(LoggingCallback):
         if not meter.exact_steps and fit.epoch_iterations is not None:
             now = read_step(self.model, None)
             epoch_steps = None if now is None else now - fit.epoch_iterations
-        windows = meter.epoch_end(fit.last_batch, fit.last_t, epoch_steps)
-        fit.next_batch = fit.next_time = _INF
+        if fit.checked_batch == self._last_batch:
+            last_t, prev_batch, prev_t = fit.checked_t, fit.prev_batch, fit.prev_t
+        else:  # the epoch stopped early (`stop_training`) at a batch end that was not looked at: now
+            last_t, prev_batch, prev_t = time.perf_counter(), fit.checked_batch, fit.checked_t
+        windows = meter.epoch_end(self._last_batch, last_t, epoch_steps, prev_batch, prev_t)
+        fit.next_batch = fit.next_time = self._next_check = _INF
         if meter.counter_failed:
             self._counter_failed(fit)
         if windows:
@@ -331,7 +388,7 @@ class ThroughputLogger(LoggingCallback):
 
     # -- set-up ---------------------------------------------------------------------
 
-    def _build_meter(self) -> tuple[ThroughputMeter, KerasCount | None]:
+    def _build_meter(self) -> tuple[ThroughputMeter, KerasCount | None, tuple[Any, list[Any]] | None]:
         model = self.model
         strategy = self._strategy()  # None off the TensorFlow backend
         if strategy is not None:
@@ -352,10 +409,15 @@ class ThroughputLogger(LoggingCallback):
         num_replicas = backend.num_replicas(model)
         devices = list(backend.replica_devices(model))
         flops = peak = None
+        later = None
         if schedule.counts_samples or counter is not None:
-            flops = flops_per_sample(model, fit, given=self.flops_per_sample, caller=self, once=self._once)
-        if flops is not None:
-            peak = peak_flops_total(model, devices, num_replicas, given=self.peak_flops, caller=self, once=self._once)
+            if self.flops_per_sample is None and not _built(model):
+                # Counting traces the model; on a model not built yet that trace would create its weights, and
+                # the training step would then be traced another number of times (and draw seeds taken while
+                # tracing differently) than without keras-gpu. The first step builds it; count after it.
+                later = (fit, devices)
+            else:
+                flops, peak = self._flops(model, fit, devices, num_replicas)
         meter = ThroughputMeter(
             schedule,
             every_n_steps=self.every_n_steps,
@@ -366,7 +428,25 @@ class ThroughputLogger(LoggingCallback):
             initial_step=self._initial_step(),
             counter=counter,
         )
-        return meter, counter if isinstance(counter, KerasCount) else None
+        return meter, counter if isinstance(counter, KerasCount) else None, later
+
+    def _flops(self, model: Any, fit: Any, devices: list[Any], num_replicas: int) -> tuple[Any, Any]:
+        """Training FLOPs per sample and the replicas' summed peak FLOP/s (each `None` where unknown)."""
+        flops = flops_per_sample(model, fit, given=self.flops_per_sample, caller=self, once=self._once)
+        peak = None
+        if flops is not None:
+            peak = peak_flops_total(model, devices, num_replicas, given=self.peak_flops, caller=self, once=self._once)
+        return flops, peak
+
+    def _count_flops_now(self, fit: _ThroughputFit) -> None:
+        """The FLOP count put off at fit's start, once the first step has built the model."""
+        data, devices = fit.flops_later
+        fit.flops_later = None
+        meter = fit.meter
+        try:
+            meter.flops_per_sample, meter.peak_flops = self._flops(self.model, data, devices, meter.num_replicas)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.debug("keras-gpu: ThroughputLogger could not count FLOPs: %s: %s", type(exc).__name__, exc)
 
     def _counter(self, data: FitData | None = None) -> Any:
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
@@ -428,8 +508,8 @@ class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
     __slots__ = (
-        "epoch_iterations", "keras_count", "last_batch", "last_index", "last_t", "meter", "next_batch", "next_time",
-        "t0", "warned_counter",
+        "checked_batch", "checked_t", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
+        "next_batch", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -437,9 +517,19 @@ class _ThroughputFit:
         self.t0 = t0  # when fit's callbacks started (on_train_begin)
         self.next_batch: float = _INF
         self.next_time: float = _INF
-        self.last_batch = -1
-        self.last_t = t0
+        self.checked_batch = self.prev_batch = -1  # the last two batch ends looked at, and their times
+        self.checked_t = self.prev_t = t0
+        self.watch = -1  # the batch end before an execution that may compile (a new batch shape)
+        self.epoch_last: float = _INF  # Keras' batch index of the epoch's last step, where known
         self.epoch_iterations: int | None = None
         self.warned_counter = False
         self.keras_count: KerasCount | None = None
-        self.last_index: float = _INF  # Keras' batch index of the epoch's last step, where Keras' count is read
+        # FLOPs counted after the first step, where the model was not built at fit's start: `(fit data, devices)`.
+        self.flops_later: tuple[Any, list[Any]] | None = None
+
+
+def _built(model: Any) -> bool:
+    """Whether `model` and the layers it tracks have their weights (a trace of it creates none)."""
+    if not getattr(model, "built", False):
+        return False
+    return all(getattr(layer, "built", True) for layer in getattr(model, "layers", ()) or ())

@@ -112,6 +112,8 @@ class EpochTimes:
     first_step_sec: float
     validation_sec: float
     other_sec: float
+    first_epoch_first_step_sec: float = 0.0
+    """The first epoch's `time/first_step_sec` alone (tracing and compiling are paid there)."""
 
     def as_dict(self) -> dict[str, float]:
         """Every field."""

@@ -154,7 +154,8 @@ def read_epoch_times(scalars: Scalars) -> EpochTimes | None:
     if not epochs:
         return None
     totals = {_short(tag): sum(v for _, v in scalars.get(tag.name(), [])) for tag in _TIME_TAGS}
-    return EpochTimes(epochs=len(epochs), **totals)
+    first = scalars.get(_tags.FIRST_STEP_SEC.name())
+    return EpochTimes(epochs=len(epochs), **totals, first_epoch_first_step_sec=first[0][1] if first else 0.0)
 
 
 def _replica_order(label: str) -> tuple[int, str]:

@@ -1,0 +1,160 @@
+"""`fit` never waits for a trace to be parsed, and the end-of-fit line counts the time `fit` really took.
+
+Runs on TensorFlow and on JAX (`KERAS_BACKEND=jax`): both profilers write the traces read here.
+
+The parser is held busy by a gate the test holds, so every assertion is an
+order of events the test controls, never a wall-clock bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests._util import run_python
+
+keras = pytest.importorskip("keras")
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() not in ("tensorflow", "jax"), reason="only TensorFlow's and JAX's profilers write traces"
+)
+
+from keras_gpu.hooks import step_time_logger
+from keras_gpu.hooks.step_time_logger import StepTimeLogger
+from keras_gpu.hooks.throughput_logger import ThroughputLogger
+from keras_gpu.output.reader import read_scalars
+
+
+def _model():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def _arrays(n):
+    rng = np.random.default_rng(0)
+    return rng.random((n, 8), dtype=np.float32), rng.random((n, 1), dtype=np.float32)
+
+
+class _Gate:
+    """Holds the parser inside `read_trace` until the test opens it."""
+
+    def __init__(self, monkeypatch):
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.parsed = 0
+        real = step_time_logger.read_trace
+
+        def gated(*args, **kwargs):
+            self.entered.set()
+            self.open.wait()
+            real(*args, **kwargs)
+            self.parsed += 1
+
+        monkeypatch.setattr(step_time_logger, "read_trace", gated)
+
+
+class _Seen(keras.callbacks.Callback):
+    """After the step-time logger in the list: what the parser had done when `fit` ended."""
+
+    def on_train_end(self, logs=None):
+        self.parser_entered = self.gate.entered.is_set()
+        self.parsed_at_end = self.gate.parsed
+
+
+def test_fit_returns_while_its_trace_is_parsed_and_the_points_follow(tmp_path, monkeypatch, caplog):
+    gate = _Gate(monkeypatch)
+    seen = _Seen()
+    seen.gate = gate
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    x, y = _arrays(16 * 12)
+    cb = StepTimeLogger(tmp_path, profile_steps=4, warmup_steps=2)
+    model = _model()
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb, seen])
+    # fit returned with the parser still held inside its first trace: nothing of it is written yet.
+    assert seen.parser_entered and seen.parsed_at_end == 0 and gate.parsed == 0
+    assert not cb.wait(timeout=0)
+    assert "step_time/step_sec" not in read_scalars(str(tmp_path / "train"))
+    assert not [r for r in caplog.records if "StepTimeLogger:" in r.getMessage()]
+
+    # A second fit with the same callback while the first fit's traces wait: they must not mix.
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb, seen])
+    assert gate.parsed == 0
+    gate.open.set()
+    assert cb.wait()
+    # One trace per fit (after 2 steps of warm-up; the next would come 300 s later), of 4 steps; the
+    # callback's breakdowns are the second fit's only.
+    assert [t.steps for t in cb.traces] == [4] and gate.parsed == 2
+    steps = [s for s, _ in read_scalars(str(tmp_path / "train"))["step_time/step_sec"]]
+    # 24 steps per fit: the first fit's trace ends at step 6, the second's at 24 + 6.
+    assert steps == [6, 30]
+    lines = [r.getMessage() for r in caplog.records if "StepTimeLogger:" in r.getMessage()]
+    assert len(lines) == 2 and all("over 4 traced steps" in line for line in lines)
+
+
+def test_points_of_a_trace_parsed_after_fit_survive_interpreter_exit(tmp_path):
+    # The script returns from fit with the parser held, opens the gate from another thread, and ends at once;
+    # the interpreter must finish the parse and write its points before it exits.
+    code = f"""
+        import threading
+        import numpy as np
+        import keras
+        from keras_gpu.hooks import step_time_logger
+        from keras_gpu.hooks.step_time_logger import StepTimeLogger
+
+        gate, real = threading.Event(), step_time_logger.read_trace
+        def gated(*args, **kwargs):
+            gate.wait()
+            real(*args, **kwargs)
+        step_time_logger.read_trace = gated
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        x, y = np.zeros((16 * 12, 8), "float32"), np.zeros((16 * 12, 1), "float32")
+        cb = StepTimeLogger({str(tmp_path)!r}, profile_steps=4, warmup_steps=2)
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+        assert not cb.wait(timeout=0)
+        threading.Thread(target=gate.set).start()
+        print("RETURNED")
+    """
+    proc = run_python(textwrap.dedent(code), timeout=600, env={"KERAS_BACKEND": keras.backend.backend()})
+    assert "RETURNED" in proc.stdout
+    steps = [s for s, _ in read_scalars(str(tmp_path / "train"))["step_time/step_sec"]]
+    assert steps == [6]
+    assert "StepTimeLogger: " in proc.stderr  # the end-of-fit line, from the parser's thread
+
+
+class _Stamp(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.begin = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        self.end = time.perf_counter()
+
+
+class _SlowEnd(StepTimeLogger):
+    """A keras-gpu callback whose end-of-fit work takes a while (after ThroughputLogger's own end)."""
+
+    def on_train_end(self, logs=None):
+        time.sleep(0.3)
+        self.slept_until = time.perf_counter()
+        super().on_train_end(logs)
+
+
+def test_end_of_fit_line_counts_the_end_of_every_keras_gpu_callback(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    first, after_rates, last = _Stamp(), _Stamp(), _Stamp()
+    rates = ThroughputLogger(tmp_path, every_n_steps=4)
+    slow = _SlowEnd(tmp_path, profile_every_s=0)
+    x, y = _arrays(16 * 8)
+    _model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[first, rates, after_rates, slow, last])
+    seconds = rates.summary["fit_seconds"]
+    # From ThroughputLogger's on_train_begin (the first keras-gpu callback) to the slow callback's end, at least.
+    assert seconds >= slow.slept_until - after_rates.begin
+    assert seconds <= last.end - first.begin
+    (line,) = [r.getMessage() for r in caplog.records if "ThroughputLogger: wall-clock" in r.getMessage()]
+    assert f"in {seconds:.2f} s of fit" in line
