@@ -196,3 +196,18 @@ def test_twenty_jobs_in_a_row_with_the_default_callbacks_all_end_well(tmp_path):
     print(f"{ended_well} of {_SOAK_JOBS} jobs ended well; imbalances of balanced workers: "
           f"{sorted(round(i, 3) for i in imbalances)}")
     assert ended_well == _SOAK_JOBS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_final_weights_are_bit_identical_with_and_without_the_callbacks(tmp_path, workers):
+    records, _, _, _ = _launch(tmp_path, "identical", workers=workers)
+    for k, record in records.items():
+        for spe in (1, 4):
+            got = record[f"spe{spe}"]
+            assert got["plain"] == got["kg"], (k, spe, got["max_diff"])
+            # Two replicas in all: the rows ride on the gradient all-reduce (one addition per element, exact);
+            # more: they are all-gathered between steps.
+            assert record[f"rode_spe{spe}"] is (workers == 2)
+    # Every worker ends with the same weights.
+    assert len({r["spe1"]["kg"] for r in records.values()}) == 1

@@ -10,7 +10,11 @@ MODE:
 - `rotate`: in epoch e, worker e (mod the number of workers) sleeps 15 ms after
   every step, so each epoch-end gather has another straggler;
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
-- `soak`: balanced, 4 short epochs (many jobs in a row, each must end well).
+- `soak`: balanced, 4 short epochs (many jobs in a row, each must end well);
+- `identical`: the same model trained twice from the same seed, without and
+  with the callbacks, with 1 and with 4 steps per execution; OUT/w<rank>.json
+  holds the final weights' digests (`identical-ride` forces the rows' ride on
+  the gradient all-reduce whatever the worker count, to show what it moves).
 
 The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
 writes OUT/w<rank>.json: its own last breakdown, what it received at each
@@ -105,6 +109,9 @@ def main() -> None:
             model.compile("sgd", "mse")
         return model
 
+    if mode.startswith("identical"):
+        return identical(strategy, rank, log_dir, out, force_ride=mode == "identical-ride")
+
     rng = np.random.default_rng(0)
     steps = 12 if mode == "soak" else 64
     x, y = rng.random((256 * steps, 256), dtype=np.float32), rng.random((256 * steps, 10), dtype=np.float32)
@@ -141,6 +148,44 @@ def main() -> None:
             for c in cb.cluster
         ],
     }
+    with open(os.path.join(out, f"w{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def identical(strategy, rank, log_dir, out, force_ride):
+    """Final weights without and with the default callbacks, for 1 and 4 steps per execution."""
+    import hashlib
+
+    import keras
+    import numpy as np
+
+    import keras_gpu
+    from keras_gpu.hooks import step_time_cluster
+
+    if force_ride:
+        step_time_cluster.rides_exactly = lambda replicas_in_sync: True
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64 * 24, 64), dtype=np.float32), rng.random((64 * 24, 10), dtype=np.float32)
+    record = {"rank": rank}
+    for spe in (1, 4):
+        weights = {}
+        for variant in ("plain", "kg"):
+            keras.utils.set_random_seed(7)
+            with strategy.scope():
+                model = keras.Sequential(
+                    [keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)]
+                )
+                model.compile("adam", "mse", steps_per_execution=spe)
+            callbacks = keras_gpu.callbacks(os.path.join(log_dir, f"spe{spe}")) if variant == "kg" else []
+            model.fit(x, y, batch_size=64, epochs=3, verbose=0, callbacks=callbacks)
+            weights[variant] = [w.copy() for w in model.get_weights()]
+            if variant == "kg":
+                record[f"rode_spe{spe}"] = bool(getattr(getattr(model, "_keras_gpu_row_ride", None), "rode", False))
+        plain, kg = weights["plain"], weights["kg"]
+        record[f"spe{spe}"] = {
+            variant: hashlib.sha256(b"".join(w.tobytes() for w in ws)).hexdigest() for variant, ws in weights.items()
+        }
+        record[f"spe{spe}"]["max_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(plain, kg))
     with open(os.path.join(out, f"w{rank}.json"), "w") as f:
         json.dump(record, f)
 
