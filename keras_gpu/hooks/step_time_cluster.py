@@ -239,14 +239,21 @@ class ClusterSchedule:
 def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe | None:
     """Put what the cluster view measures into `model`'s training step, before `fit` builds its train function.
 
-    The step probe, and its rows' ride on the gradient all-reduce
+    The step probe (with the distributed iterator's check clock, :mod:`keras_gpu.setup.iterator_check_private`,
+    under the multi-worker strategy), and its rows' ride on the gradient all-reduce
     (:attr:`StepProbe.ride <keras_gpu.hooks.step_probe.StepProbe>`, `None`
     where the optimizer has no such all-reduce). `None` where the step
     cannot be probed (:func:`keras_gpu.hooks.step_probe.unavailable_reason`).
     """
+    from keras_gpu.setup.iterator_check_private import attach_clock
+    from keras_gpu.setup.keras_compat import KerasMultiWorkerMirroredStrategy
+
     devices = list(backend.replica_devices(model))
     probe = step_probe.install(model, len(devices))
     if probe is not None:
+        if isinstance(backend.strategy(model), KerasMultiWorkerMirroredStrategy) and probe.check_clock is None:
+            probe.check_clock = attach_clock(backend.strategy(model))
+            model.train_function = None  # the step reads the clock
         probe.ride = None
         if rides_exactly(workers * len(devices)):
             probe.ride = install_ride(model, workers, worker, len(ROW_FIELDS) + 1, len(devices), devices[0])

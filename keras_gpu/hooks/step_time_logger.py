@@ -7,7 +7,6 @@ the tag values come from :mod:`keras_gpu.output.step_time_tags`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -106,7 +105,9 @@ class StepTimeLogger(LoggingCallback):
     At each epoch's end, and every `CLUSTER_EVERY_S` (30 s) within an
     epoch (a count of steps the chief proposes), each worker logs the same
     `step_time/*` tags as above on its run (over every step of the window;
-    `input_sec` only where each call of the train function runs one step)
+    `input_sec` is the worker's own wait for its batch, for any
+    `steps_per_execution`; the distributed iterator's check that every
+    worker has a batch, a wait for the others, is `communication_sec`)
     and shares its figures: they ride on the next training step's gradient
     all-reduce (:mod:`keras_gpu.hooks.row_ride`: no collective of its own),
     and at the next batch end the chief logs the cluster view, on the step
@@ -393,17 +394,9 @@ class StepTimeLogger(LoggingCallback):
         )
 
     def _log_breakdown(self, last: steptime.StepTime, labels: list[str]) -> None:
-        if last.source == "probe":
-            hints = steptime.verdict(dataclasses.replace(last, input_sec=float("nan")))
-            if last.share("input") >= steptime.BOUND_SHARE:
-                hints.insert(
-                    0,
-                    f"{last.share('input'):.0%} of each step passes before the step starts (the batch, and every "
-                    "worker's check that each has one); if the cluster view names no straggler, the input pipeline "
-                    "is the likely cause",
-                )
-        else:
-            hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
+        # The probe's input is this worker's own wait for its batch: the iterator's check with the other
+        # workers is in its communication.
+        hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
         measured = "probed steps" if last.source == "probe" else "traced steps"
         logger.info(
             "keras-gpu: StepTimeLogger: %.3g ms per step over %d %s: input %s, compute %.0f%%, "
