@@ -18,9 +18,10 @@ import pytest
 from keras_gpu.meters.cluster_view import (
     ROW_FIELDS,
     STRAGGLER_IMBALANCE,
-    straggler_over,
-    straggler_sentence,
+    GatherFacts,
+    Verdict,
     summarize_rows,
+    verdict_over,
 )
 from keras_gpu.output.step_time_tags import cluster_values
 from tests._util import subprocess_env
@@ -69,19 +70,62 @@ def test_an_input_not_measured_is_left_out_of_the_input_spread_only():
     assert cluster_values(s)["cluster/busy_sec/max"] == pytest.approx(0.01)
 
 
+def _facts(worker, imbalance, part="compute", excess=0.01, spread=0.0, slowdown=math.nan, slowdown_worker=-1):
+    return GatherFacts(worker, imbalance, part, 0.012, 0.002, excess, spread, slowdown, slowdown_worker)
+
+
 def test_a_straggler_needs_a_clear_imbalance_in_most_gathers():
-    assert straggler_over([]) == (None, None)
-    assert straggler_over([(1, 0.3), (1, 0.25), (0, 0.02)]) == (1, pytest.approx(0.275))
+    assert verdict_over([]) == Verdict()
+    v = verdict_over([_facts(1, 0.3), _facts(1, 0.25), _facts(0, 0.02)])
+    assert (v.straggler, v.imbalance, v.part) == (1, pytest.approx(0.275), "compute")
     # One noisy gather of a balanced job names nobody; the median of all gathers is reported.
-    assert straggler_over([(0, 0.14), (1, 0.02), (0, 0.03)]) == (None, pytest.approx(0.03))
-    assert straggler_over([(0, 0.2), (1, 0.2)]) == (0, pytest.approx(0.2))
+    v = verdict_over([_facts(0, 0.14), _facts(1, 0.02), _facts(0, 0.03)])
+    assert (v.straggler, v.imbalance) == (None, pytest.approx(0.03))
+    # Clear gathers that name different workers: the excess does not hold across gathers.
+    assert verdict_over([_facts(0, 0.2), _facts(1, 0.2)]).straggler is None
+
+
+def test_a_straggler_must_stand_clear_of_the_other_workers_spread():
+    # 5 ms of excess while the others differ among themselves by 4 ms: not clear (needs twice the spread).
+    assert verdict_over([_facts(2, 0.3, excess=0.005, spread=0.004)] * 3).straggler is None
+    assert verdict_over([_facts(2, 0.3, excess=0.009, spread=0.004)] * 3).straggler == 2
+
+
+def test_the_part_and_the_slowdown_come_from_the_rows():
+    # Worker 2's input wait is 8 ms against the others' 0.4 and 0.6 ms; compute and host are alike.
+    rows = [_row(0.02, 0.0004, 0.01), _row(0.02, 0.0006, 0.01), _row(0.02, 0.008, 0.005)]
+    for row in rows:
+        row[3], row[5] = 0.002, 0.003  # compute, host
+        row[6] = row[2] + row[3] + row[5]  # busy: input, compute, host
+    best = {}
+    s = summarize_rows(rows, best)
+    assert (s.slowest_worker, s.part) == (2, "input")
+    assert s.part_sec == pytest.approx(0.008) and s.part_median_sec == pytest.approx(0.0005)
+    assert s.excess_sec == pytest.approx(0.0075) and s.spread_sec == pytest.approx(0.0002)
+    assert s.slowdown == 1.0 and best == pytest.approx({0: 0.0054, 1: 0.0056, 2: 0.013})
+    # Worker 0 then computes 6 ms more per step: 2.1x its own best, named as slowed.
+    rows[0][3] += 0.006
+    rows[0][6] += 0.006
+    s2 = summarize_rows(rows, best)
+    assert (s2.slowdown_worker, s2.slowdown) == (0, pytest.approx(0.0114 / 0.0054))
+    values = cluster_values(s2)
+    assert values["cluster/slowdown"] == pytest.approx(0.0114 / 0.0054) and values["cluster/slowdown_worker"] == 0.0
+    v = verdict_over([s, s, s2])  # clear in 2 of 3 gathers (the third: worker 0's 6 ms widen the others' spread)
+    assert v.sentence == (
+        "worker 2 is the straggler: its input wait is 8.0 ms per step against a median of 0.5 ms (the others wait "
+        "for it 38% of each step); worker 0 slowed 2.1x against its own best window"
+    )
 
 
 def test_straggler_sentence_needs_a_clear_imbalance():
-    assert straggler_sentence(1, 0.27) == "worker 1 is the straggler: the other workers wait for it 27% of each step"
-    assert straggler_sentence(1, 0.05) == "no straggler (imbalance 5%)"
-    assert straggler_sentence(1, STRAGGLER_IMBALANCE) == "no straggler (imbalance 10%)"
-    assert straggler_sentence(None, None) == "no straggler"
+    assert Verdict(1, 0.27).sentence == "worker 1 is the straggler: the other workers wait for it 27% of each step"
+    assert Verdict(1, 0.27, "host", 0.0151, 0.0002).sentence == (
+        "worker 1 is the straggler: its host time between steps is 15.1 ms per step against a median of 0.2 ms "
+        "(the others wait for it 27% of each step)"
+    )
+    assert Verdict(None, 0.05).sentence == "no straggler (imbalance 5%)"
+    assert Verdict().sentence == "no straggler"
+    assert STRAGGLER_IMBALANCE == 0.1
 
 
 def _launch(tmp_path, mode, workers=2):

@@ -23,13 +23,7 @@ from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks.row_ride import install_ride
 from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters.cluster_view import (
-    ROW_FIELDS,
-    ClusterSummary,
-    straggler_over,
-    straggler_sentence,
-    summarize_rows,
-)
+from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows, verdict_over
 
 __all__ = [
     "CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster",
@@ -91,6 +85,7 @@ class ClusterSchedule:
         self.pending: int | None = None  # the step of the published row the next training step carries
         self.published: list[float] = []  # this worker's last published row (with its sequence number)
         self.failed = False  # the rows could not be shared: the cluster view is off for this fit
+        self.best: dict[int, float] = {}  # each worker's lowest busy time per step in this fit's windows
 
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
@@ -233,7 +228,7 @@ class ClusterSchedule:
         period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
         if period is not None:
             self.gather_at = step + period
-        return [(self.first_step + step, summarize_rows(rows))]
+        return [(self.first_step + step, summarize_rows(rows, self.best))]
 
 
 def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe | None:
@@ -290,13 +285,16 @@ def as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:
     )
 
 
-def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | None) -> None:
-    """The chief's end-of-fit line: the straggler, over the fit's gathers (nothing on other workers)."""
+def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | None) -> str | None:
+    """The chief's end-of-fit line: the verdict over the fit's gathers; returns its sentence (`None`: not logged).
+
+    Nothing on other workers.
+    """
     summaries = [c for c in gathers if c is not None]
     if not summaries or task is None or not task.is_chief:
-        return
+        return None
     last = summaries[-1]
-    straggler, imbalance = straggler_over([(c.slowest_worker, c.imbalance) for c in summaries])
+    sentence = verdict_over(summaries).sentence
     logger.info(
         "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step, %d gathers): %s.",
         last.reporting,
@@ -304,5 +302,6 @@ def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | No
         1e3 * last.busy[0],
         1e3 * last.busy[2],
         len(summaries),
-        straggler_sentence(straggler, imbalance),
+        sentence,
     )
+    return sentence

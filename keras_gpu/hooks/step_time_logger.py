@@ -119,12 +119,23 @@ class StepTimeLogger(LoggingCallback):
 
     * `cluster/slowest_worker`: the worker with the most busy time per step
       (compute, input and host time: not waiting for its peers);
-    * `cluster/imbalance`: its busy time over the other workers' median,
-      minus 1 (a straggler from 0.1 on);
+    * `cluster/imbalance`: its busy time minus the other workers' median,
+      over the step (the share of each step the others wait for it);
+    * `cluster/straggler_part` (0 compute, 1 input, 2 host) with
+      `cluster/part_sec` against the others' `cluster/part_median_sec`: the
+      part of the slowest worker's busy time that differs most;
+      `cluster/excess_sec` and `cluster/others_spread_sec`: its excess, and
+      the spread it must stand clear of;
+    * `cluster/slowdown` and `cluster/slowdown_worker`: the largest ratio,
+      over the workers, of a window's busy time to the worker's own best
+      window in the fit;
     * `cluster/workers_reporting`, and `cluster/{busy,input,communication}_sec/
       {min,median,max}` across the workers, in seconds per step.
 
-    The end-of-fit line on the chief names the straggler.
+    The end-of-fit line on the chief, and the `cluster/verdict` text, name
+    the straggler with its part (a straggler must be clear in most gathers:
+    see :func:`keras_gpu.meters.cluster_view.verdict_over`) and a worker
+    slowed 1.5x or more against its own best window.
 
     Args:
         log_dir: Directory shared with the other callbacks.
@@ -320,7 +331,9 @@ class StepTimeLogger(LoggingCallback):
             self._log_breakdown(self.last, [])
         if cluster is not None:
             self._cluster_views(cluster, cluster.at_fit_end(self._once))
-            log_cluster(self.cluster, self._task)
+            sentence = log_cluster(self.cluster, self._task)
+            if sentence is not None and self._writer is not None:
+                self._writer.text(_tags.CLUSTER_VERDICT.name(), sentence, self._first_step + cluster.base)
         self._close()
 
     # -- the traces (parsed on the parser thread) ------------------------------------

@@ -11,6 +11,8 @@ MODE:
   every step, so each epoch-end gather has another straggler;
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
 - `soak`: balanced, 4 short epochs (many jobs in a row, each must end well);
+- `measure`: balanced, 6 epochs of 32 steps (the false-alarm measurement of
+  `benchmarks/straggler_rule.py`);
 - `identical`: the same model trained twice from the same seed, without and
   with the callbacks, with 1 and with 4 steps per execution; OUT/w<rank>.json
   holds the final weights' digests (`identical-ride` forces the rows' ride on
@@ -113,7 +115,7 @@ def main() -> None:
         return identical(strategy, rank, log_dir, out, force_ride=mode == "identical-ride")
 
     rng = np.random.default_rng(0)
-    steps = 12 if mode == "soak" else 64
+    steps = {"soak": 12, "measure": 32}.get(mode, 64)
     x, y = rng.random((256 * steps, 256), dtype=np.float32), rng.random((256 * steps, 10), dtype=np.float32)
     plain_collectives = None
     if mode == "balanced":
@@ -124,7 +126,7 @@ def main() -> None:
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     if mode == "host" and rank == 1:
         callbacks.append(Sleep(0.015))
-    epochs = 4 if mode == "soak" else EPOCHS
+    epochs = {"soak": 4, "measure": 6}.get(mode, EPOCHS)
     if mode == "rotate":
         workers = strategy.num_replicas_in_sync
         callbacks.append(Sleep(lambda epoch: 0.015 if epoch % workers == rank else 0.0))
