@@ -169,7 +169,8 @@ def test_a_slow_worker_is_named_the_straggler_without_the_profiler(tmp_path, mod
     # No worker ran TensorFlow's profiler: no trace anywhere in the run.
     assert not list(pathlib.Path(log_dir).rglob("*.xplane.pb"))
     assert report["cluster"]["straggler"] == 1
-    assert report["cluster"]["sentence"].startswith("worker 1 is the straggler: the other workers wait for it ")
+    phrase = {"compute": "compute", "custom": "compute", "host": "host time between steps"}[mode]
+    assert report["cluster"]["sentence"].startswith(f"worker 1 is the straggler: its {phrase} is ")
     assert "[worker 0] keras-gpu: cluster view (2 of 2 workers" in text and "worker 1 is the straggler" in text
     out = subprocess.run(
         [sys.executable, "-m", "keras_gpu.cli", "report", log_dir], env=subprocess_env(), capture_output=True,
@@ -260,3 +261,43 @@ def test_final_weights_are_bit_identical_with_and_without_the_callbacks(tmp_path
             assert record[f"rode_spe{spe}"] is (workers == 2)
     # Every worker ends with the same weights.
     assert len({r["spe1"]["kg"] for r in records.values()}) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spe", [1, 4])
+@pytest.mark.parametrize("kind", ["compute", "input", "host"])
+def test_each_kind_of_straggler_on_each_worker_is_named_with_its_part(tmp_path, kind, spe):
+    # Three workers; in epoch e worker e is slowed in one part (work that depends on the batch, or a sleep).
+    records, _, _, _ = _launch(tmp_path, f"rotate-{kind}-{spe}", workers=3)
+    views = _gathered(records)
+    assert [v["slowest_worker"] for v in views] == [0, 1, 2]
+    assert [v["part"] for v in views] == [kind] * 3
+    assert all(v["clear"] and v["reporting"] == 3 for v in views)
+    for v in views:
+        assert v["part_sec"] > v["part_median_sec"]
+
+
+@pytest.mark.slow
+def test_an_input_straggler_is_named_with_its_input_wait_in_the_report_and_the_end_of_fit_line(tmp_path):
+    records, report, log_dir, text = _launch(tmp_path, "input", workers=3)
+    views = _gathered(records)
+    assert [(v["slowest_worker"], v["part"]) for v in views] == [(1, "input")] * 3
+    sentence = report["cluster"]["sentence"]
+    assert sentence.startswith("worker 1 is the straggler: its input wait is ") and report["cluster"]["part"] == "input"
+    assert f"[worker 0] keras-gpu: cluster view (3 of 3 workers" in text and sentence in text
+    from keras_gpu.output.reader import read_texts
+
+    (verdict,) = [t for _, t in read_texts(os.path.join(log_dir, "train"))["cluster/verdict"]]
+    assert verdict == sentence
+
+
+@pytest.mark.slow
+def test_a_cluster_that_turns_slow_raises_the_slowdown(tmp_path):
+    # Every worker sleeps 20 ms per step from epoch 1 on: no worker is slower than the others, each is slower
+    # than its own first window.
+    records, report, _, text = _launch(tmp_path, "slowdown", workers=2)
+    views = _gathered(records)
+    assert views[0]["slowdown"] == 1.0
+    assert all(v["slowdown"] > 1.5 for v in views[1:])
+    assert report["cluster"]["slowdown"] > 1.5 and report["cluster"]["slowed_worker"] in (0, 1)
+    assert "slowed" in report["cluster"]["sentence"] and "against its own best window" in text

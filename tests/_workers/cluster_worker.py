@@ -11,6 +11,13 @@ MODE:
   every step, so each epoch-end gather has another straggler;
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
 - `soak`: balanced, 4 short epochs (many jobs in a row, each must end well);
+- `rotate-<kind>-<spe>` (kind `compute`, `input` or `host`; spe the steps per
+  execution): in epoch e, worker e is slowed in that part: 16 extra matmuls
+  over its batch inside the model, a 30 ms sleep per batch in its tf.data
+  pipeline, or a 20 ms sleep after each call of the train function;
+- `input`: worker 1's tf.data pipeline sleeps 30 ms per batch, every epoch;
+- `slowdown`: every worker sleeps 20 ms after each batch from epoch 1 on
+  (the whole cluster turns slow: no straggler, a slowdown);
 - `measure`: balanced, 6 epochs of 32 steps (the false-alarm measurement of
   `benchmarks/straggler_rule.py`);
 - `identical`: the same model trained twice from the same seed, without and
@@ -111,6 +118,8 @@ def main() -> None:
             model.compile("sgd", "mse")
         return model
 
+    if mode.startswith("rotate-") or mode in ("input", "slowdown"):
+        return kinds(strategy, rank, log_dir, out, mode, step_time)
     if mode.startswith("identical"):
         return identical(strategy, rank, log_dir, out, force_ride=mode == "identical-ride")
 
@@ -146,6 +155,88 @@ def main() -> None:
                 "imbalance": c.imbalance,
                 "reporting": c.reporting,
                 "rows": {str(k): v for k, v in c.rows.items()},
+            }
+            for c in cb.cluster
+        ],
+    }
+    with open(os.path.join(out, f"w{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def kinds(strategy, rank, log_dir, out, mode, step_time):
+    """One kind of slow worker at a time, fed by tf.data; every slowing depends on the batch or the clock."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_gpu
+
+    workers = strategy.num_replicas_in_sync
+    kind, spe = (mode.split("-")[1], int(mode.split("-")[2])) if mode.startswith("rotate-") else (mode, 1)
+    epochs = workers if mode.startswith("rotate-") else EPOCHS
+    state = {"epoch": 0}
+
+    def slowed(epoch):
+        if mode.startswith("rotate-"):
+            return epoch % workers == rank
+        if mode == "input":
+            return rank == 1
+        return epoch >= 1  # slowdown: every worker from epoch 1
+
+    # A variable the model reads: 1.0 while this worker's model is slowed (no retrace between epochs).
+    with tf.device("/cpu:0"):
+        flag = tf.Variable(0.0, trainable=False)
+
+    class Extra(keras.layers.Layer):
+        """16 matmuls over the batch where the flag is set, multiplied by 0: more work, same variables."""
+
+        def compute_output_shape(self, shape):
+            return shape
+
+        def call(self, x):
+            def heavy():
+                m = tf.matmul(x, x, transpose_a=True) / 256.0
+                for _ in range(16):
+                    m = tf.matmul(m, m) / 256.0
+                return tf.reduce_sum(m)
+
+            extra = tf.cond(flag.read_value() > 0, heavy, lambda: tf.constant(0.0))
+            return x + 0.0 * extra
+
+    class Slow(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            state["epoch"] = epoch
+            flag.assign(1.0 if kind == "compute" and slowed(epoch) else 0.0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if kind in ("host", "slowdown") and slowed(state["epoch"]):
+                time.sleep(0.02)
+
+    def nap(batch):
+        if kind == "input" and slowed(state["epoch"]):
+            time.sleep(0.03)
+        return batch
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((256 * 48, 256), dtype=np.float32), rng.random((256 * 48, 10), dtype=np.float32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256, drop_remainder=True)
+    ds = ds.map(lambda a, b: (tf.ensure_shape(tf.py_function(nap, [a], tf.float32), a.shape), b))
+    with strategy.scope():
+        model = keras.Sequential(
+            [keras.Input((256,)), Extra(), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
+        )
+        model.compile("sgd", "mse", steps_per_execution=spe)
+    callbacks = [Slow(), *keras_gpu.callbacks(log_dir)]
+    (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
+    model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
+    record = {
+        "rank": rank,
+        "last": None if cb.last is None else cb.last.as_dict(),
+        "cluster": [
+            None if c is None else {
+                key: getattr(c, key)
+                for key in ("slowest_worker", "imbalance", "part", "part_sec", "part_median_sec", "excess_sec",
+                            "spread_sec", "clear", "slowdown", "slowdown_worker", "reporting")
             }
             for c in cb.cluster
         ],
