@@ -26,6 +26,9 @@ from keras_gpu.meters.cluster_view import (
 from keras_gpu.output.step_time_tags import cluster_values
 from tests._util import subprocess_env
 
+# Each launched job is bounded by its own subprocess timeout (420 s); a test runs up to two of them.
+pytestmark = pytest.mark.timeout(900)
+
 WORKER = os.path.join(os.path.dirname(__file__), "_workers", "cluster_worker.py")
 NAN = float("nan")
 
@@ -232,6 +235,7 @@ _SOAK_JOBS = 20
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(_SOAK_JOBS * 300 + 60)  # bounded by each job's own timeout, whatever the load
 def test_twenty_jobs_in_a_row_with_the_default_callbacks_all_end_well(tmp_path):
     ended_well, imbalances = 0, []
     for job in range(_SOAK_JOBS):
@@ -284,7 +288,7 @@ def test_an_input_straggler_is_named_with_its_input_wait_in_the_report_and_the_e
     assert [(v["slowest_worker"], v["part"]) for v in views] == [(1, "input")] * 3
     sentence = report["cluster"]["sentence"]
     assert sentence.startswith("worker 1 is the straggler: its input wait is ") and report["cluster"]["part"] == "input"
-    assert f"[worker 0] keras-gpu: cluster view (3 of 3 workers" in text and sentence in text
+    assert "[worker 0] keras-gpu: cluster view (3 of 3 workers" in text and sentence in text
     from keras_gpu.output.reader import read_texts
 
     (verdict,) = [t for _, t in read_texts(os.path.join(log_dir, "train"))["cluster/verdict"]]
@@ -301,3 +305,21 @@ def test_a_cluster_that_turns_slow_raises_the_slowdown(tmp_path):
     assert all(v["slowdown"] > 1.5 for v in views[1:])
     assert report["cluster"]["slowdown"] > 1.5 and report["cluster"]["slowed_worker"] in (0, 1)
     assert "slowed" in report["cluster"]["sentence"] and "against its own best window" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["custom", "lso"])
+def test_with_four_steps_per_call_a_host_straggler_is_named_in_a_custom_step_and_a_loss_scale_optimizer(
+    tmp_path, variant
+):
+    # Worker 1 sleeps 20 ms after each call of 4 steps: 5 ms of host time per step. Worker 0 waits for it in
+    # the iterator's check and the all-reduce: communication, never its own busy time.
+    records, report, _, _ = _launch(tmp_path, f"host4-{variant}", workers=2)
+    views = _gathered(records)
+    assert [(v["slowest_worker"], v["part"]) for v in views] == [(1, "host")] * 3
+    assert report["cluster"]["straggler"] == 1 and report["cluster"]["part"] == "host"
+    for v in views:
+        assert v["part_sec"] >= 0.02 / 4  # the sleep per call, per step
+    fast, slow = records[0]["last"], records[1]["last"]
+    assert fast["communication_sec"] > slow["communication_sec"]
+    assert fast["other_sec"] < slow["other_sec"]

@@ -16,6 +16,9 @@ MODE:
   over its batch inside the model, an 80 ms sleep per batch in its tf.data
   pipeline, or a 20 ms sleep after each call of the train function;
 - `input`: worker 1's tf.data pipeline sleeps 80 ms per batch, every epoch;
+- `host4-custom`, `host4-lso`: worker 1 sleeps 20 ms after each call of the
+  train function, 4 steps per call, in a model whose class writes its own
+  `train_step`, or with a `LossScaleOptimizer`;
 - `slowdown`: every worker sleeps 20 ms after each batch from epoch 1 on
   (the whole cluster turns slow: no straggler, a slowdown);
 - `measure`: balanced, 6 epochs of 32 steps (the false-alarm measurement of
@@ -118,7 +121,7 @@ def main() -> None:
             model.compile("sgd", "mse")
         return model
 
-    if mode.startswith("rotate-") or mode in ("input", "slowdown"):
+    if mode.startswith(("rotate-", "host4-")) or mode in ("input", "slowdown"):
         return kinds(strategy, rank, log_dir, out, mode, step_time)
     if mode.startswith("identical"):
         return identical(strategy, rank, log_dir, out, force_ride=mode == "identical-ride")
@@ -173,13 +176,15 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
 
     workers = strategy.num_replicas_in_sync
     kind, spe = (mode.split("-")[1], int(mode.split("-")[2])) if mode.startswith("rotate-") else (mode, 1)
+    if mode.startswith("host4-"):
+        kind, spe = "host", 4
     epochs = workers if mode.startswith("rotate-") else EPOCHS
     state = {"epoch": 0}
 
     def slowed(epoch):
         if mode.startswith("rotate-"):
             return epoch % workers == rank
-        if mode == "input":
+        if mode == "input" or mode.startswith("host4-"):
             return rank == 1
         return epoch >= 1  # slowdown: every worker from epoch 1
 
@@ -223,11 +228,24 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
     x, y = rng.random((256 * 48, 256), dtype=np.float32), rng.random((256 * 48, 10), dtype=np.float32)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256, drop_remainder=True)
     ds = ds.map(lambda a, b: (tf.ensure_shape(tf.py_function(nap, [a], tf.float32), a.shape), b))
+    class Custom(keras.Sequential):
+        """A model whose class writes its own training step."""
+
+        def train_step(self, data):
+            a, b = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=a, y=b, y_pred=self(a, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
     with strategy.scope():
-        model = keras.Sequential(
-            [keras.Input((256,)), Extra(), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
-        )
-        model.compile("sgd", "mse", steps_per_execution=spe)
+        layers = [keras.Input((256,)), Extra(), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
+        model = (Custom if mode == "host4-custom" else keras.Sequential)(layers)
+        optimizer = keras.optimizers.SGD()
+        if mode == "host4-lso":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer, "mse", steps_per_execution=spe)
     callbacks = [Slow(), *keras_gpu.callbacks(log_dir)]
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
