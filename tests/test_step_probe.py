@@ -53,6 +53,7 @@ class Window(keras.callbacks.Callback):
         self.probe.reset()
         self.epoch, self.t = epoch, None
     def on_train_batch_end(self, batch, logs=None):
+        self.probe.batch_end()
         if self.sleep:
             time.sleep(self.sleep)
         if self.epoch == 1 and batch == 0:
@@ -166,6 +167,8 @@ def test_samples_are_counted_from_each_batch(measured):
     assert measured["stopwatch"][0]["samples"] == 1000 and measured["stopwatch"][0]["steps"] == 20
     # A batch size unknown to the graph, and a short last batch (10 of 96 x 11 = 1056): the true count.
     assert measured["dynamic"]["samples"] == 1000 and measured["dynamic"]["steps"] == 11
+    # Data of unknown length: the call that finds its end runs no step, and leaves the input measured.
+    assert measured["dynamic"]["input_sec"] >= 0
     assert measured["spe4"]["samples"] == 1000 and measured["spe4"]["steps"] == 25
 
 

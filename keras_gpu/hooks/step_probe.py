@@ -205,6 +205,7 @@ class StepProbe:
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
         self._call_time = 0.0  # and the sum of their start times, relative to _base
         self._first_call = True
+        self._call_start = 0.0  # the current call's start, relative to _base
         self._last = [[0.0] * len(FIELDS) for _ in range(self.local_replicas)]
         self._last_calls = (0.0, 0.0)
 
@@ -212,11 +213,15 @@ class StepProbe:
 
     def batch_begin(self) -> None:
         """Keras is about to call the train function (Python, no device work): where the host time ends."""
+        self._call_start = time.time() - self._base
+
+    def batch_end(self) -> None:
+        """The call returned with its steps: count its start (a call that found the data's end ran no step)."""
         if self._first_call:
             self._first_call = False
         else:
             self._calls += 1.0
-            self._call_time += time.time() - self._base
+            self._call_time += self._call_start
 
     def epoch_begin(self) -> None:
         """Forget the previous step: the time between epochs (validation, epoch-end callbacks) is no gap."""

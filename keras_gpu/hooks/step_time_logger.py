@@ -296,6 +296,8 @@ class StepTimeLogger(LoggingCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         cluster = self._cluster_fit
+        if cluster is not None:
+            cluster.probe.batch_end()
         if cluster is not None and cluster.batch_end(batch):
             self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
