@@ -108,14 +108,17 @@ class StepTimeLogger(LoggingCallback):
     `input_sec` is the worker's own wait for its batch, for any
     `steps_per_execution`; the distributed iterator's check that every
     worker has a batch, a wait for the others, is `communication_sec`)
-    and shares its figures: they ride on the next training step's gradient
-    all-reduce (:mod:`keras_gpu.hooks.row_ride`: no collective of its own),
-    and at the next batch end the chief logs the cluster view, on the step
-    where the window ended. The fit's last window, which no step follows,
-    is all-gathered once at the fit's end; a step that cannot carry the
-    rows (no optimizer all-reduce in a custom `train_step`, or gradients
-    neither all float32 nor all float64) falls back to an all-gather at
-    every share. On the chief:
+    and shares its figures. In a job of two replicas in all they ride on
+    the next training step's gradient all-reduce
+    (:mod:`keras_gpu.hooks.row_ride`: no collective of its own; each sum is
+    one exact addition, so training is unchanged), and at the next batch end
+    the chief logs the cluster view, on the step where the window ended; the
+    fit's last window, which no step follows, is all-gathered once at the
+    fit's end. Larger jobs (where more rows in the all-reduce would move the
+    ring's chunk boundaries, and so the rounding of the gradient sums), and
+    steps that cannot carry the rows (no optimizer all-reduce in a custom
+    `train_step`, or gradients neither all float32 nor all float64),
+    all-gather the rows at every share, between steps. On the chief:
 
     * `cluster/slowest_worker`: the worker with the most busy time per step
       (compute, input and host time: not waiting for its peers);
