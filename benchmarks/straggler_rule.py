@@ -5,6 +5,8 @@ Run from the repository root::
     python -m benchmarks.straggler_rule --runs 4 --workers 2 3 4 --dir /tmp/straggler_rule
     python -m benchmarks.straggler_rule --dir /tmp/straggler_rule --no-run   # analyze jobs already run
 
+Raw result of the 12 jobs measured: `docs/benchmarks/straggler-rule-balanced-cpu-2core.json`.
+
 Each job is `tests/_workers/cluster_worker.py` in its `measure` mode under
 `keras-gpu launch` on loopback: every worker does the same work (6 epochs of
 32 steps, one gather per epoch). Every gather's rows, as the chief received
