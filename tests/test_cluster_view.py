@@ -276,7 +276,7 @@ def test_each_kind_of_straggler_on_each_worker_is_named_with_its_part(tmp_path, 
     views = _gathered(records)
     assert [v["slowest_worker"] for v in views] == [0, 1, 2]
     assert [v["part"] for v in views] == [kind] * 3
-    assert all(v["clear"] and v["reporting"] == 3 for v in views)
+    assert all(v["clear"] and v["reporting"] == 3 for v in views), views
     for v in views:
         assert v["part_sec"] > v["part_median_sec"]
 

@@ -12,7 +12,7 @@ MODE:
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
 - `soak`: balanced, 4 short epochs (many jobs in a row, each must end well);
 - `rotate-<kind>-<spe>` (kind `compute`, `input` or `host`; spe the steps per
-  execution): in epoch e, worker e is slowed in that part: 16 extra matmuls
+  execution): in epoch e, worker e is slowed in that part: 48 extra matmuls
   over its batch inside the model, an 80 ms sleep per batch in its tf.data
   pipeline, or a 20 ms sleep after each call of the train function;
 - `input`: worker 1's tf.data pipeline sleeps 80 ms per batch, every epoch;
@@ -193,7 +193,7 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
         flag = tf.Variable(0.0, trainable=False)
 
     class Extra(keras.layers.Layer):
-        """16 matmuls over the batch where the flag is set, multiplied by 0: more work, same variables."""
+        """48 matmuls over the batch where the flag is set, multiplied by 0: more work, same variables."""
 
         def compute_output_shape(self, shape):
             return shape
@@ -201,7 +201,7 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
         def call(self, x):
             def heavy():
                 m = tf.matmul(x, x, transpose_a=True) / 256.0
-                for _ in range(16):
+                for _ in range(48):
                     m = tf.matmul(m, m) / 256.0
                 return tf.reduce_sum(m)
 
