@@ -196,7 +196,11 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
         | {f"cluster/{part}_sec/{stat}" for part in ("busy", "input", "communication") for stat in run["cluster"][part]}
     )
     if run["cluster"]["gathers"]:
-        found |= {"cluster/slowest_worker", "cluster/imbalance"}
+        found |= {
+            "cluster/slowest_worker", "cluster/imbalance", "cluster/straggler_part", "cluster/part_sec",
+            "cluster/part_median_sec", "cluster/excess_sec", "cluster/others_spread_sec", "cluster/slowdown",
+            "cluster/slowdown_worker",
+        }
     if run["cluster"]["workers_reporting"] is not None:
         found.add("cluster/workers_reporting")
     if run["memory"]["host_rss_peak_bytes"] is not None:

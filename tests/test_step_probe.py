@@ -53,6 +53,7 @@ class Window(keras.callbacks.Callback):
         self.probe.reset()
         self.epoch, self.t = epoch, None
     def on_train_batch_end(self, batch, logs=None):
+        self.probe.batch_end()
         if self.sleep:
             time.sleep(self.sleep)
         if self.epoch == 1 and batch == 0:
@@ -88,12 +89,28 @@ with strategy.scope():
 out["dynamic"] = cb.windows[0]
 out["variables"] = [type(v).__name__ for v in (cb.probe._sums, cb.probe._prev)]
 
-# 4. steps_per_execution=4: samples still counted, the input wait not told apart.
+# 4. steps_per_execution=4: samples still counted; a callback's 4 ms sleep per call is host time, a
+# pipeline's 10 ms sleep per batch is input (the sleeps depend on the batch: nothing is folded away).
 model = build()
 model.compile("sgd", "mse", steps_per_execution=4)
-cb = Window()
+cb = Window(sleep=0.004)
 model.fit(x, y, batch_size=40, epochs=1, verbose=0, callbacks=[cb])
 out["spe4"] = cb.windows[0]
+
+def slow(a, b):
+    def nap(t):
+        time.sleep(0.01)
+        return t
+    return tf.py_function(nap, [a], tf.float32), b
+
+slow_ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(40).map(slow)
+slow_ds = slow_ds.map(lambda a, b: (tf.ensure_shape(a, (None, 64)), b))
+for spe in (1, 4):
+    model = build()
+    model.compile("sgd", "mse", steps_per_execution=spe)
+    cb = Window()
+    model.fit(slow_ds, epochs=1, verbose=0, callbacks=[cb])
+    out[f"slow_input_spe{spe}"] = cb.windows[0]
 
 # 5. A class that writes its own train_step, with two optimizer updates per step.
 class Custom(keras.Sequential):
@@ -138,7 +155,7 @@ def test_probed_steps_add_up_to_a_stopwatch_over_the_same_steps(measured):
     # The callback's 4 ms sleep is host time between steps, never compute.
     assert w["host_sec"] >= 0.004
     assert w["compute_sec"] > 0 and w["communication_sec"] > 0 and w["input_sec"] >= 0
-    assert w["busy"] == pytest.approx(w["compute_sec"] + w["host_sec"])
+    assert w["busy"] == pytest.approx(w["compute_sec"] + w["host_sec"] + w["input_sec"])
     assert len(w["replica_compute_sec"]) == 2 and all(c > 0 for c in w["replica_compute_sec"])
 
 
@@ -150,6 +167,8 @@ def test_samples_are_counted_from_each_batch(measured):
     assert measured["stopwatch"][0]["samples"] == 1000 and measured["stopwatch"][0]["steps"] == 20
     # A batch size unknown to the graph, and a short last batch (10 of 96 x 11 = 1056): the true count.
     assert measured["dynamic"]["samples"] == 1000 and measured["dynamic"]["steps"] == 11
+    # Data of unknown length: the call that finds its end runs no step, and leaves the input measured.
+    assert measured["dynamic"]["input_sec"] >= 0
     assert measured["spe4"]["samples"] == 1000 and measured["spe4"]["steps"] == 25
 
 
@@ -157,10 +176,19 @@ def test_the_probe_variables_stay_plain_inside_a_strategy_scope(measured):
     assert measured["variables"] == ["ResourceVariable", "ResourceVariable"]
 
 
-def test_several_steps_per_call_leave_the_input_wait_unmeasured(measured):
+def test_several_steps_per_call_tell_host_time_from_input(measured):
     w = measured["spe4"]
-    assert w["input_sec"] is None or w["input_sec"] != w["input_sec"]  # NaN (JSON: NaN)
-    assert w["host_sec"] > 0 and w["step"] == pytest.approx(w["compute_sec"] + w["communication_sec"] + w["host_sec"])
+    # 25 steps in 7 calls: 24 gaps between steps, 6 of them starting a call after a 4 ms sleep.
+    assert w["steps"] == 25
+    assert w["host_sec"] * 24 >= 6 * 0.004, w
+    assert w["input_sec"] >= 0
+    assert w["step"] == pytest.approx(w["compute_sec"] + w["communication_sec"] + w["host_sec"] + w["input_sec"])
+    for spe in (1, 4):
+        slow = measured[f"slow_input_spe{spe}"]
+        # The pipeline sleeps 10 ms per batch: that is input, whatever the steps per call; the callbacks do
+        # little, so the host time is the smaller part.
+        assert slow["input_sec"] >= 0.005, (spe, slow)
+        assert slow["input_sec"] > slow["host_sec"], (spe, slow)
 
 
 def test_a_custom_train_step_is_probed_from_its_first_update(measured):
@@ -179,14 +207,21 @@ def test_a_later_fit_reuses_the_probe_and_xla_is_refused(measured):
 def test_window_arithmetic_by_hand():
     fields = step_probe.FIELDS
     # Two replicas, 10 steps each; 8 steps with a previous step in the epoch, whose calls Python timed.
-    row0 = dict(steps=10, compute=0.02, wait=0.03, gap=0.08, gap_steps=8, t0=100.0, samples=320)
-    row1 = dict(steps=10, compute=0.04, wait=0.01, gap=0.08, gap_steps=8, t0=100.0, samples=320)
-    w = step_probe.window([[r[f] for f in fields] for r in (row0, row1)], calls=8, call_time=99.96)
+    # Calls of 2 steps: 4 of the 8 gaps start a call, whose previous step ended at 99.98 in all; the
+    # iterator's cross-worker check took 0.016 s of the gaps.
+    row0 = dict(steps=10, compute=0.02, wait=0.03, gap=0.08, gap_steps=8, call_prev=99.98, calls=4, check=0.016,
+                samples=320)
+    row1 = dict(row0, compute=0.04, wait=0.01)
+    w = step_probe.window([[r[f] for f in fields] for r in (row0, row1)], calls=4, call_time=100.0)
     assert w.steps == 10 and w.samples == 640
     assert w.compute_sec == pytest.approx(0.004)  # the slower replica
     assert w.replica_compute_sec == pytest.approx((0.002, 0.004))
-    assert w.communication_sec == pytest.approx(0.002)  # (0.03 + 0.01) / 20
-    assert w.input_sec == pytest.approx(0.005)  # (100.0 - 99.96) / 8
-    assert w.host_sec == pytest.approx(0.005)  # gap 0.01 per step, less the input
-    assert w.busy_sec == pytest.approx(0.009)
+    assert w.communication_sec == pytest.approx(0.002 + 0.0016)  # (0.03 + 0.01) / 20, and the check over 10 steps
+    assert w.host_sec == pytest.approx(0.0025)  # (100.0 - 99.98) / 8
+    assert w.input_sec == pytest.approx(0.01 - 0.002 - 0.0025)  # the gap less the check and the host
+    assert w.busy_sec == pytest.approx(0.004 + 0.0025 + 0.0055)
+    assert w.step_sec == pytest.approx(w.busy_sec + w.communication_sec)
+    # A call Python did not time: the input is not told from the host time.
+    w = step_probe.window([[r[f] for f in fields] for r in (row0, row1)], calls=3, call_time=75.0)
+    assert w.input_sec != w.input_sec and w.host_sec == pytest.approx(0.008)
     assert step_probe.window([[0.0] * len(fields)], calls=0, call_time=0) is None

@@ -16,6 +16,12 @@ after a publish. Per step that is a few tiny ops inside the step and
 `(workers, 2 * width)` more numbers in the gradients' pack: no new collective,
 no device sync, no host transfer.
 
+Only where the all-reduce has two members
+(:func:`keras_gpu.hooks.step_time_cluster.rides_exactly`): the rows lengthen
+the pack, which moves a ring all-reduce's chunk boundaries and so the order
+in which each gradient element's terms are added; with two members each
+element is one addition, the same in any order.
+
 The pack is one concatenation, so the row travels in the gradients' dtype,
 split when published into a high and a low float32 half (`x = hi + lo`),
 which keeps a float64 to about 1e-14 relative; the halves are added when the

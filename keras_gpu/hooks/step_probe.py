@@ -56,8 +56,11 @@ from keras_gpu.hooks.in_step import plain_variables, replica_id
 
 __all__ = ["FIELDS", "ProbeWindow", "StepProbe", "install", "installed", "unavailable_reason"]
 
-#: The running sums per local replica, in this order.
-FIELDS = ("steps", "compute", "wait", "gap", "gap_steps", "t0", "samples")
+#: The running sums per local replica, in this order: `gap_steps` counts the
+#: steps with a gap (not an epoch's first), `calls` those of them that start a
+#: call of the train function, `call_prev` the previous step's end before
+#: each such call, and `check` the iterator's cross-worker check within gaps.
+FIELDS = ("steps", "compute", "wait", "gap", "gap_steps", "call_prev", "calls", "check", "samples")
 _F = {name: i for i, name in enumerate(FIELDS)}
 _ATTR = "_keras_gpu_step_probe"
 _OUTSIDE = object()  # the gradients-ready mark outside a probed step's tracing
@@ -72,15 +75,17 @@ class ProbeWindow:
         compute_sec: The worker's own forward and backward pass (the slowest
             local replica's).
         communication_sec: From the gradients being ready to the end of the
-            step: the all-reduce (waiting for slower workers included), the
-            variable update and the metrics.
-        input_sec: From Keras calling the train function to the step's
-            start: the wait for the batch, and in multi-worker jobs the
-            distributed iterator's check with every worker that each has one
-            (where a fast worker waits for a slow one); `nan` where it cannot
-            be told apart from host time (`steps_per_execution > 1`).
-        host_sec: Host work between steps: Keras' loop and the callbacks
-            (with the input wait, where that is `nan`).
+            step (the all-reduce, waiting for slower workers included, the
+            variable update and the metrics), and the distributed iterator's
+            cross-worker check before the step.
+        input_sec: The wait for this worker's own batch: the time between
+            steps that is neither host time nor the distributed iterator's
+            check with every worker that each has one (that check, where a
+            fast worker waits for a slow one, is communication); `nan` where
+            it cannot be told apart from host time (a call of the train
+            function without its timestamp).
+        host_sec: Host work between calls of the train function: Keras'
+            loop and the callbacks (with the input wait, where that is `nan`).
         samples: Samples the window's steps processed on this worker (every
             local replica's batch).
         replica_compute_sec: Each local replica's compute, in replica order.
@@ -96,18 +101,22 @@ class ProbeWindow:
 
     @property
     def busy_sec(self) -> float:
-        """Seconds per step the worker surely worked: its compute and its host time between steps.
+        """Seconds per step the worker kept the others waiting for, at most: compute, host and its own input wait.
 
-        The input time is left out: in a multi-worker job it holds waiting
-        for the other workers too.
+        Waits for the other workers (the all-reduce, the iterator's check)
+        are left out.
         """
-        return self.compute_sec + self.host_sec
+        return self.compute_sec + self.host_sec + self.measured_input_sec
+
+    @property
+    def measured_input_sec(self) -> float:
+        """:attr:`input_sec`, 0 where it is `nan` (then held in the host time)."""
+        return 0.0 if self.input_sec != self.input_sec else self.input_sec
 
     @property
     def step_sec(self) -> float:
         """Wall time per step: busy, input, and waiting in the reductions."""
-        measured_input = 0.0 if self.input_sec != self.input_sec else self.input_sec
-        return self.busy_sec + measured_input + self.communication_sec
+        return self.busy_sec + self.communication_sec
 
 
 def unavailable_reason(model: Any, timing: bool = True) -> str | None:
@@ -148,6 +157,10 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
         probe.timing = probe._timed = True  # noqa: SLF001 - the module's own class
         keras_private.drop_train_function(model)  # the next trace adds the timestamps
     probe._wrap_optimizer(getattr(model, "optimizer", None))  # noqa: SLF001 - the module's own class
+    per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    if per_call != probe.steps_per_execution:
+        probe.steps_per_execution = per_call
+        model.train_function = None  # the step reads it while tracing
     return probe
 
 
@@ -175,19 +188,25 @@ class StepProbe:
         self._timed = self.timing  # whether a timing step ever ran: its samples are in the sums
         self.on_device = bool(on_device)
         self._base = time.time()
-        self._sums, self._prev, self._count = plain_variables(
+        self._sums, self._prev, self._count, self._in_epoch, self._prev_check = plain_variables(
             tf.zeros((self.local_replicas, len(FIELDS)), tf.float64),
             tf.zeros((self.local_replicas,), tf.float64),
             tf.zeros((2,), tf.int64),  # counting steps: (steps of every local replica, samples)
+            tf.zeros((self.local_replicas,), tf.int64),  # steps of the epoch so far, per replica
+            tf.zeros((self.local_replicas,), tf.float64),  # the check clock's seconds at the previous step
             device=None if on_device else "/cpu:0",
         )
         with tf.device(None if on_device else "/cpu:0"):
             self._no_prev = tf.zeros((self.local_replicas,), tf.float64)
+            self._no_steps = tf.zeros((self.local_replicas,), tf.int64)
+        self.steps_per_execution = 1  # steps per call of the train function (read while tracing)
+        self.check_clock: Any = None  # the iterator's cross-worker check clock (keras_gpu.setup.iterator_check_private)
         self.ride: Any = None  # the rows' ride on the all-reduce (keras_gpu.hooks.row_ride), where one is installed
         self._trace = threading.local()  # the step being traced: where its t1 goes
         self._calls = 0.0  # Python-side: calls whose step had a previous step in the epoch
         self._call_time = 0.0  # and the sum of their start times, relative to _base
         self._first_call = True
+        self._call_start = 0.0  # the current call's start, relative to _base
         self._last = [[0.0] * len(FIELDS) for _ in range(self.local_replicas)]
         self._last_calls = (0.0, 0.0)
 
@@ -195,15 +214,20 @@ class StepProbe:
 
     def batch_begin(self) -> None:
         """Keras is about to call the train function (Python, no device work): where the host time ends."""
+        self._call_start = time.time() - self._base
+
+    def batch_end(self) -> None:
+        """The call returned with its steps: count its start (a call that found the data's end ran no step)."""
         if self._first_call:
             self._first_call = False
         else:
             self._calls += 1.0
-            self._call_time += time.time() - self._base
+            self._call_time += self._call_start
 
     def epoch_begin(self) -> None:
         """Forget the previous step: the time between epochs (validation, epoch-end callbacks) is no gap."""
         self._prev.assign(self._no_prev)
+        self._in_epoch.assign(self._no_steps)
         self._first_call = True
 
     def read(self) -> ProbeWindow | None:
@@ -334,17 +358,33 @@ class StepProbe:
             ]
 
     def _accumulate(self, t0: Any, t1: Any, t2: Any, data: Any) -> list[Any]:
+        """Add this step's row to the sums (stateful ops: the function runs them before it returns).
+
+        A step starts a call of the train function when its index in the
+        epoch is a multiple of the steps per execution; the previous step's
+        end before such a call is where the host's time begins (Keras' loop,
+        the callbacks), up to the call's Python timestamp
+        (:meth:`batch_begin`). The check clock's seconds at `t0`, less those
+        at the previous step, are the cross-worker check's part of the gap.
+        """
         import tensorflow as tf
 
         r = _local_replica(self.local_replicas)
         base = tf.constant(self._base, tf.float64)
         prev = self._prev[r]
         valid = tf.cast(prev > 0, tf.float64)
-        t0_rel = t0 - base
+        in_epoch = self._in_epoch[r]
+        first = tf.cast(tf.equal(tf.math.floormod(in_epoch, max(1, int(self.steps_per_execution))), 0), tf.float64)
+        check, keep_check = tf.constant(0.0, tf.float64), []
+        if self.check_clock is not None:
+            with tf.control_dependencies([t0]):
+                check_now = self.check_clock.seconds()
+            check = valid * (check_now - self._prev_check[r])
+            keep_check = [self._prev_check.scatter_nd_update(tf.reshape(r, (1, 1)), tf.reshape(check_now, (1,)))]
         values = tf.stack(
             [
-                tf.constant(1.0, tf.float64), t1 - t0, t2 - t1, valid * (t0_rel - prev), valid, valid * t0_rel,
-                tf.cast(_batch_size(data), tf.float64),
+                tf.constant(1.0, tf.float64), t1 - t0, t2 - t1, valid * (t0 - base - prev), valid,
+                valid * first * prev, valid * first, check, tf.cast(_batch_size(data), tf.float64),
             ]
         )
         if isinstance(r, int):
@@ -352,32 +392,42 @@ class StepProbe:
         else:
             indices = tf.stack([tf.fill([len(FIELDS)], r), tf.range(len(FIELDS))], axis=1)
         add = self._sums.scatter_nd_add(indices, values)
-        with tf.control_dependencies([prev]):
+        with tf.control_dependencies([prev, in_epoch, *keep_check]):
             keep = self._prev.scatter_nd_update(tf.reshape(r, (1, 1)), tf.reshape(t2 - base, (1,)))
-        return [add, keep]
+            count = self._in_epoch.scatter_nd_add(tf.reshape(r, (1, 1)), tf.ones((1,), tf.int64))
+        return [add, keep, count, *keep_check]
 
 
 def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWindow | None:
-    """Per-step means of summed rows (one per local replica, :data:`FIELDS`) and Python call times."""
+    """Per-step means of summed rows (one per local replica, :data:`FIELDS`) and Python call times.
+
+    The gap between steps splits three ways: host time, from the previous
+    step's end to Keras calling the train function (known for every call:
+    `calls` Python timestamps summing to `call_time`, matched by the calls
+    the rows counted); the iterator's cross-worker check (a wait for the
+    other workers: communication); and the rest, the wait for this worker's
+    own batch (input). Where the calls do not match (a call without its
+    timestamp), the input is `nan` and the host holds the gap less the check.
+    """
     rows = [dict(zip(FIELDS, row)) for row in delta]
     steps = rows[0]["steps"]
     if steps <= 0:
         return None
     compute = [r["compute"] / r["steps"] if r["steps"] > 0 else 0.0 for r in rows]
     wait = sum(r["wait"] for r in rows) / sum(r["steps"] for r in rows)
-    gap_steps = rows[0]["gap_steps"]
-    gap = rows[0]["gap"] / gap_steps if gap_steps > 0 else 0.0
-    # With one step per call, a step's gap starts before Keras calls the train
-    # function (host time) and ends inside it (input).
-    if gap_steps > 0 and calls == gap_steps:
-        input_sec = max(0.0, min(gap, (rows[0]["t0"] - call_time) / gap_steps))
-        host = gap - input_sec
+    first = rows[0]
+    gap_steps = first["gap_steps"]
+    per_gap = 1.0 / gap_steps if gap_steps > 0 else 0.0
+    gap, check = first["gap"] * per_gap, first["check"] * per_gap
+    if gap_steps > 0 and calls == first["calls"]:
+        host = max(0.0, min(gap - check, (call_time - first["call_prev"]) * per_gap))
+        input_sec = max(0.0, gap - check - host)
     else:
-        input_sec, host = (float("nan"), gap) if gap_steps > 0 else (0.0, 0.0)
+        input_sec, host = (float("nan"), max(0.0, gap - check)) if gap_steps > 0 else (0.0, 0.0)
     return ProbeWindow(
         steps=round(steps),
         compute_sec=max(compute),
-        communication_sec=wait,
+        communication_sec=wait + check * gap_steps / steps,
         input_sec=input_sec,
         host_sec=host,
         samples=sum(r["samples"] for r in rows),

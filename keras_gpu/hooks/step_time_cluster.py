@@ -23,15 +23,12 @@ from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks.row_ride import install_ride
 from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters.cluster_view import (
-    ROW_FIELDS,
-    ClusterSummary,
-    straggler_over,
-    straggler_sentence,
-    summarize_rows,
-)
+from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows, verdict_over
 
-__all__ = ["CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster"]
+__all__ = [
+    "CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster",
+    "rides_exactly",
+]
 
 _INF = float("inf")
 #: Seconds between the cluster view's gathers within an epoch (the chief turns
@@ -88,6 +85,7 @@ class ClusterSchedule:
         self.pending: int | None = None  # the step of the published row the next training step carries
         self.published: list[float] = []  # this worker's last published row (with its sequence number)
         self.failed = False  # the rows could not be shared: the cluster view is off for this fit
+        self.best: dict[int, float] = {}  # each worker's lowest busy time per step in this fit's windows
 
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
@@ -230,22 +228,46 @@ class ClusterSchedule:
         period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
         if period is not None:
             self.gather_at = step + period
-        return [(self.first_step + step, summarize_rows(rows))]
+        return [(self.first_step + step, summarize_rows(rows, self.best))]
 
 
 def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe | None:
     """Put what the cluster view measures into `model`'s training step, before `fit` builds its train function.
 
-    The step probe, and its rows' ride on the gradient all-reduce
+    The step probe (with the distributed iterator's check clock, :mod:`keras_gpu.setup.iterator_check_private`,
+    under the multi-worker strategy), and its rows' ride on the gradient all-reduce
     (:attr:`StepProbe.ride <keras_gpu.hooks.step_probe.StepProbe>`, `None`
     where the optimizer has no such all-reduce). `None` where the step
     cannot be probed (:func:`keras_gpu.hooks.step_probe.unavailable_reason`).
     """
+    from keras_gpu.setup.iterator_check_private import attach_clock
+    from keras_gpu.setup.keras_compat import KerasMultiWorkerMirroredStrategy
+
     devices = list(backend.replica_devices(model))
     probe = step_probe.install(model, len(devices))
     if probe is not None:
-        probe.ride = install_ride(model, workers, worker, len(ROW_FIELDS) + 1, len(devices), devices[0])
+        if isinstance(backend.strategy(model), KerasMultiWorkerMirroredStrategy) and probe.check_clock is None:
+            probe.check_clock = attach_clock(backend.strategy(model))
+            model.train_function = None  # the step reads the clock
+        probe.ride = None
+        if rides_exactly(workers * len(devices)):
+            probe.ride = install_ride(model, workers, worker, len(ROW_FIELDS) + 1, len(devices), devices[0])
     return probe
+
+
+def rides_exactly(replicas_in_sync: int) -> bool:
+    """Whether the rows may ride on a gradient all-reduce of `replicas_in_sync` members without changing a sum.
+
+    The rows lengthen the all-reduce's pack, which moves the boundaries of
+    the chunks a ring all-reduce sums in turn, and so the order in which
+    each gradient element's terms are added. With two members each element
+    is one addition, `a + b == b + a` exactly; with three or more a moved
+    boundary changes the rounding (measured: 5.96e-8 on a weight after three
+    epochs of three workers). So only a job of two replicas in all rides;
+    every other job shares its rows by an all-gather at the share points,
+    between steps, where no gradient passes.
+    """
+    return replicas_in_sync == 2
 
 
 def as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:
@@ -263,13 +285,16 @@ def as_step_time(window: step_probe.ProbeWindow) -> steptime.StepTime:
     )
 
 
-def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | None) -> None:
-    """The chief's end-of-fit line: the straggler, over the fit's gathers (nothing on other workers)."""
+def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | None) -> str | None:
+    """The chief's end-of-fit line: the verdict over the fit's gathers; returns its sentence (`None`: not logged).
+
+    Nothing on other workers.
+    """
     summaries = [c for c in gathers if c is not None]
     if not summaries or task is None or not task.is_chief:
-        return
+        return None
     last = summaries[-1]
-    straggler, imbalance = straggler_over([(c.slowest_worker, c.imbalance) for c in summaries])
+    sentence = verdict_over(summaries).sentence
     logger.info(
         "keras-gpu: cluster view (%d of %d workers, busy %.3g-%.3g ms per step, %d gathers): %s.",
         last.reporting,
@@ -277,5 +302,6 @@ def log_cluster(gathers: Sequence[ClusterSummary | None], task: ClusterInfo | No
         1e3 * last.busy[0],
         1e3 * last.busy[2],
         len(summaries),
-        straggler_sentence(straggler, imbalance),
+        sentence,
     )
+    return sentence

@@ -108,19 +108,40 @@ class StepTimeLogger(LoggingCallback):
     At each epoch's end, and every `CLUSTER_EVERY_S` (30 s) within an
     epoch (a count of steps the chief proposes), each worker logs the same
     `step_time/*` tags as above on its run (over every step of the window;
-    `input_sec` only where each call of the train function runs one step)
-    and shares its figures: they ride on the next training step's gradient
-    all-reduce (:mod:`keras_gpu.hooks.row_ride`: no collective of its own),
-    and at the next batch end the chief logs the cluster view, on the step
-    where the window ended. The fit's last window, which no step follows,
-    is all-gathered once at the fit's end; a step that cannot carry the
-    rows (no optimizer all-reduce in a custom `train_step`, or gradients
-    neither all float32 nor all float64) falls back to an all-gather at
-    every share. On the chief: `cluster/slowest_worker`, `cluster/imbalance`,
-    `cluster/workers_reporting` and `cluster/busy_sec/median` with the other
-    `cluster/*` statistics across workers (their meanings and units:
-    :mod:`keras_gpu.output.tags`, the one place they are written). The
-    end-of-fit line on the chief names the straggler.
+    `input_sec` is the worker's own wait for its batch, for any
+    `steps_per_execution`; the distributed iterator's check that every
+    worker has a batch, a wait for the others, is `communication_sec`)
+    and shares its figures. In a job of two replicas in all they ride on
+    the next training step's gradient all-reduce
+    (:mod:`keras_gpu.hooks.row_ride`: no collective of its own; each sum is
+    one exact addition, so training is unchanged), and at the next batch end
+    the chief logs the cluster view, on the step where the window ended; the
+    fit's last window, which no step follows, is all-gathered once at the
+    fit's end. Larger jobs (where more rows in the all-reduce would move the
+    ring's chunk boundaries, and so the rounding of the gradient sums), and
+    steps that cannot carry the rows (no optimizer all-reduce in a custom
+    `train_step`, or gradients neither all float32 nor all float64),
+    all-gather the rows at every share, between steps. On the chief:
+
+    * `cluster/slowest_worker`: the worker with the most busy time per step
+      (compute, input and host time: not waiting for its peers);
+    * `cluster/imbalance`: its busy time minus the other workers' median,
+      over the step (the share of each step the others wait for it);
+    * `cluster/straggler_part` (0 compute, 1 input, 2 host) with
+      `cluster/part_sec` against the others' `cluster/part_median_sec`: the
+      part of the slowest worker's busy time that differs most;
+      `cluster/excess_sec` and `cluster/others_spread_sec`: its excess, and
+      the spread it must stand clear of;
+    * `cluster/slowdown` and `cluster/slowdown_worker`: the largest ratio,
+      over the workers, of a window's busy time to the worker's own best
+      window in the fit;
+    * `cluster/workers_reporting`, and `cluster/{busy,input,communication}_sec/
+      {min,median,max}` across the workers, in seconds per step.
+
+    The end-of-fit line on the chief, and the `cluster/verdict` text, name
+    the straggler with its part (a straggler must be clear in most gathers:
+    see :func:`keras_gpu.meters.cluster_view.verdict_over`) and a worker
+    slowed 1.5x or more against its own best window.
 
     Args:
         log_dir: Directory shared with the other callbacks.
@@ -319,6 +340,8 @@ class StepTimeLogger(LoggingCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         cluster = self._cluster_fit
+        if cluster is not None:
+            cluster.probe.batch_end()
         if cluster is not None and cluster.batch_end(batch):
             self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
@@ -355,7 +378,9 @@ class StepTimeLogger(LoggingCallback):
             self._log_breakdown(out.last, [])
         if cluster is not None:
             self._cluster_views(cluster, cluster.at_fit_end(self._once))
-            log_cluster(self.cluster, self._task)
+            sentence = log_cluster(self.cluster, self._task)
+            if sentence is not None and self._writer is not None:
+                self._writer.text(_tags.CLUSTER_VERDICT.name(), sentence, self._first_step + cluster.base)
         # `fit` returns now: a trace still being parsed is finished on the parser's
         # thread, which then logs the end-of-fit line and gives the writer back.
         self._writer = None
@@ -434,17 +459,9 @@ class StepTimeLogger(LoggingCallback):
         )
 
     def _log_breakdown(self, last: steptime.StepTime, labels: list[str]) -> None:
-        if last.source == "probe":
-            hints = steptime.verdict(dataclasses.replace(last, input_sec=float("nan")))
-            if last.share("input") >= steptime.BOUND_SHARE:
-                hints.insert(
-                    0,
-                    f"{last.share('input'):.0%} of each step passes before the step starts (the batch, and every "
-                    "worker's check that each has one); if the cluster view names no straggler, the input pipeline "
-                    "is the likely cause",
-                )
-        else:
-            hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
+        # The probe's input is this worker's own wait for its batch: the iterator's check with the other
+        # workers is in its communication.
+        hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
         measured = "probed steps" if last.source == "probe" else "traced steps"
         logger.info(
             "keras-gpu: StepTimeLogger: %.3g ms per step over %d %s: input %s, compute %.0f%%, "

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from keras_gpu.meters.cluster_view import straggler_sentence
+from keras_gpu.meters.cluster_view import Verdict
 from keras_gpu.meters.step_record import StepTime
 
 __all__ = [
@@ -165,11 +165,9 @@ class ClusterReport:
 
     Attributes:
         gathers: Gathers with both the slowest worker and the imbalance.
-        straggler: The worker the others waited for in most gathers, or
-            `None` where none is clear
-            (:func:`keras_gpu.meters.cluster_view.straggler_over`).
-        imbalance: The share of each step the others waited for it (a
-            fraction), `None` without gathers.
+        verdict: The straggler with its part, and a worker slowed against
+            its own best (:func:`keras_gpu.meters.cluster_view.verdict_over`):
+            the same verdict as the end-of-fit line.
         workers_reporting: Workers that reported at the last gather, `None`
             where not logged.
         busy, input, communication: `{"min"|"median"|"max": seconds per step}`
@@ -177,21 +175,31 @@ class ClusterReport:
     """
 
     gathers: int
-    straggler: int | None
-    imbalance: float | None
+    verdict: Verdict
     workers_reporting: float | None
     busy: dict[str, float]
     input: dict[str, float]
     communication: dict[str, float]
 
     @property
+    def straggler(self) -> int | None:
+        """The worker named the straggler, or `None`."""
+        return self.verdict.straggler
+
+    @property
+    def imbalance(self) -> float | None:
+        """The share of each step the others waited for it (a fraction), `None` without gathers."""
+        return self.verdict.imbalance
+
+    @property
     def sentence(self) -> str:
-        """"worker 1 is the straggler: ..." or "no straggler ..."."""
-        return straggler_sentence(self.straggler, self.imbalance)
+        """"worker 1 is the straggler: its ..." or "no straggler ..."."""
+        return self.verdict.sentence
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field, and `sentence`."""
-        return {**dataclasses.asdict(self), "sentence": self.sentence}
+        """Every field (the verdict's flat), and `sentence`."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "verdict"}
+        return {**out, **dataclasses.asdict(self.verdict), "sentence": self.sentence}
 
 
 @dataclass(frozen=True)

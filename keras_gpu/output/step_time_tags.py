@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from keras_gpu.meters.cluster_view import ClusterSummary
+from keras_gpu.meters.cluster_view import PARTS, ClusterSummary
 from keras_gpu.meters.step_record import StepTime
 from keras_gpu.output import tags
 
-__all__ = ["CLUSTER_SPREADS", "REPLICA_PARTS", "SPREAD_STATS", "STEP_PARTS", "cluster_values", "step_time_values"]
+__all__ = ["CLUSTER_FACTS", "CLUSTER_SPREADS", "REPLICA_PARTS", "SPREAD_STATS", "STEP_PARTS", "cluster_values", "step_time_values"]
 
 #: The breakdown's `step_time/*` tags, each with the :class:`StepTime` field it holds (seconds per step).
 STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
@@ -33,6 +33,16 @@ STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
 REPLICA_PARTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.REPLICA_COMPUTE_SEC, "compute_sec"),
     (tags.REPLICA_COMMUNICATION_SEC, "communication_sec"),
+)
+#: A gather's facts (:class:`keras_gpu.meters.cluster_view.GatherFacts` fields) logged as plain scalars,
+#: the slowest worker first; the part is logged as its index in :data:`PARTS`.
+CLUSTER_FACTS: tuple[tuple[tags.Tag, str], ...] = (
+    (tags.CLUSTER_SLOWEST_WORKER, "slowest_worker"),
+    (tags.CLUSTER_IMBALANCE, "imbalance"),
+    (tags.CLUSTER_PART_SEC, "part_sec"),
+    (tags.CLUSTER_PART_MEDIAN_SEC, "part_median_sec"),
+    (tags.CLUSTER_EXCESS_SEC, "excess_sec"),
+    (tags.CLUSTER_SPREAD_SEC, "spread_sec"),
 )
 #: The statistics of a spread across workers, in the order of :class:`ClusterSummary`'s triples.
 SPREAD_STATS = ("min", "median", "max")
@@ -71,13 +81,17 @@ def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float
 
 def cluster_values(summary: ClusterSummary) -> dict[str, float]:
     """The `cluster/*` scalars of one gather: the slowest worker (an index), the imbalance (a fraction),
-    the workers reporting (a count), and the busy, input and communication seconds per step across the
-    workers (min, median, max; a spread no worker measured is left out)."""
+    the workers reporting (a count), the slowest worker's part and its excess (:data:`CLUSTER_FACTS`), the
+    slowdown against each worker's own best (where tracked), and the busy, input and communication seconds
+    per step across the workers (min, median, max; a spread no worker measured is left out)."""
     out = {
-        tags.CLUSTER_SLOWEST_WORKER.name(): float(summary.slowest_worker),
-        tags.CLUSTER_IMBALANCE.name(): summary.imbalance,
+        **{tag.name(): float(getattr(summary, field)) for tag, field in CLUSTER_FACTS},
         tags.CLUSTER_WORKERS_REPORTING.name(): float(summary.reporting),
+        tags.CLUSTER_PART.name(): float(PARTS.index(summary.part)),
     }
+    if not math.isnan(summary.slowdown):
+        out[tags.CLUSTER_SLOWDOWN.name()] = summary.slowdown
+        out[tags.CLUSTER_SLOWDOWN_WORKER.name()] = float(summary.slowdown_worker)
     for part, stat_tags in CLUSTER_SPREADS:
         for tag, value in zip(stat_tags, getattr(summary, part)):
             if not math.isnan(value):

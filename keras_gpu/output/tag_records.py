@@ -18,9 +18,10 @@ step-time part's mean is weighted by the steps each trace covered.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
-from keras_gpu.meters.cluster_view import straggler_over
+from keras_gpu.meters.cluster_view import PARTS, GatherFacts, verdict_over
 from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
 from keras_gpu.meters.throughput import steady_rate
 from keras_gpu.output import tags as _tags
@@ -33,6 +34,7 @@ from keras_gpu.output.report_records import (
     Throughput,
 )
 from keras_gpu.output.step_time_tags import (
+    CLUSTER_FACTS,
     CLUSTER_SPREADS,
     REPLICA_PARTS,
     SPREAD_STATS,
@@ -209,13 +211,34 @@ def read_step_time(scalars: Scalars, texts: Texts | None = None) -> StepTimeSumm
 
 
 def read_cluster(scalars: Scalars) -> ClusterReport | None:
-    """The chief's cluster view over every gather, the straggler if one is clear; `None` without gathers logged."""
+    """The chief's cluster view over every gather, the verdict over them; `None` without gathers logged.
+
+    Each gather's facts come back from the tags they were logged under
+    (:data:`CLUSTER_FACTS`); a run logged before a fact had its tag gets the
+    neutral value (no part, no spread to stand clear of, no slowdown).
+    """
     slowest = scalars.get(_tags.CLUSTER_SLOWEST_WORKER.name())
-    imbalance = dict(scalars.get(_tags.CLUSTER_IMBALANCE.name(), []))
     if not slowest:
         return None
-    gathers = [(int(worker), imbalance[step]) for step, worker in slowest if imbalance.get(step) is not None]
-    straggler, ratio = straggler_over(gathers)
+    at = {field: dict(scalars.get(tag.name(), [])) for tag, field in CLUSTER_FACTS}
+    part = dict(scalars.get(_tags.CLUSTER_PART.name(), []))
+    slowdown = dict(scalars.get(_tags.CLUSTER_SLOWDOWN.name(), []))
+    slowdown_worker = dict(scalars.get(_tags.CLUSTER_SLOWDOWN_WORKER.name(), []))
+    gathers = [
+        GatherFacts(
+            slowest_worker=int(worker),
+            imbalance=at["imbalance"][step],
+            part=PARTS[int(part[step])] if 0 <= part.get(step, -1) < len(PARTS) else None,
+            part_sec=at["part_sec"].get(step, math.nan),
+            part_median_sec=at["part_median_sec"].get(step, math.nan),
+            excess_sec=at["excess_sec"].get(step, math.inf),
+            spread_sec=at["spread_sec"].get(step, 0.0),
+            slowdown=slowdown.get(step, math.nan),
+            slowdown_worker=int(slowdown_worker.get(step, -1)),
+        )
+        for step, worker in slowest
+        if at["imbalance"].get(step) is not None
+    ]
     reporting = scalars.get(_tags.CLUSTER_WORKERS_REPORTING.name(), [])
     spreads = {
         part: {stat: scalars[tag.name()][-1][1] for stat, tag in zip(SPREAD_STATS, stat_tags) if tag.name() in scalars}
@@ -223,8 +246,7 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
     }
     return ClusterReport(
         gathers=len(gathers),
-        straggler=straggler,
-        imbalance=ratio,
+        verdict=verdict_over(gathers),
         workers_reporting=reporting[-1][1] if reporting else None,
         **spreads,
     )

@@ -252,6 +252,46 @@ CLUSTER_WORKERS_REPORTING = Tag(
     "workers that measured steps since the last gather (the others sent 'not available')",
     "StepTimeLogger (chief)", (_CLUSTER, "workers reporting"),
 )
+CLUSTER_PART = Tag(
+    "cluster/straggler_part", "part index",
+    "the part of the slowest worker's busy time that exceeds the other workers' median of the same part the most: "
+    "0 compute, 1 input wait, 2 host time between steps",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowest worker's part (0 compute, 1 input, 2 host)"),
+)
+CLUSTER_PART_SEC = Tag(
+    "cluster/part_sec", "s/step", "the slowest worker's seconds per step in that part",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowest worker's part against the others' median (s/step)"),
+)
+CLUSTER_PART_MEDIAN_SEC = Tag(
+    "cluster/part_median_sec", "s/step", "the other workers' median of that part, seconds per step",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowest worker's part against the others' median (s/step)"),
+)
+CLUSTER_EXCESS_SEC = Tag(
+    "cluster/excess_sec", "s/step", "the slowest worker's busy time per step minus the other workers' median",
+    "StepTimeLogger (chief)", (_CLUSTER, "excess against the others' spread (s/step)"),
+)
+CLUSTER_SPREAD_SEC = Tag(
+    "cluster/others_spread_sec", "s/step",
+    "max minus min of the other workers' busy times per step (0 with one other worker): an excess counts from "
+    "twice this on",
+    "StepTimeLogger (chief)", (_CLUSTER, "excess against the others' spread (s/step)"),
+)
+CLUSTER_SLOWDOWN = Tag(
+    "cluster/slowdown", "ratio",
+    "the largest ratio, over the workers, of a worker's busy time per step in the latest window to its own best "
+    "window so far in the fit (1: no worker slowed; named from 1.5 on)",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
+)
+CLUSTER_SLOWDOWN_WORKER = Tag(
+    "cluster/slowdown_worker", "worker index", "the worker with that ratio",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
+)
+CLUSTER_VERDICT = Tag(
+    "cluster/verdict", "text",
+    "the end-of-fit verdict over the fit's gathers: the straggler with its part, or no straggler; and a worker "
+    "slowed against its own best window",
+    "StepTimeLogger (chief)", text=True,
+)
 
 
 def _cluster_stats(part: str, meaning: str) -> tuple[Tag, Tag, Tag]:

@@ -91,6 +91,7 @@ from keras_gpu.core.tf_private import (
     strategy_devices,
 )
 from keras_gpu.core.topology import device_type
+from keras_gpu.setup.iterator_check_private import is_iterator_check, timed_check
 
 __all__ = [
     "KerasMultiWorkerMirroredStrategy",
@@ -130,7 +131,7 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
       per-replica scalars are reduced across replicas only. Other axes on
       scalars are left to the stock `reduce`, which rejects them.
 
-    Three further changes (see the module docstring):
+    Four further changes (see the module docstring):
 
     - the call from Keras' `_maybe_symbolic_build`, which only needs a data
       batch of the right structure to build the model, gets this worker's
@@ -139,7 +140,11 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
       "element-wise across replicas" by `axis=0`) is reduced with
       `axis=None`, so rank-1 per-batch logs keep their shape;
     - collectives traced inside control flow get trace-time instance keys,
-      so `steps_per_execution > 1` trains (keras-team/keras#19246).
+      so `steps_per_execution > 1` trains (keras-team/keras#19246);
+    - the distributed iterator's cross-worker check (does every worker have
+      a batch?) is timed where a clock is attached
+      (:mod:`keras_gpu.setup.iterator_check_private`), so the step probe
+      counts that wait as synchronization, not input.
 
     Everything else, rank >= 1 values with any `axis` from any other caller
     included, goes to the stock `reduce` unchanged. The object is a real
@@ -155,6 +160,9 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
     def reduce(self, reduce_op: Any, value: Any, axis: Any) -> Any:
         """Reduce `value` across replicas; see the class docstring for what differs from stock."""
         caller = sys._getframe(1)
+        if is_iterator_check(caller):  # the distributed iterator's cross-worker check: timed where a clock waits
+            return timed_check(self, value, lambda v: super(KerasMultiWorkerMirroredStrategy, self).reduce(
+                reduce_op, v, axis))
         if _is_keras_trainer_frame(caller, "_maybe_symbolic_build") and _is_nest_of_distributed(value):
             return _first_local_results(self.experimental_local_results, value)
         if _is_keras_trainer_frame(caller, "_reduce"):

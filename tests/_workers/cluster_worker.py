@@ -10,7 +10,23 @@ MODE:
 - `rotate`: in epoch e, worker e (mod the number of workers) sleeps 15 ms after
   every step, so each epoch-end gather has another straggler;
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
-- `soak`: balanced, 4 short epochs (many jobs in a row, each must end well).
+- `soak`: balanced, 4 short epochs (many jobs in a row, each must end well);
+- `rotate-<kind>-<spe>` (kind `compute`, `input` or `host`; spe the steps per
+  execution): in epoch e, worker e is slowed in that part: 48 extra matmuls
+  over its batch inside the model, an 80 ms sleep per batch in its tf.data
+  pipeline, or a 20 ms sleep after each call of the train function;
+- `input`: worker 1's tf.data pipeline sleeps 80 ms per batch, every epoch;
+- `host4-custom`, `host4-lso`: worker 1 sleeps 20 ms after each call of the
+  train function, 4 steps per call, in a model whose class writes its own
+  `train_step`, or with a `LossScaleOptimizer`;
+- `slowdown`: every worker sleeps 20 ms after each batch from epoch 1 on
+  (the whole cluster turns slow: no straggler, a slowdown);
+- `measure`: balanced, 6 epochs of 32 steps (the false-alarm measurement of
+  `benchmarks/straggler_rule.py`);
+- `identical`: the same model trained twice from the same seed, without and
+  with the callbacks, with 1 and with 4 steps per execution; OUT/w<rank>.json
+  holds the final weights' digests (`identical-ride` forces the rows' ride on
+  the gradient all-reduce whatever the worker count, to show what it moves).
 
 The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
 writes OUT/w<rank>.json: its own last breakdown, what it received at each
@@ -105,8 +121,13 @@ def main() -> None:
             model.compile("sgd", "mse")
         return model
 
+    if mode.startswith(("rotate-", "host4-")) or mode in ("input", "slowdown"):
+        return kinds(strategy, rank, log_dir, out, mode, step_time)
+    if mode.startswith("identical"):
+        return identical(strategy, rank, log_dir, out, force_ride=mode == "identical-ride")
+
     rng = np.random.default_rng(0)
-    steps = 12 if mode == "soak" else 64
+    steps = {"soak": 12, "measure": 32}.get(mode, 64)
     x, y = rng.random((256 * steps, 256), dtype=np.float32), rng.random((256 * steps, 10), dtype=np.float32)
     plain_collectives = None
     if mode == "balanced":
@@ -117,7 +138,7 @@ def main() -> None:
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
     if mode == "host" and rank == 1:
         callbacks.append(Sleep(0.015))
-    epochs = 4 if mode == "soak" else EPOCHS
+    epochs = {"soak": 4, "measure": 6}.get(mode, EPOCHS)
     if mode == "rotate":
         workers = strategy.num_replicas_in_sync
         callbacks.append(Sleep(lambda epoch: 0.015 if epoch % workers == rank else 0.0))
@@ -141,6 +162,143 @@ def main() -> None:
             for c in cb.cluster
         ],
     }
+    with open(os.path.join(out, f"w{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def kinds(strategy, rank, log_dir, out, mode, step_time):
+    """One kind of slow worker at a time, fed by tf.data; every slowing depends on the batch or the clock."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_gpu
+
+    workers = strategy.num_replicas_in_sync
+    kind, spe = (mode.split("-")[1], int(mode.split("-")[2])) if mode.startswith("rotate-") else (mode, 1)
+    if mode.startswith("host4-"):
+        kind, spe = "host", 4
+    epochs = workers if mode.startswith("rotate-") else EPOCHS
+    state = {"epoch": 0}
+
+    def slowed(epoch):
+        if mode.startswith("rotate-"):
+            return epoch % workers == rank
+        if mode == "input" or mode.startswith("host4-"):
+            return rank == 1
+        return epoch >= 1  # slowdown: every worker from epoch 1
+
+    # A variable the model reads: 1.0 while this worker's model is slowed (no retrace between epochs).
+    with tf.device("/cpu:0"):
+        flag = tf.Variable(0.0, trainable=False)
+
+    class Extra(keras.layers.Layer):
+        """48 matmuls over the batch where the flag is set, multiplied by 0: more work, same variables."""
+
+        def compute_output_shape(self, shape):
+            return shape
+
+        def call(self, x):
+            def heavy():
+                m = tf.matmul(x, x, transpose_a=True) / 256.0
+                for _ in range(48):
+                    m = tf.matmul(m, m) / 256.0
+                return tf.reduce_sum(m)
+
+            extra = tf.cond(flag.read_value() > 0, heavy, lambda: tf.constant(0.0))
+            return x + 0.0 * extra
+
+    class Slow(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            state["epoch"] = epoch
+            flag.assign(1.0 if kind == "compute" and slowed(epoch) else 0.0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if kind in ("host", "slowdown") and slowed(state["epoch"]):
+                time.sleep(0.02)
+
+    def nap(batch):
+        if kind == "input" and slowed(state["epoch"]):
+            # Longer than a balanced step even at a high load: the pipeline runs ahead of the step (prefetch),
+            # so only what exceeds the step is a wait.
+            time.sleep(0.08)
+        return batch
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((256 * 48, 256), dtype=np.float32), rng.random((256 * 48, 10), dtype=np.float32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256, drop_remainder=True)
+    ds = ds.map(lambda a, b: (tf.ensure_shape(tf.py_function(nap, [a], tf.float32), a.shape), b))
+    class Custom(keras.Sequential):
+        """A model whose class writes its own training step."""
+
+        def train_step(self, data):
+            a, b = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=a, y=b, y_pred=self(a, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    with strategy.scope():
+        layers = [keras.Input((256,)), Extra(), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
+        model = (Custom if mode == "host4-custom" else keras.Sequential)(layers)
+        optimizer = keras.optimizers.SGD()
+        if mode == "host4-lso":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer, "mse", steps_per_execution=spe)
+    callbacks = [Slow(), *keras_gpu.callbacks(log_dir)]
+    (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
+    model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
+    record = {
+        "rank": rank,
+        "last": None if cb.last is None else cb.last.as_dict(),
+        "cluster": [
+            None if c is None else {
+                key: getattr(c, key)
+                for key in ("slowest_worker", "imbalance", "part", "part_sec", "part_median_sec", "excess_sec",
+                            "spread_sec", "clear", "slowdown", "slowdown_worker", "reporting")
+            }
+            for c in cb.cluster
+        ],
+    }
+    with open(os.path.join(out, f"w{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def identical(strategy, rank, log_dir, out, force_ride):
+    """Final weights without and with the default callbacks, for 1 and 4 steps per execution."""
+    import hashlib
+
+    import keras
+    import numpy as np
+
+    import keras_gpu
+    from keras_gpu.hooks import step_time_cluster
+
+    if force_ride:
+        step_time_cluster.rides_exactly = lambda replicas_in_sync: True
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64 * 24, 64), dtype=np.float32), rng.random((64 * 24, 10), dtype=np.float32)
+    record = {"rank": rank}
+    for spe in (1, 4):
+        weights = {}
+        for variant in ("plain", "kg"):
+            keras.utils.set_random_seed(7)
+            with strategy.scope():
+                model = keras.Sequential(
+                    [keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)]
+                )
+                model.compile("adam", "mse", steps_per_execution=spe)
+            callbacks = keras_gpu.callbacks(os.path.join(log_dir, f"spe{spe}")) if variant == "kg" else []
+            model.fit(x, y, batch_size=64, epochs=3, verbose=0, callbacks=callbacks)
+            weights[variant] = [w.copy() for w in model.get_weights()]
+            if variant == "kg":
+                record[f"rode_spe{spe}"] = bool(getattr(getattr(model, "_keras_gpu_row_ride", None), "rode", False))
+        plain, kg = weights["plain"], weights["kg"]
+        record[f"spe{spe}"] = {
+            variant: hashlib.sha256(b"".join(w.tobytes() for w in ws)).hexdigest() for variant, ws in weights.items()
+        }
+        record[f"spe{spe}"]["max_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(plain, kg))
     with open(os.path.join(out, f"w{rank}.json"), "w") as f:
         json.dump(record, f)
 
