@@ -272,9 +272,9 @@ class StepTimeLogger(LoggingCallback):
                     self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
                     return
                 self._probe = install_probe(model, task.num_workers, task.worker_index or 0)
-            elif task.num_workers > 1:
-                self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
-                               "runs on the TensorFlow backend only (this is %s).", _backend.name())
+            elif task.num_workers > 1 and _backend.name() != "jax":
+                self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: it runs on the "
+                               "TensorFlow and JAX backends only (this is %s).", _backend.name())
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off: %s: %s", type(exc).__name__, exc)
 
@@ -290,6 +290,10 @@ class StepTimeLogger(LoggingCallback):
         try:
             if workers > 1 and tensorflow:
                 self._cluster_fit = self._probe_cluster(workers)
+            elif workers > 1 and _backend.name() == "jax":
+                from keras_gpu.hooks.step_time_cluster_jax import jax_schedule
+
+                self._cluster_fit = jax_schedule(self.model, self._replicas(), self._first_step)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
         if self.profile_every_s == self.NO_TRACING:
@@ -368,6 +372,8 @@ class StepTimeLogger(LoggingCallback):
     def on_train_end(self, logs=None):
         fit, self._fit = self._fit, None
         cluster, self._cluster_fit = self._cluster_fit, None
+        if _backend.name() == "jax":
+            self._remove_clock()
         if fit is not None and fit.tracing:
             self._submit(fit.stop())
         out = self._out
@@ -423,9 +429,20 @@ class StepTimeLogger(LoggingCallback):
         return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=probe.ride)
 
     def _own_window(self) -> Any:
-        """Where this worker's own probe window goes (nowhere while the profiler measures it)."""
+        """Where this worker's own probe window goes (nowhere while the profiler measures it, nor on JAX, where
+        the profiler's traces give each process's `step_time/*` tags and the clock has no compute to log)."""
         out = self._out
-        return None if self.multiworker_tracing or out is None else out.write
+        return None if self.multiworker_tracing or out is None or _backend.name() != "tensorflow" else out.write
+
+    def _remove_clock(self) -> None:
+        """Put back the train function the JAX cluster view timed (multi-process JAX fits)."""
+        try:
+            from keras_gpu.hooks.step_time_cluster_jax import remove_clock
+
+            remove_clock(self.model)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.warning("keras-gpu: StepTimeLogger could not restore the train function: %s: %s",
+                           type(exc).__name__, exc)
 
     def _cluster_views(self, cluster: ClusterSchedule, views: list[Any]) -> None:
         """Keep the views that became complete; the chief logs them. A schedule that failed ends the view."""
