@@ -143,6 +143,16 @@ class StepTimeLogger(LoggingCallback):
     see :func:`keras_gpu.meters.cluster_view.verdict_over`) and a worker
     slowed 1.5x or more against its own best window.
 
+    **Multi-process JAX jobs** get the same cluster view, measured on the
+    host (:mod:`keras_gpu.hooks.step_time_cluster_jax`): each process's host
+    time between calls of the train function, its own input wait, and the
+    rest of the call as device time (one compiled program: compute, the
+    collectives and the wait for the other processes, not told apart), all
+    gathered at the same points with one `process_allgather`. Busy time is
+    host and input only, so host and input stragglers are named and compute
+    stragglers are not; the `step_time/*` tags still come from JAX's
+    profiler traces.
+
     Args:
         log_dir: Directory shared with the other callbacks.
         profile_every_s: Seconds between traces (after the first); `0` turns
@@ -175,7 +185,7 @@ class StepTimeLogger(LoggingCallback):
         last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`
             (read after `fit`, it waits for the fit's traces).
         traces: Breakdowns logged in this `fit`, oldest first (as `last`).
-        cluster: In multi-worker TensorFlow jobs, every worker's rows at each share
+        cluster: In multi-worker jobs (TensorFlow, JAX), every worker's rows at each share
             (:class:`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
 
