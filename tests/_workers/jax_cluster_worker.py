@@ -6,7 +6,9 @@ Three fits of two epochs, each with its own `StepTimeLogger` (no tracing):
 
 1. ``balanced``: NumPy input, every process alike;
 2. ``host``: a callback sleeps at every batch end on process 1 only;
-3. ``input``: a `keras.utils.PyDataset` whose `__getitem__` sleeps on process 1 only.
+3. ``input``: a `keras.utils.PyDataset` whose `__getitem__` sleeps on process 1 only;
+4. ``host_within``: as ``host``, with the gathers within an epoch every 0.3 s instead of 30 s
+   (`CLUSTER_EVERY_S`), so the rows are also gathered at batch ends every process adopts.
 
 Writes `OUT_DIR/result_<rank>.json`: per fit, each gather's slowest worker,
 part and whether it was clear, and the verdict (straggler, part, sentence).
@@ -24,6 +26,7 @@ strategy = keras_gpu.make_strategy()
 import keras
 import numpy as np
 
+from keras_gpu.hooks import step_time_cluster
 from keras_gpu.meters.cluster_view import verdict_over
 
 GLOBAL, STEPS, EPOCHS, SLEEP = 32, 16, 2, 0.05
@@ -63,7 +66,10 @@ for fit, data, extra in (
     ("balanced", (x, y), []),
     ("host", (x, y), [SlowHost()]),
     ("input", (SlowInput(),), []),
+    ("host_within", (x, y), [SlowHost()]),
 ):
+    if fit == "host_within":
+        step_time_cluster.CLUSTER_EVERY_S = 0.3
     step_time = keras_gpu.StepTimeLogger(os.path.join(out_dir, fit), profile_every_s=0)
     kwargs = {"batch_size": GLOBAL} if len(data) == 2 else {}
     model.fit(*data, epochs=EPOCHS, verbose=0, callbacks=[step_time, *extra], **kwargs)

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from keras_gpu.hooks.step_time_cluster import MIN_GATHER_STEPS
 from keras_gpu.output import tags
 from keras_gpu.output.reader import read_scalars, read_texts
 from tests._util import REPO, run_python, subprocess_env
@@ -52,6 +53,20 @@ def test_every_process_gathers_the_same_rows_at_each_epoch_end(job):
             assert gather["reporting"] == 2
             # Every call of the epoch but its first (after the time between epochs): a hand count.
             assert gather["steps"] == [STEPS - 1, STEPS - 1]
+
+
+def test_gathers_within_an_epoch_cover_every_step_once_and_name_the_straggler(job):
+    _, _, results = job
+    result = results[0]["host_within"]  # the same on both processes: the same batch ends gathered
+    gathers = result["gathers"]
+    assert len(gathers) > EPOCHS  # shares at batch ends between the epoch ends
+    steps = [g["steps"][0] for g in gathers]
+    assert all(g["steps"][0] == g["steps"][1] for g in gathers)
+    # Every measured step in at most one window; the fit's last steps go unshared where fewer than
+    # MIN_GATHER_STEPS followed the last share (the epoch's end then shares nothing).
+    assert EPOCHS * (STEPS - 1) - MIN_GATHER_STEPS < sum(steps) <= EPOCHS * (STEPS - 1)
+    assert (result["straggler"], result["part"]) == (1, "host")
+    assert sum(g["slowest"] == 1 and g["part"] == "host" and g["clear"] for g in gathers) * 2 > len(gathers)
 
 
 def test_a_balanced_job_names_nobody(job):
