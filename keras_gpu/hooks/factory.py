@@ -65,7 +65,9 @@ def callbacks(
             (input, compute, communication, other) measured on a few traced
             steps after warm-up and then every `profile_every_s`; in
             multi-worker TensorFlow jobs, on every step by a probe in the
-            step, with the cluster view (the straggler) on the chief.
+            step, with the cluster view (the straggler) on the chief; in
+            multi-process JAX jobs, the cluster view from each process's
+            host clock (host and input stragglers).
         every_s: Logging window in seconds for throughput and memory
             (`None`: each callback's default).
         profile_every_s: Seconds between step-time traces (`None`: 300;

@@ -143,6 +143,16 @@ class StepTimeLogger(LoggingCallback):
     see :func:`keras_gpu.meters.cluster_view.verdict_over`) and a worker
     slowed 1.5x or more against its own best window.
 
+    **Multi-process JAX jobs** get the same cluster view, measured on the
+    host (:mod:`keras_gpu.hooks.step_time_cluster_jax`): each process's host
+    time between calls of the train function, its own input wait, and the
+    rest of the call as device time (one compiled program: compute, the
+    collectives and the wait for the other processes, not told apart), all
+    gathered at the same points with one `process_allgather`. Busy time is
+    host and input only, so host and input stragglers are named and compute
+    stragglers are not; the `step_time/*` tags still come from JAX's
+    profiler traces.
+
     Args:
         log_dir: Directory shared with the other callbacks.
         profile_every_s: Seconds between traces (after the first); `0` turns
@@ -175,7 +185,7 @@ class StepTimeLogger(LoggingCallback):
         last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`
             (read after `fit`, it waits for the fit's traces).
         traces: Breakdowns logged in this `fit`, oldest first (as `last`).
-        cluster: In multi-worker TensorFlow jobs, every worker's rows at each share
+        cluster: In multi-worker jobs (TensorFlow, JAX), every worker's rows at each share
             (:class:`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
 
@@ -272,9 +282,9 @@ class StepTimeLogger(LoggingCallback):
                     self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: %s.", reason)
                     return
                 self._probe = install_probe(model, task.num_workers, task.worker_index or 0)
-            elif task.num_workers > 1:
-                self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: the step probe "
-                               "runs on the TensorFlow backend only (this is %s).", _backend.name())
+            elif task.num_workers > 1 and _backend.name() != "jax":
+                self._once.log(logging.INFO, "no-probe", "keras-gpu: no cluster view in this fit: it runs on the "
+                               "TensorFlow and JAX backends only (this is %s).", _backend.name())
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off: %s: %s", type(exc).__name__, exc)
 
@@ -290,6 +300,10 @@ class StepTimeLogger(LoggingCallback):
         try:
             if workers > 1 and tensorflow:
                 self._cluster_fit = self._probe_cluster(workers)
+            elif workers > 1 and _backend.name() == "jax":
+                from keras_gpu.hooks.step_time_cluster_jax import jax_schedule
+
+                self._cluster_fit = jax_schedule(self.model, self._replicas(), self._first_step)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
         if self.profile_every_s == self.NO_TRACING:
@@ -368,6 +382,8 @@ class StepTimeLogger(LoggingCallback):
     def on_train_end(self, logs=None):
         fit, self._fit = self._fit, None
         cluster, self._cluster_fit = self._cluster_fit, None
+        if _backend.name() == "jax":
+            self._remove_clock()
         if fit is not None and fit.tracing:
             self._submit(fit.stop())
         out = self._out
@@ -423,9 +439,20 @@ class StepTimeLogger(LoggingCallback):
         return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=probe.ride)
 
     def _own_window(self) -> Any:
-        """Where this worker's own probe window goes (nowhere while the profiler measures it)."""
+        """Where this worker's own probe window goes (nowhere while the profiler measures it, nor on JAX, where
+        the profiler's traces give each process's `step_time/*` tags and the clock has no compute to log)."""
         out = self._out
-        return None if self.multiworker_tracing or out is None else out.write
+        return None if self.multiworker_tracing or out is None or _backend.name() != "tensorflow" else out.write
+
+    def _remove_clock(self) -> None:
+        """Put back the train function the JAX cluster view timed (multi-process JAX fits)."""
+        try:
+            from keras_gpu.hooks.step_time_cluster_jax import remove_clock
+
+            remove_clock(self.model)
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
+            logger.warning("keras-gpu: StepTimeLogger could not restore the train function: %s: %s",
+                           type(exc).__name__, exc)
 
     def _cluster_views(self, cluster: ClusterSchedule, views: list[Any]) -> None:
         """Keep the views that became complete; the chief logs them. A schedule that failed ends the view."""

@@ -26,13 +26,13 @@ _FIELD_REGEX = {"device": r"[A-Za-z]+_\d+", "replica": r"\d+_[A-Za-z]+_\d+", "gp
 
 _EVERY_BACKEND = ("tensorflow", "jax", "torch")
 # The backends each writer of tags runs on: step time needs a profiler (none on PyTorch), the cluster view is
-# TensorFlow's multi-worker strategy, placement reads TensorFlow's placed graphs.
+# multi-worker TensorFlow and multi-process JAX, placement reads TensorFlow's placed graphs.
 _BACKENDS: dict[str, tuple[str, ...]] = {
     "ThroughputLogger": _EVERY_BACKEND,
     "MemoryLogger": _EVERY_BACKEND,
     "MemoryLogger (NVML)": _EVERY_BACKEND,
     "StepTimeLogger": ("tensorflow", "jax"),
-    "StepTimeLogger (chief)": ("tensorflow",),
+    "StepTimeLogger (chief)": ("tensorflow", "jax"),
     "PlacementLogger": ("tensorflow",),
     "keras-gpu scale": ("tensorflow", "jax"),
 }
@@ -255,7 +255,7 @@ CLUSTER_WORKERS_REPORTING = Tag(
 CLUSTER_PART = Tag(
     "cluster/straggler_part", "part index",
     "the part of the slowest worker's busy time that exceeds the other workers' median of the same part the most: "
-    "0 compute, 1 input wait, 2 host time between steps",
+    "0 compute (TensorFlow only), 1 input wait, 2 host time between steps",
     "StepTimeLogger (chief)", (_CLUSTER, "slowest worker's part (0 compute, 1 input, 2 host)"),
 )
 CLUSTER_PART_SEC = Tag(
@@ -310,7 +310,7 @@ CLUSTER_BUSY_MIN, CLUSTER_BUSY_MEDIAN, CLUSTER_BUSY_MAX = _cluster_stats(
 )
 CLUSTER_INPUT_MIN, CLUSTER_INPUT_MEDIAN, CLUSTER_INPUT_MAX = _cluster_stats("input", "step_time/input_sec")
 CLUSTER_COMMUNICATION_MIN, CLUSTER_COMMUNICATION_MEDIAN, CLUSTER_COMMUNICATION_MAX = _cluster_stats(
-    "communication", "step_time/communication_sec"
+    "communication", "step_time/communication_sec (TensorFlow only: on JAX the compiled step is not split)"
 )
 
 # -- memory ------------------------------------------------------------------------
