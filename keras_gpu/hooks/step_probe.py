@@ -160,7 +160,7 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
     per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
     if per_call != probe.steps_per_execution:
         probe.steps_per_execution = per_call
-        model.train_function = None  # the step reads it while tracing
+        keras_private.drop_train_function(model)  # the step reads it while tracing
     return probe
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from keras_gpu.core import backend
+from keras_gpu.core import backend, keras_private
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
@@ -248,7 +248,7 @@ def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe
     if probe is not None:
         if isinstance(backend.strategy(model), KerasMultiWorkerMirroredStrategy) and probe.check_clock is None:
             probe.check_clock = attach_clock(backend.strategy(model))
-            model.train_function = None  # the step reads the clock
+            keras_private.drop_train_function(model)  # the step reads the clock
         probe.ride = None
         if rides_exactly(workers * len(devices)):
             probe.ride = install_ride(model, workers, worker, len(ROW_FIELDS) + 1, len(devices), devices[0])

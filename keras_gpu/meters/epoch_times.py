@@ -17,7 +17,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["EpochTimes", "FirstExecution", "steady_rate"]
+__all__ = ["EpochRates", "EpochTimes", "FirstExecution", "steady_rate"]
+
+
+@dataclass(frozen=True)
+class EpochRates:
+    """One epoch's training-phase rates (`None` where not measured).
+
+    Attributes:
+        samples_per_sec: Samples over the training phase's wall time, first
+            execution included: the rate of the epoch's windows together.
+        steady_samples_per_sec: The same without the first execution.
+        mfu: Model FLOPs utilisation over the training phase.
+    """
+
+    samples_per_sec: float | None
+    steady_samples_per_sec: float | None
+    mfu: float | None
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,8 @@
 Plain Python, no TensorFlow. A :class:`ThroughputMeter` is fed batch indices
 and timestamps by the `ThroughputLogger` callback (or by a test with a fake
 clock) and answers with :class:`~keras_gpu.meters.throughput_window.Window`
-records holding exact counts and rates. How `fit` feeds batches is its
-:class:`~keras_gpu.meters.data_schedule.DataSchedule`; where each epoch's
-time goes is :class:`~keras_gpu.meters.epoch_times.EpochTimes`.
+records holding exact counts and rates; `fit`'s batches are its
+:class:`~keras_gpu.meters.data_schedule.DataSchedule`.
 
 Where the batch size is not known before `fit` runs (a `tf.data` pipeline
 with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
@@ -27,18 +26,14 @@ Conventions:
 * The first execution of each epoch is also reported on its own
   (:class:`FirstExecution`), and the steady-state rates of
   :class:`EpochTimes` leave it out (over several epochs: :func:`steady_rate`).
-* So do executions that compiled: a batch shape the fit has not run yet
-  makes JAX compile and TensorFlow trace the step again (measured: the short
-  last batch of the first epoch on JAX, 67.8 samples/s "steady" against 606
-  in the second epoch). Where the schedule knows the batch sizes (the short
-  last batch of a pass), the epoch's last execution that runs a size for the
-  first time in this fit is left out of the steady rate, and its time counts
-  with the first execution's (`time/first_step_sec`). Shapes the meter
-  cannot see (a counter's batches) are not detected.
+* So do executions that compiled: a batch shape new to the fit makes JAX
+  compile and TensorFlow trace again. Where the schedule knows the batch
+  sizes (the short last batch of a pass), the epoch's last execution that
+  runs a size for the first time is left out of the steady rate and counted
+  with the first execution (`time/first_step_sec`). A counter's batches are
+  not seen.
 * FLOPs and MFU: see :mod:`keras_gpu.meters.throughput_window`.
 
-:class:`DataSchedule`, :class:`Window`, :class:`FirstExecution`,
-:class:`EpochTimes` and :func:`steady_rate` stay importable from here.
 """
 
 from __future__ import annotations
@@ -50,28 +45,12 @@ from typing import Any
 
 from keras_gpu.core.checks import check_positive
 from keras_gpu.meters.data_schedule import DataSchedule
-from keras_gpu.meters.epoch_times import EpochTimes, FirstExecution, steady_rate
+from keras_gpu.meters.epoch_times import EpochRates, EpochTimes, FirstExecution, steady_rate
 from keras_gpu.meters.throughput_window import Rates, Window, window_rates
 
 __all__ = ["DataSchedule", "EpochRates", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
 
 _INF = math.inf
-
-
-@dataclass(frozen=True)
-class EpochRates:
-    """One epoch's training-phase rates (`None` where not measured).
-
-    Attributes:
-        samples_per_sec: Samples over the training phase's wall time, first
-            execution included: the rate of the epoch's windows together.
-        steady_samples_per_sec: The same without the first execution.
-        mfu: Model FLOPs utilisation over the training phase.
-    """
-
-    samples_per_sec: float | None
-    steady_samples_per_sec: float | None
-    mfu: float | None
 
 
 def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:

@@ -6,8 +6,7 @@ The reader turns the same tags back into records
 
 from __future__ import annotations
 
-from keras_gpu.meters.epoch_times import EpochTimes
-from keras_gpu.meters.throughput import EpochRates
+from keras_gpu.meters.epoch_times import EpochRates, EpochTimes
 from keras_gpu.meters.throughput_window import Window
 from keras_gpu.output import tags as _tags
 
