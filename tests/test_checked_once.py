@@ -1,4 +1,8 @@
-"""Each value is checked once where it enters: by `keras_gpu.callbacks()`, or by a callback built directly."""
+"""Where values are checked: `keras_gpu.callbacks()` checks every value before it builds any callback, and a
+callback built directly checks each of its own arguments once.
+
+The factory forwards plain values (a path, a bool), so each callback checks them again; the checks are the
+same functions, and a checked value passes them unchanged."""
 
 from __future__ import annotations
 
@@ -43,12 +47,30 @@ def checks(monkeypatch):
 SHARED = ("log_dir", "per_worker_runs", "every_s", "profile_every_s")
 
 
-def test_the_factory_checks_what_it_forwards_once(tmp_path, checks):
+def test_the_factory_checks_every_value_before_it_builds_a_callback(tmp_path, checks, monkeypatch):
     cbs = keras_gpu.callbacks(tmp_path, every_s=2.0, profile_every_s=60, per_worker_runs=True)
     assert len(cbs) == 4
-    assert {name: checks[name] for name in SHARED} == dict.fromkeys(SHARED, 1)
+    assert all(checks[name] >= 1 for name in SHARED)
     assert all((cb.log_dir, cb.per_worker_runs) == (str(tmp_path), True) for cb in cbs)
     assert (cbs[0].every_s, cbs[1].every_s, cbs[3].profile_every_s) == (2.0, 2.0, 60.0)
+
+    built = []
+    for cls in (throughput_logger.ThroughputLogger, memory_logger.MemoryLogger, step_time_logger.StepTimeLogger):
+        original = cls.__init__
+
+        def init(self, *args, _original=original, **kwargs):
+            built.append(type(self).__name__)
+            _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", init)
+    for bad, match in (
+        ({"every_s": -1}, r"Received: every_s=-1"),
+        ({"profile_every_s": -0.5}, r"Received: profile_every_s=-0\.5"),
+        ({"per_worker_runs": "yes"}, r"Received: per_worker_runs='yes'"),
+    ):
+        with pytest.raises((ValueError, TypeError), match=match):
+            keras_gpu.callbacks(tmp_path, **bad)
+    assert built == []  # every bad value was refused before any callback was built
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,7 @@ def callbacks(
     shared = {"log_dir": run.log_dir, "per_worker_runs": run.per_worker_runs}
     every_s = check_positive("every_s", every_s, allow_none=True)
     epoch_logs = check_bool("epoch_logs", epoch_logs)
+    profile_every_s = check_profile_every_s(profile_every_s, allow_none=True)
     out: list[keras.callbacks.Callback] = []
     window = {} if every_s is None else {"every_s": every_s}
     if check_bool("throughput", throughput):
@@ -134,7 +135,6 @@ def callbacks(
         if every_s is not None:  # keep at least one NVML sample per window
             memory_window["sample_interval_s"] = min(MemoryLogger.DEFAULT_SAMPLE_INTERVAL_S, every_s)
         out.append(MemoryLogger(**shared, epoch_logs=epoch_logs, **memory_window))
-    profile_every_s = check_profile_every_s(profile_every_s, allow_none=True)
     if check_bool("placement", placement):
         backend_name = backend.name()
         if backend_name == "tensorflow":
