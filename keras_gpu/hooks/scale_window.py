@@ -120,6 +120,8 @@ class ScaleWindow(keras.callbacks.Callback):
             self._host += time.perf_counter() - self._gap_from
 
     def on_train_batch_end(self, batch, logs=None) -> None:
+        if self._probe is not None:
+            self._probe.batch_end()  # the call's start counts once its steps ran (the probe's host time)
         if self.settings is None or self._done or self.result is not None:
             return
         now = time.perf_counter()
