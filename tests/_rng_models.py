@@ -110,6 +110,9 @@ def train(kind: str, with_callbacks: bool, fits: int = 1, last_only: bool = Fals
             on = with_callbacks and (i == fits - 1 or not last_only)
             callbacks = keras_gpu.callbacks(f"{log_dir}/{i}") if on else []
             history = model.fit(x, y, batch_size=16, epochs=2, shuffle=True, verbose=0, callbacks=callbacks)
+            for callback in callbacks:  # a trace still being parsed writes into log_dir after fit returns
+                if hasattr(callback, "wait"):
+                    callback.wait()
             losses += [float(v) for v in history.history["loss"]]
     return {
         "losses": losses,

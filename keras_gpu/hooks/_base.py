@@ -47,8 +47,8 @@ def read_step(model: Any, fallback: int | None = 0) -> int | None:
     iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
     if iterations is None:
         return fallback
-    value = getattr(iterations, "value", iterations)  # the backend variable behind a Keras variable
     try:
+        value = iterations.value  # the backend variable behind a Keras variable (raises while not initialised)
         return int(value.numpy())
     except Exception:  # noqa: BLE001, S110 - no .numpy() (JAX), or one that needs the host first (a GPU tensor)
         pass
