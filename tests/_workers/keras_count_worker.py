@@ -4,7 +4,7 @@ Run with `main(LOG_DIR)` on TensorFlow (two logical CPUs). Every case holds
 1003 samples a pass in `tf.data` batches of 10 (a dynamic batch dimension,
 a short last batch of 3) and trains 2 epochs. Prints one `RESULT` JSON line:
 per case the true sample count, what the event file implies (see
-`tests._workers.samples_worker.implied`), the fit summary's samples, and
+`tests._util.implied_samples`), the fit summary's samples, and
 `source`: `"keras"` where the model trained with no probe in its step
 (Keras' count was read), `"probe"` where the counting probe was installed.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks.factory import ThroughputLogger
-from tests._workers.samples_worker import implied
+from tests._util import implied_samples as implied
 
 N, BATCH, EPOCHS = 1003, 10, 2
 FULL = EPOCHS * N
