@@ -18,17 +18,9 @@ import json
 import pytest
 
 from tests._util import run_python
+from tests.backends._common import BACKENDS, WITHOUT_TENSORFLOW
 
-BACKENDS = [
-    pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"{name} is not installed"))
-    for name in ("jax", "torch")
-]
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(
-        importlib.util.find_spec("tensorflow") is not None, reason="TensorFlow is installed; these tests need it absent"
-    ),
-]
+pytestmark = WITHOUT_TENSORFLOW
 
 SCRIPT = """
 import json, logging

@@ -7,24 +7,12 @@ interpreter per backend trains every case for one epoch.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-
 import pytest
 
 from tests._flops_models import HAND
-from tests._util import run_python
+from tests.backends._common import BACKENDS, WITHOUT_TENSORFLOW, results_per_backend
 
-BACKENDS = [
-    pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"{name} is not installed"))
-    for name in ("jax", "torch")
-]
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(
-        importlib.util.find_spec("tensorflow") is not None, reason="TensorFlow is installed; these tests need it absent"
-    ),
-]
+pytestmark = WITHOUT_TENSORFLOW
 
 SCRIPT = """
 import json, tempfile
@@ -54,12 +42,7 @@ print("RESULT", json.dumps(out))
 
 @pytest.fixture(scope="module")
 def results():
-    out = {}
-    for name in ("jax", "torch"):
-        if importlib.util.find_spec(name) is not None:
-            proc = run_python(SCRIPT, env={"KERAS_BACKEND": name}, timeout=600)
-            out[name] = json.loads(proc.stdout.split("RESULT", 1)[1])
-    return out
+    return results_per_backend(SCRIPT)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
