@@ -94,18 +94,21 @@ def test_rnn_loop_counts_body_times_time_steps_and_ignores_dead_ops():
     assert flops.forward_flops(model) == 6 * 2 * (4 * 12 + 3 * 12)
 
 
+class _Branchy(keras.layers.Layer):
+    """A layer whose matmul depends on a data-dependent `tf.cond`: no single FLOP count."""
+
+    def call(self, x):
+        big = lambda: tf.matmul(x, tf.ones((4, 8)))[:, :2]  # noqa: E731
+        small = lambda: tf.matmul(x, tf.ones((4, 2)))  # noqa: E731
+        return tf.cond(tf.reduce_sum(x) > 0, big, small)
+
+    def compute_output_shape(self, shape):
+        return (shape[0], 2)
+
+
 def test_uncountable_graph_gives_none_not_a_guess():
-    class Branchy(keras.layers.Layer):
-        def call(self, x):
-            big = lambda: tf.matmul(x, tf.ones((4, 8)))[:, :2]  # noqa: E731
-            small = lambda: tf.matmul(x, tf.ones((4, 2)))  # noqa: E731
-            return tf.cond(tf.reduce_sum(x) > 0, big, small)
-
-        def compute_output_shape(self, shape):
-            return (shape[0], 2)
-
     inp = keras.Input((4,))
-    model = keras.Model(inp, Branchy()(inp))
+    model = keras.Model(inp, _Branchy()(inp))
     assert flops.forward_flops(model) is None
     assert flops.training_flops_per_sample(model) is None
 
@@ -249,17 +252,8 @@ def test_compute_dtype_follows_policy_and_tf32():
 
 
 def test_impossible_counts_name_the_users_layer_or_input():
-    class Gate(keras.layers.Layer):
-        def call(self, x):
-            big = lambda: tf.matmul(x, tf.ones((4, 8)))[:, :2]  # noqa: E731
-            small = lambda: tf.matmul(x, tf.ones((4, 2)))  # noqa: E731
-            return tf.cond(tf.reduce_sum(x) > 0, big, small)
-
-        def compute_output_shape(self, shape):
-            return (shape[0], 2)
-
     inp = keras.Input((4,))
-    model = keras.Model(inp, Gate(name="my_gate")(inp))
+    model = keras.Model(inp, _Branchy(name="my_gate")(inp))
     assert flops.forward_flops(model) is None
     assert "a conditional in layer" in flops.failure(model) and "my_gate" in flops.failure(model)
 
