@@ -523,7 +523,7 @@ def parse_only(monkeypatch, tmp_path):
     from keras_gpu.cli import demo, env, launch, report
 
     def launch_run(args):
-        launch._resolve_target(args)  # the validation a real launch does before starting anything
+        launch.resolve_target(args)  # the validation a real launch does before starting anything
         return 0
 
     monkeypatch.setattr(launch, "run", launch_run)

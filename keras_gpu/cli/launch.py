@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
     if os.environ.get("KERAS_BACKEND", "tensorflow").strip() in ("", "tensorflow"):  # JAX workers need no TensorFlow
         require_tensorflow("keras-gpu launch")
-    target, is_module, script_args = _resolve_target(args)
+    target, is_module, script_args = resolve_target(args)
     n = args.nproc
     max_restarts = getattr(args, "max_restarts", 0)
     hang_timeout = getattr(args, "hang_timeout", 0.0) or None
@@ -230,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
     return supervise(command, n, max_restarts, args.grace_period, hang_timeout)
 
 
-def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
-    """Return `(script or module, is_module, arguments)` from the parsed command line."""
+def resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
+    """Return `(script or module, is_module, arguments)` from the parsed command line (`launch` and `scale`)."""
     target = list(args.target)
     if target and target[0] == "--":
         target = target[1:]
@@ -250,10 +250,6 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
     if not Path(script).exists():
         raise UsageError(f"the script does not exist (looked in {os.getcwd()}). Received: script={script!r}")
     return script, False, rest
-
-
-resolve_target = _resolve_target
-"""The script (or module) and its arguments from a parsed command line; `keras-gpu scale` checks its own with it."""
 
 
 def _int_at_least(minimum: int, name: str, maximum: int | None = None) -> Callable[[str], int]:
