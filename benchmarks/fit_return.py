@@ -13,11 +13,13 @@ with `keras_gpu.callbacks(log_dir)` whose StepTimeLogger traces the last 20
 steps, so the trace stops at the last batch end and is parsed while `fit`
 ends. It measures, by `time.perf_counter`:
 
-* `return_s`: from the last batch end (a callback placed last records it) to
-  `fit` returning; `after_callbacks_s`: the part of it after that callback's
+* `return_s`: from the last batch end (a callback placed first, before
+  keras-gpu's, records it) to `fit` returning: keras-gpu's own last batch
+  end, epoch end and train end, and Keras' end of `fit`;
+  `after_callbacks_s`: the part of it after the last callback's
   `on_train_end` (Keras' own end of `fit`);
-* `profiler_stop_s`: the backend profiler's `stop()` (on the training thread,
-  inside the last batch end: before `return_s` starts);
+* `profiler_stop_s`: the backend profiler's `stop()`, and
+  `stop_on_training_thread`: whether it ran on the thread that called `fit`;
 * `parse_s`: reading and analysing the kept trace (`xspace.load` and
   `step_time.analyze`), as the parser thread does, timed apart after `fit`;
 * `written_s`: from `fit` returning to the trace's points being written
@@ -36,6 +38,7 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -61,14 +64,16 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
     model = keras.Sequential([keras.Input((timesteps, 8)), keras.layers.LSTM(32), keras.layers.Dense(1)])
     model.compile("adam", "mse")
 
-    class LastBatch(keras.callbacks.Callback):
+    class FirstAtBatchEnd(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             self.t = time.perf_counter()
 
+    class LastAtTrainEnd(keras.callbacks.Callback):
         def on_train_end(self, logs=None):
             self.t_end = time.perf_counter()
 
     stops: list[float] = []
+    stop_threads: list[bool] = []
     profiler = step_time_trace.backend_profiler()
     real_stop = profiler.stop
 
@@ -76,6 +81,7 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
         t = time.perf_counter()
         real_stop()
         stops.append(time.perf_counter() - t)
+        stop_threads.append(threading.current_thread() is threading.main_thread())
 
     profiler.stop = timed_stop
     original = step_time_trace.backend_profiler
@@ -89,7 +95,7 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
             if isinstance(cb, StepTimeLogger):
                 cb.warmup_steps, cb.profile_steps = batches - traced, traced
                 step_logger = cb
-        last = LastBatch()
+        first, last = FirstAtBatchEnd(), LastAtTrainEnd()
         lines: list[str] = []
 
         class Lines(__import__("logging").Handler):
@@ -101,7 +107,7 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
         keras_gpu_logger.addHandler(handler)
         keras_gpu_logger.setLevel("INFO")
         t0 = time.perf_counter()
-        model.fit(data, epochs=1, verbose=0, callbacks=[*callbacks, last])
+        model.fit(data, epochs=1, verbose=0, callbacks=[first, *callbacks, last])
         t_return = time.perf_counter()
         getattr(step_logger, "wait", lambda: None)()  # where fit does not wait for the parse itself
         t_written = time.perf_counter()
@@ -117,9 +123,10 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
     line = next((m for m in lines if "s of fit" in m), "")
     line_fit = float(line.split(" s of fit")[0].rsplit(" ", 1)[1]) if line else float("nan")
     return {
-        "return_s": round(t_return - last.t, 4),
+        "return_s": round(t_return - first.t, 4),
         "after_callbacks_s": round(t_return - last.t_end, 4),
         "profiler_stop_s": round(stops[-1], 4) if stops else None,
+        "stop_on_training_thread": stop_threads[-1] if stop_threads else None,
         "parse_s": round(parse, 3),
         "written_s": round(t_written - t_return, 3),
         "trace_mb": round(os.path.getsize(path) / 2**20, 2),
@@ -139,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             row = run(args.timesteps, log_dir)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    medians = {k: statistics.median(r[k] for r in rows if r[k] is not None) for k in rows[0]}
+    medians = {
+        k: statistics.median(r[k] for r in rows if r[k] is not None)
+        for k in rows[0]
+        if not isinstance(rows[0][k], bool)
+    }
     print("median", json.dumps(medians))
     return 0
 

@@ -158,3 +158,80 @@ def test_end_of_fit_line_counts_the_end_of_every_keras_gpu_callback(tmp_path, ca
     assert seconds <= last.end - first.begin
     (line,) = [r.getMessage() for r in caplog.records if "ThroughputLogger: wall-clock" in r.getMessage()]
     assert f"in {seconds:.2f} s of fit" in line
+
+
+class _HeldStops:
+    """The backend's profiler, with each stop held until the training thread has run `hold` more batches.
+
+    A trace that comes due while the last one is still stopping waits for that stop: that wait lets it go too.
+    Records the thread of every stop, and whether a start came while a stop was still under way.
+    """
+
+    def __init__(self, monkeypatch, hold):
+        from keras_gpu.hooks import step_time_trace
+
+        self.hold, self.batches = hold, 0
+        self.released = threading.Event()
+        self.stop_threads, self.starts_while_stopping, self.stops_held, self.starts_waited = [], 0, 0, 0
+        self.stopping = self.fit_over = False
+        real = step_time_trace.backend_profiler()
+        stops = step_time_trace._STOPS
+        real_wait = stops.wait
+
+        def start(d):
+            self.starts_while_stopping += self.stopping
+            real.start(d)
+
+        def stop():
+            self.released.clear()
+            self.release_at = self.batches + self.hold
+            self.stopping = True
+            self.stop_threads.append(threading.current_thread())
+            # Never released if the stop ran on the training thread (it would wait for its own batches).
+            self.stops_held += True if self.fit_over else self.released.wait(timeout=120)
+            real.stop()
+            self.stopping = False
+
+        def wait():
+            self.starts_waited += self.stopping
+            self.released.set()
+            real_wait()
+
+        monkeypatch.setattr(stops, "wait", wait)
+        wrapped = step_time_trace.Profiler(start, stop, real.mark)
+        monkeypatch.setattr(step_time_logger, "backend_profiler", lambda: wrapped)
+
+    def batch_end(self):
+        self.batches += 1
+        if self.stopping and self.batches >= self.release_at:
+            self.released.set()
+
+
+class _Counter(keras.callbacks.Callback):
+    def __init__(self, held):
+        super().__init__()
+        self.held = held
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.held.batch_end()
+
+
+def test_the_profiler_stops_off_the_training_thread_and_its_trace_holds_only_the_traced_steps(tmp_path, monkeypatch):
+    # Each stop waits for 5 more batches of training: it can only end if training goes on meanwhile.
+    held = _HeldStops(monkeypatch, hold=5)
+    cb = StepTimeLogger(tmp_path, profile_steps=4, warmup_steps=2, profile_every_s=1e-3)
+    x, y = _arrays(16 * 40)
+    _model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb, _Counter(held)])
+    held.fit_over = True  # a stop still held at the fit's end is let go (a later one is not held)
+    held.released.set()
+    assert cb.wait()
+    main = threading.main_thread()
+    assert held.stop_threads and all(t is not main for t in held.stop_threads)
+    assert held.stops_held == len(held.stop_threads)  # every stop was released by batches run after it began
+    # No trace started while the one before it was stopping; several traces still ran in 40 steps.
+    assert held.starts_while_stopping == 0
+    assert len(cb.traces) >= 3
+    # Only the marked steps count: the steps that ran while the profiler was still on are not in the trace.
+    # (The fit's last epoch may cut its last trace short.)
+    steps = [t.steps for t in cb.traces]
+    assert steps[:-1] == [4] * (len(steps) - 1) and 1 <= steps[-1] <= 4

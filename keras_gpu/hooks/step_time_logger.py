@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import threading
 from typing import Any
 
@@ -68,8 +69,10 @@ class StepTimeLogger(LoggingCallback):
     finds the steps, and the breakdown covers exactly the marked steps: the
     time after an epoch's last batch end (Keras' epoch-end work, stopping a
     `PyDataset`'s workers, slow epoch-end callbacks) is never step time.
-    Outside traced steps nothing is marked. The trace is parsed on a
-    background thread, never on the training thread; the traces stay in the
+    Outside traced steps nothing is marked. The profiler stops and the trace
+    is parsed on a background thread, never on the training thread (the steps
+    that run meanwhile are outside the marks; no trace starts while one is
+    stopping); the traces stay in the
     run's `plugins/profile/` directory, where TensorBoard's Profile tab opens
     them, and only the newest `max_traces` are kept.
 
@@ -176,7 +179,7 @@ class StepTimeLogger(LoggingCallback):
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
 
-    `fit` never waits for a trace to be parsed: one still being parsed when
+    `fit` never waits for a trace to be stopped or parsed: one still pending when
     `fit` ends is finished on the parser's thread, which then writes its
     points and logs the end-of-fit line (before the interpreter exits, at the
     latest); :meth:`wait` waits for it.
@@ -335,6 +338,7 @@ class StepTimeLogger(LoggingCallback):
                 once=self._once,
                 profile_dir=os.path.join(self.run_dir, PROFILE_SUBDIR),
                 keep=self._writer is not None,
+                stop_inline=workers > 1 and tensorflow,
             )
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
@@ -409,12 +413,19 @@ class StepTimeLogger(LoggingCallback):
     def _submit(self, job: TraceJob | None) -> None:
         """Hand a finished trace to the parser thread (bound to this fit's output)."""
         out = self._out
-        if job is None or out is None:
+        if job is None:
             return
-        self._parser.submit(dataclasses.replace(job, write=out.write))
+        if out is None:  # nowhere to write it: the profiler still stops, and the trace is dropped
+            job = dataclasses.replace(job, keep=False, steps=0)
+        self._parser.submit(dataclasses.replace(job, write=out.write if out is not None else None))
 
     def _handle(self, job: TraceJob) -> None:
-        read_trace(job, self._once, self.max_traces, job.write)
+        if job.stop_profiler is not None and not job.stop_profiler():
+            return
+        if job.write is not None:
+            read_trace(job, self._once, self.max_traces, job.write)
+        else:
+            shutil.rmtree(job.staging, ignore_errors=True)
 
     def _finish(self, out: _FitOutput, fit: TraceSchedule | None) -> None:
         """When the fit's last trace is in: its end-of-fit line, and the writer given back."""
