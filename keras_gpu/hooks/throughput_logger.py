@@ -37,19 +37,15 @@ class ThroughputLogger(LoggingCallback):
     training phase runs from the epoch's start to the end of its last training
     step, first execution (tracing, warm-up, iterator start) included, and
     logging windows tile it with no gap. Validation and epoch-end work are
-    left out of the rates and logged apart under `time/`. One point per
-    window, on the global-step axis (the optimizer's iteration count when
-    `fit` starts, plus the steps counted since): `throughput/samples_per_sec`,
-    `throughput/steps_per_sec`, `throughput/samples_per_sec_per_replica`,
-    `throughput/tflops_per_sec` and `throughput/mfu` (only where the peak is
-    known: a GPU in the table of :mod:`keras_gpu.meters.flops`, or
-    `peak_flops`). Once per epoch, at the global step of the epoch's last
-    training step (written when the next epoch starts, or when training
-    ends): `throughput/steady_samples_per_sec`,
-    `throughput/steady_steps_per_sec`, `time/epoch_sec` (= `time/train_sec` +
-    `time/validation_sec` + `time/other_sec`) and `time/first_step_sec`. What
-    each tag means, and its unit: :mod:`keras_gpu.output.tags`, the one place
-    they are written (the docs' tag reference is generated from it).
+    left out of the rates and logged apart. One point per window, on the
+    global-step axis (the optimizer's iteration count when `fit` starts, plus
+    the steps counted since), and once per epoch, at the global step of the
+    epoch's last training step (written when the next epoch starts, or when
+    training ends): the `throughput/` and `time/` groups of the
+    [tag reference](../tags.md#throughput), with each tag's unit and meaning.
+    TFLOP/s needs the FLOPs per sample and MFU the peak FLOP/s: known for a
+    GPU in the table of :mod:`keras_gpu.meters.flops`, or given as
+    `peak_flops`.
 
     Samples are counted exactly, including a short last batch, batches split
     unevenly over replicas, and `steps_per_execution > 1`, for every input
