@@ -303,8 +303,16 @@ def test_resolve_cluster_takes_exactly_the_cluster_options():
 
     from keras_gpu.core.cluster import ClusterOptions
 
-    params = [(p.name, p.default) for p in inspect.signature(resolve_cluster).parameters.values()]
-    assert params == [(f.name, f.default) for f in fields(ClusterOptions)]
+    params = list(inspect.signature(resolve_cluster).parameters.values())
+    assert [(p.name, p.default, p.annotation) for p in params] == [
+        (f.name, f.default, f.type) for f in fields(ClusterOptions)
+    ]
+    assert [p.kind for p in params] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] + [inspect.Parameter.KEYWORD_ONLY] * (
+        len(params) - 1
+    )
+    assert resolve_cluster("explicit", cluster=["h:1", "h:2"], task_index=1).worker_index == 1  # `source` by position
+    with pytest.raises(TypeError, match=r"^resolve_cluster\(\) got an unexpected keyword argument 'task_id'\. It takes source, "):
+        resolve_cluster(task_id=1)
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ def with_gpus(n, memory=16 * GIB, **overrides):
 def parse(**kwargs):
     full = dict.fromkeys(ARGS)
     full.update(kwargs)
-    return device_request.parse_request(**full)
+    return device_request.parse_request(device_request.DeviceArguments(**full))
 
 
 def plan(snapshot, **kwargs):
@@ -162,7 +162,8 @@ def test_bad_arguments_raise_before_looking_at_the_machine(kwargs, error, needle
 
 
 def test_unknown_keyword_and_positional_arguments_are_rejected():
-    with pytest.raises(TypeError, match="memory_grow"):
+    with pytest.raises(TypeError, match=r"^configure_devices\(\) got an unexpected keyword argument 'memory_grow'\. "
+                       r"It takes visible_gpus, memory_growth, .*Received: memory_grow=True$"):
         configure_devices(memory_grow=True)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         configure_devices(True)  # type: ignore[misc]
@@ -191,6 +192,9 @@ def test_every_argument_defaults_to_none_and_is_keyword_only():
     params = inspect.signature(configure_devices).parameters.values()
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None for p in params)
     assert set(ARGS) == {f.name for f in dataclasses.fields(device_request.Request)}
+    # Declared once: the signature is DeviceArguments', in its order, with its annotations.
+    declared = dataclasses.fields(device_request.DeviceArguments)
+    assert [(p.name, p.annotation) for p in params] == [(f.name, f.type) for f in declared]
 
 
 # --------------------------------------------------------------------------- #

@@ -152,7 +152,7 @@ def _snapshots(draw):
 
 def _plan_devices(kwargs: dict, snapshot) -> object:
     full = {name: kwargs.get(name) for name in _DEVICE_ARGS}
-    request = device_request.parse_request(**full)
+    request = device_request.parse_request(device_request.DeviceArguments(**full))
     return device_plan.make_plan(request, snapshot)
 
 
@@ -613,7 +613,7 @@ def test_worker_bootstrap_arguments(argv):
 def test_device_arguments_out_of_any_machine_s_range(kwargs, match):
     full = {name: kwargs.get(name) for name in _DEVICE_ARGS}
     with pytest.raises(ValueError, match=match):
-        device_request.parse_request(**full)
+        device_request.parse_request(device_request.DeviceArguments(**full))
 
 
 _W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]

@@ -121,7 +121,7 @@ def test_only_keras_default_step_with_a_float_count_is_read(tf_keras):
 
 
 def test_the_running_count_spans_epochs_and_gives_up_where_the_float_stops_being_exact():
-    from keras_gpu.hooks.sample_counter import KerasCount
+    from keras_gpu.hooks.throughput_setup import KerasCount
 
     class Source:
         exact_below = 100.0

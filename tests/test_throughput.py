@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from keras_gpu.meters.throughput import DataSchedule, EpochTimes, FirstExecution, ThroughputMeter, Window
+from keras_gpu.meters.throughput import ThroughputMeter
+from keras_gpu.meters.throughput_records import DataSchedule, EpochTimes, FirstExecution, Window
 
 
 def _drive(meter: ThroughputMeter, executions: list[tuple[int, float]]) -> list[Window | FirstExecution]:

@@ -13,9 +13,11 @@ value it accepted (normalised where its docstring says so).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 __all__ = [
@@ -23,10 +25,12 @@ __all__ = [
     "check_choice",
     "check_index",
     "check_indices",
+    "check_keywords",
     "check_log_dir",
     "check_positive",
     "check_seconds",
     "clip_repr",
+    "declared_signature",
     "fail",
     "must",
 ]
@@ -176,3 +180,49 @@ def check_log_dir(log_dir: Any) -> str:
     if not isinstance(path, str) or not path.strip():
         fail("log_dir", "be a non-empty path", log_dir)
     return path
+
+
+def check_keywords(function: str, options: Mapping[str, Any], declared: Sequence[str], *, extra: Sequence[str] = ()) -> None:
+    """Refuse a keyword in `options` that `function` does not declare, as Python would, naming those it takes.
+
+    For a public function that takes `**options` and declares them once,
+    as the fields of a dataclass (see :func:`declared_signature`).
+
+    Args:
+        function: The function's name, for the message.
+        options: Its `**options`.
+        declared: The keywords it takes.
+        extra: Its own keyword parameters, named in the message too.
+
+    Raises:
+        TypeError: `options` names a keyword not in `declared`.
+    """
+    unknown = [name for name in options if name not in declared]
+    if unknown:
+        raise TypeError(
+            f"{function}() got an unexpected keyword argument {unknown[0]!r}. It takes "
+            f"{', '.join([*declared, *extra])}. Received: {unknown[0]}={options[unknown[0]]!r}"
+        )
+
+
+def declared_signature(
+    function: Callable[..., Any], declaration: type, *, positional: Sequence[str] = ()
+) -> inspect.Signature:
+    """`function`'s signature with its `**options` spelled out from the dataclass `declaration` (its `__signature__`).
+
+    Each field `declaration` initialises becomes a parameter with the field's
+    default and annotation: keyword-only, but for the names in `positional`
+    (positional-or-keyword, first). `help()`, `inspect.signature` and IDEs
+    that read `__signature__` then show the keywords, declared once.
+    """
+    params = []
+    for f in dataclasses.fields(declaration):
+        if not f.init:
+            continue
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if f.name in positional else inspect.Parameter.KEYWORD_ONLY
+        default = f.default
+        if default is dataclasses.MISSING:
+            default = inspect.Parameter.empty if f.default_factory is dataclasses.MISSING else f.default_factory()
+        params.append(inspect.Parameter(f.name, kind, default=default, annotation=f.type))
+    params.sort(key=lambda p: p.kind)  # stable: positional ones first, each group in declaration order
+    return inspect.signature(function).replace(parameters=params)

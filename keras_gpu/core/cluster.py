@@ -21,10 +21,10 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from keras_gpu.core.checks import check_bool, clip_repr
+from keras_gpu.core.checks import check_bool, check_keywords, clip_repr, declared_signature
 from keras_gpu.core.cluster_agreement import check_cluster_agreement, cluster_difference
 from keras_gpu.core.cluster_info import TASK_TYPES, TRAINING_TASK_TYPES, ClusterInfo
 from keras_gpu.core.slurm import (
@@ -131,23 +131,17 @@ class ClusterOptions:
         return _validate_task(ClusterInfo("slurm", spec, task_type, task_id), "The SLURM task", f"SLURM_PROCID={procid}")
 
 
-def resolve_cluster(
-    source: str = "auto",
-    *,
-    cluster: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
-    task_index: int | None = None,
-    task_type: str = "worker",
-    slurm_port_base: int = 8888,
-    slurm_gpus_per_task: int | None = None,
-    slurm_assign_gpus: bool = False,
-    environ: Mapping[str, str] | None = None,
-) -> ClusterInfo:
+def resolve_cluster(source: str = "auto", **options: Any) -> ClusterInfo:
     """Find and validate the cluster this process belongs to.
 
     Args:
         source: `"auto"` (explicit `cluster` if given, else TF_CONFIG if set,
             else SLURM if this is a multi-task SLURM step, else a single
             local process), `"tf_config"`, `"slurm"` or `"explicit"`.
+        **options: The keywords below, declared once by `ClusterOptions`
+            (the function's `__signature__` lists them with their defaults).
+
+    Keyword Args:
         cluster: For `"explicit"`: `{"worker": ["host:port", ...]}` (optionally
             with a `"chief"` entry), or just the list of worker addresses.
         task_index: For `"explicit"`: this process's index within `task_type`.
@@ -170,8 +164,8 @@ def resolve_cluster(
         ValueError: The cluster description is malformed, names an unknown
             task type, or this process's task is missing or out of range; or
             a SLURM step is malformed or larger than any real job.
-        TypeError: `environ` is not a mapping of strings, or an argument has
-            the wrong type.
+        TypeError: `environ` is not a mapping of strings, an argument has
+            the wrong type, or a keyword is not one of the above.
 
     Example:
         >>> import json
@@ -186,7 +180,16 @@ def resolve_cluster(
         >>> print(keras_gpu.resolve_cluster(environ={}).describe())
         single process (source: local)
     """
-    return ClusterOptions(**locals()).resolve()  # the parameters are ClusterOptions' fields
+    check_keywords("resolve_cluster", options, _KEYWORDS)
+    return ClusterOptions(source, **options).resolve()
+
+
+_KEYWORDS = tuple(f.name for f in fields(ClusterOptions))
+"""The keywords of :func:`resolve_cluster`: `ClusterOptions`' fields, declared there once."""
+
+resolve_cluster.__signature__ = declared_signature(  # type: ignore[attr-defined]
+    resolve_cluster, ClusterOptions, positional=("source",)
+)
 
 
 class _Environ(Mapping):

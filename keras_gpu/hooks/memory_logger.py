@@ -42,70 +42,37 @@ class MemoryLogger(LoggingCallback):
     only raises a flag; an epoch that ends less than a second, or
     `every_s` if shorter, after the previous window is left to the next
     one, which bounds the cost of very short epochs) and at the end of
-    training (on the training thread, once
-    the background threads have stopped):
+    training (on the training thread, once the background threads have
+    stopped). What each window holds, with each tag's unit and meaning: the
+    `memory/` and `gpu/` groups of the [tag reference](../tags.md#memory).
 
-    The Keras backend's allocator, for each device this worker trains on
-    (TensorFlow: the model's distribution strategy, with logical CPU devices
-    sharing one allocator, logged once as `CPU_0`; JAX: the devices of the
-    `keras.distribution`, else the default device; PyTorch: the model's
-    device; see :mod:`keras_gpu.core.backend`):
+    The Keras backend's allocator is read for each device this worker trains
+    on (TensorFlow: the model's distribution strategy, with logical CPU
+    devices sharing one allocator, logged once as `CPU_0`; JAX: the devices
+    of the `keras.distribution`, else the default device; PyTorch: the
+    model's device; see :mod:`keras_gpu.core.backend`), from TensorFlow's
+    `get_memory_info`, JAX's `Device.memory_stats()` or PyTorch's
+    `torch.cuda.memory_allocated` / `max_memory_allocated`. It is read on the
+    background thread while training runs, so a reading includes the step's
+    temporaries (except the last window of `fit`, read after the last step).
+    Its peak is reset at the start of `fit` and after each window on
+    TensorFlow and PyTorch (`tf.config.experimental.reset_memory_stats`,
+    `torch.cuda.reset_peak_memory_stats`), so other readers of that peak see
+    it reset too; JAX cannot reset it. JAX and PyTorch keep no allocator
+    statistics on CPU: there, the host readings are the process's memory,
+    and the allocator is left out after one INFO line. On CPU, TensorFlow's
+    allocator statistics leave small allocations out (a 40 KB tensor is not
+    counted, a 400 KB one is), so a tiny model may show 0 there. Reading the
+    allocator and resetting its peak are cheap, thread-safe calls.
 
-    - `memory/allocator/<device>/current_bytes`: bytes allocated when the
-      window is written. It is read on the background thread while training
-      runs, so it is a mid-step reading that includes the step's temporaries
-      (except for the last window of `fit`, read after the last step).
-    - `memory/allocator/<device>/peak_bytes`: the most bytes allocated at
-      once within the window on TensorFlow and PyTorch (the peak is reset at
-      the start of `fit` and after each window, with
-      `tf.config.experimental.reset_memory_stats` /
-      `torch.cuda.reset_peak_memory_stats`, so other readers of that peak see
-      it reset too); on JAX, which cannot reset it, the peak since the process
-      started.
-    - `memory/allocator/<device>/run_peak_bytes`: the largest `peak_bytes` so
-      far in this `fit`; also in the summary line logged at the end.
+    The host's memory comes from one read of `/proc/self/status` (`VmRSS`,
+    `VmHWM`); without it, from `/proc/self/statm` and `resource.getrusage`.
 
-    Sources: TensorFlow's `get_memory_info`, JAX's `Device.memory_stats()`,
-    PyTorch's `torch.cuda.memory_allocated` / `max_memory_allocated`. JAX
-    and PyTorch keep no allocator statistics on CPU: there, the host metrics
-    below are the process's memory, and the allocator is left out after one
-    INFO line. On CPU, TensorFlow's allocator statistics leave small
-    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
-    tiny model may show 0 there. The allocator is read, and its peak reset,
-    on the background thread: both are cheap, thread-safe calls.
-
-    The host:
-
-    - `memory/host/rss_bytes`: this process's resident set size when the
-      window is written, in bytes.
-    - `memory/host/peak_rss_bytes`: the largest resident set size since the
-      process started, in bytes; never below `rss_bytes` of the same window
-      or the previous `peak_rss_bytes`. Both come from one read of
-      `/proc/self/status` (`VmRSS`, `VmHWM`); without it, from
-      `/proc/self/statm` and `resource.getrusage`.
-
-    Each GPU this process trains on, from NVML, sampled every
-    `sample_interval_s` seconds by a background thread. `<i>` is the CUDA
-    ordinal of the GPU among this process's visible GPUs (TensorFlow's
-    physical GPU index; see `keras_gpu.core.nvml` for how it maps to NVML). The plain tag is the mean of
-    the window's samples and the `_max` tag their maximum:
-
-    - `gpu/<i>/memory_used_bytes`, `gpu/<i>/memory_used_bytes_max`: device
-      memory used by every process, in bytes.
-    - `gpu/<i>/memory_total_bytes`: device memory, in bytes (no `_max`).
-    - `gpu/<i>/process_memory_bytes`, `gpu/<i>/process_memory_bytes_max`:
-      device memory used by this process, in bytes (absent when the driver
-      does not list this process, e.g. in a container's PID namespace).
-    - `gpu/<i>/utilization_percent`, `gpu/<i>/utilization_percent_max`: time
-      a kernel was running, in percent.
-    - `gpu/<i>/memory_utilization_percent`,
-      `gpu/<i>/memory_utilization_percent_max`: time device memory was read
-      or written, in percent.
-    - `gpu/<i>/power_watts`, `gpu/<i>/power_watts_max`: power draw, in
-      watts.
-    - `gpu/<i>/temperature_c`, `gpu/<i>/temperature_c_max`: GPU temperature,
-      in degrees Celsius.
-    - `gpu/<i>/sm_clock_mhz`, `gpu/<i>/sm_clock_mhz_max`: SM clock, in MHz.
+    Each GPU this process trains on is sampled from NVML every
+    `sample_interval_s` seconds by a background thread; a window logs the
+    mean and the maximum of its samples. The GPU index in the tags is the
+    CUDA ordinal of the GPU among this process's visible GPUs (TensorFlow's
+    physical GPU index; see `keras_gpu.core.nvml` for how it maps to NVML).
 
     Without NVML (no driver, no `nvidia-ml-py`) or without a GPU, only the
     allocator and host metrics are logged, after one INFO line. A metric a

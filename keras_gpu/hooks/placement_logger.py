@@ -71,19 +71,10 @@ class PlacementLogger(LoggingCallback):
 
     Logged to this worker's run directory, at the global step of the analysis:
 
-    * Text (Markdown tables, cut at `max_rows` rows):
-      `placement/strategy` (strategy class and keras-gpu kind, replicas in
-      sync, this worker's replica devices, worker index and count, chief),
-      `placement/variables` (each variable's path, group, shape, dtype, kind
-      and component devices, plus a per-device-set summary in bytes),
-      `placement/ops_per_device` (placed ops and compute ops per device, and
-      XLA clusters), `placement/copies` (cross-device transfers per step by
-      kind and by tensor), `placement/cpu_fallbacks` (ops that ran on a CPU
-      while the replicas run on accelerators, by type and by name).
-    * Scalars, counts of ops per training step: `placement/cpu_fallback_ops`,
-      `placement/copy_ops` (all cross-device transfers) and
-      `placement/host_device_copy_ops` (transfers between host and
-      accelerator memory).
+    * The `placement/` group of the [tag reference](../tags.md#placement),
+      with each tag's unit and meaning: Markdown tables in the Text
+      dashboard (cut at `max_rows` rows), and counts of ops per training
+      step as scalars.
     * The run graph (Graphs dashboard): all placed partitions merged, each
       node with its device ("Color by device"); `_Recv` nodes are linked to
       their `_Send`.

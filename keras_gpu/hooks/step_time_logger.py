@@ -76,26 +76,11 @@ class StepTimeLogger(LoggingCallback):
     run's `plugins/profile/` directory, where TensorBoard's Profile tab opens
     them, and only the newest `max_traces` are kept.
 
-    Tags, in seconds per step, at the step where the trace ended, on the
-    step axis of `ThroughputLogger` (the optimizer's iterations when `fit`
-    began, plus the steps `fit` has run; see :mod:`keras_gpu.meters.step_time` for
-    how each instant is attributed):
-
-    * `step_time/step_sec`: measured wall time per traced step
-      (`step_time/traced_steps`: how many steps were traced);
-    * `step_time/input_sec`: waiting for the input pipeline;
-    * `step_time/compute_sec`: at least one replica device computing;
-    * `step_time/communication_sec`: reductions and transfers while no
-      device computed;
-    * `step_time/other_sec`: host-side overhead and idle time;
-      `input + compute + communication + other = step`;
-    * `step_time/replica_<i>_<DEV>_<n>/compute_sec` and
-      `.../communication_sec`: each replica's own busy time, by where its ops
-      really ran (`<i>` is the global replica index);
-    * `step_time/input_stage` (text, Markdown): the input stage with the most
-      self time, in ms per batch (a tf.data stage such as `ParallelMapV2`, or
-      the Python input that reads a `PyDataset` or generator on JAX), and the
-      input-bound hint with what to try.
+    The breakdown is logged at the step where the trace ended, on the step
+    axis of `ThroughputLogger` (the optimizer's iterations when `fit` began,
+    plus the steps `fit` has run): the `step_time/` group of the
+    [tag reference](../tags.md#step_time), with each tag's unit and meaning
+    (:mod:`keras_gpu.meters.step_time` says how each instant is attributed).
 
     At the end of `fit` one INFO line gives the last breakdown and the hints
     that follow from it ("input-bound: 62% of each step waits for input"),
@@ -124,22 +109,11 @@ class StepTimeLogger(LoggingCallback):
     ring's chunk boundaries, and so the rounding of the gradient sums), and
     steps that cannot carry the rows (no optimizer all-reduce in a custom
     `train_step`, or gradients neither all float32 nor all float64),
-    all-gather the rows at every share, between steps. On the chief:
-
-    * `cluster/slowest_worker`: the worker with the most busy time per step
-      (compute, input and host time: not waiting for its peers);
-    * `cluster/imbalance`: its busy time minus the other workers' median,
-      over the step (the share of each step the others wait for it);
-    * `cluster/straggler_part` (0 compute, 1 input, 2 host) with
-      `cluster/part_sec` against the others' `cluster/part_median_sec`: the
-      part of the slowest worker's busy time that differs most;
-      `cluster/excess_sec` and `cluster/others_spread_sec`: its excess, and
-      the spread it must stand clear of;
-    * `cluster/slowdown` and `cluster/slowdown_worker`: the largest ratio,
-      over the workers, of a window's busy time to the worker's own best
-      window in the fit;
-    * `cluster/workers_reporting`, and `cluster/{busy,input,communication}_sec/
-      {min,median,max}` across the workers, in seconds per step.
+    all-gather the rows at every share, between steps. The cluster view is
+    the `cluster/` group of the [tag reference](../tags.md#cluster): the
+    slowest worker, how much of each step the others wait for it and in
+    which part of its busy time, each worker's slowdown against its own best
+    window, and the spread across the workers.
 
     The end-of-fit line on the chief, and the `cluster/verdict` text, name
     the straggler with its part (a straggler must be clear in most gathers:

@@ -1,10 +1,10 @@
 """`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard.
 
-The callback times and feeds :class:`keras_gpu.meters.throughput.ThroughputMeter`;
-its set-up once per `fit` is :mod:`keras_gpu.hooks.throughput_schedule` (the
-data schedule), :mod:`keras_gpu.hooks.sample_counter` (who counts the samples
-where the batch size is not known) and :mod:`keras_gpu.hooks.throughput_flops`
-(FLOPs per sample and the peak FLOP/s of MFU).
+The callback times and feeds :class:`keras_gpu.meters.throughput.ThroughputMeter`,
+and writes its records under their tags (the one place a window or an epoch's
+times become `throughput/*` and `time/*` values; :mod:`keras_gpu.output.tag_records`
+reads them back). What it meters each `fit` with (the data schedule, the sample
+counter, the FLOPs) is settled once per fit by :mod:`keras_gpu.hooks.throughput_setup`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Any
 from keras_gpu.core import backend
 from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
-from keras_gpu.hooks import sample_counter
+from keras_gpu.hooks import throughput_setup as _setup
 from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
-from keras_gpu.hooks.sample_counter import KerasCount
-from keras_gpu.hooks.throughput_flops import flops_per_sample, peak_flops_total
-from keras_gpu.hooks.throughput_schedule import fit_schedule
-from keras_gpu.meters.throughput import EpochTimes, FirstExecution, ThroughputMeter, Window
-from keras_gpu.output.throughput_tags import epoch_log_values, epoch_values, window_values
+from keras_gpu.hooks.throughput_setup import KerasCount
+from keras_gpu.meters.throughput import ThroughputMeter
+from keras_gpu.meters.throughput_records import EpochRates, EpochTimes, FirstExecution, Window
+from keras_gpu.output import tags as _tags
 
 __all__ = ["ThroughputLogger"]
 
@@ -38,19 +37,15 @@ class ThroughputLogger(LoggingCallback):
     training phase runs from the epoch's start to the end of its last training
     step, first execution (tracing, warm-up, iterator start) included, and
     logging windows tile it with no gap. Validation and epoch-end work are
-    left out of the rates and logged apart under `time/`. One point per
-    window, on the global-step axis (the optimizer's iteration count when
-    `fit` starts, plus the steps counted since): `throughput/samples_per_sec`,
-    `throughput/steps_per_sec`, `throughput/samples_per_sec_per_replica`,
-    `throughput/tflops_per_sec` and `throughput/mfu` (only where the peak is
-    known: a GPU in the table of :mod:`keras_gpu.meters.flops`, or
-    `peak_flops`). Once per epoch, at the global step of the epoch's last
-    training step (written when the next epoch starts, or when training
-    ends): `throughput/steady_samples_per_sec`,
-    `throughput/steady_steps_per_sec`, `time/epoch_sec` (= `time/train_sec` +
-    `time/validation_sec` + `time/other_sec`) and `time/first_step_sec`. What
-    each tag means, and its unit: :mod:`keras_gpu.output.tags`, the one place
-    they are written (the docs' tag reference is generated from it).
+    left out of the rates and logged apart. One point per window, on the
+    global-step axis (the optimizer's iteration count when `fit` starts, plus
+    the steps counted since), and once per epoch, at the global step of the
+    epoch's last training step (written when the next epoch starts, or when
+    training ends): the `throughput/` and `time/` groups of the
+    [tag reference](../tags.md#throughput), with each tag's unit and meaning.
+    TFLOP/s needs the FLOPs per sample and MFU the peak FLOP/s: known for a
+    GPU in the table of :mod:`keras_gpu.meters.flops`, or given as
+    `peak_flops`.
 
     Samples are counted exactly, including a short last batch, batches split
     unevenly over replicas, and `steps_per_execution > 1`, for every input
@@ -192,7 +187,7 @@ class ThroughputLogger(LoggingCallback):
         if self.batch_size is not None:
             return
         try:
-            sample_counter.install_probe(model, probe_only=self._count_with == "probe")
+            _setup.install_probe(model, probe_only=self._count_with == "probe")
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
 
@@ -203,16 +198,7 @@ class ThroughputLogger(LoggingCallback):
         self.summary = None
         self._open()
         try:
-            meter, keras_count, flops_later = self._build_meter()
-            self._fit = _ThroughputFit(meter, t0)
-            self._fit.flops_later = flops_later
-            if keras_count is not None:
-                self._fit.keras_count = keras_count
-            steps = (self.params or {}).get("steps")
-            if keras_count is not None:
-                self._fit.epoch_last = keras_count.last_index
-            elif isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-                self._fit.epoch_last = steps - 1
+            self._fit = self._start_fit(t0)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning(
                 "keras-gpu: ThroughputLogger is off for this fit: setting it up failed (%s: %s).", type(exc).__name__, exc
@@ -260,7 +246,7 @@ class ThroughputLogger(LoggingCallback):
             if self.epoch_logs and logs is not None:
                 rates = fit.meter.epoch_rates()
                 if rates is not None:
-                    logs.update(epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
+                    logs.update(_epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
         if self._writer is not None:
             # Once per epoch, so that a worker killed later loses no finished epoch.
             self._writer.flush()
@@ -350,7 +336,7 @@ class ThroughputLogger(LoggingCallback):
         fit.warned_counter = True
         reason = fit.keras_count.lost_reason if fit.keras_count is not None else None
         if reason is not None:
-            sample_counter.count_in_step_next(self.model)
+            _setup.count_in_step_next(self.model)
             self._once.log(
                 logging.WARNING,
                 "throughput:keras-count-lost",
@@ -376,30 +362,31 @@ class ThroughputLogger(LoggingCallback):
         for event in events:
             if isinstance(event, FirstExecution):
                 continue  # logged with the epoch's other times (time/first_step_sec)
-            values = window_values(event)
+            values = _window_values(event)
             writer.scalars(values, event.step)
 
     def _write_epoch(self, times: EpochTimes | None) -> None:
         writer = self._writer
         if times is None or writer is None:
             return
-        values = epoch_values(times)
+        values = _epoch_values(times)
         writer.scalars(values, times.step)  # flushed by the writer's thread, and when fit ends
 
     # -- set-up ---------------------------------------------------------------------
 
-    def _build_meter(self) -> tuple[ThroughputMeter, KerasCount | None, tuple[Any, list[Any]] | None]:
+    def _start_fit(self, t0: float) -> _ThroughputFit:
+        """This fit's meter, built from its data schedule, sample counter and FLOPs, and the fit's state."""
         model = self.model
         strategy = self._strategy()  # None off the TensorFlow backend
         if strategy is not None:
             self._warn_steps_per_execution(strategy)
-        fit = inspect_fit(model)
+        data = inspect_fit(model)
         counter = None
-        if self.batch_size is None and (fit is None or fit.batch_size is None or fit.last_batch_size is None):
-            counter = self._counter(fit)
-        schedule = fit_schedule(
+        if self.batch_size is None and (data is None or data.batch_size is None or data.last_batch_size is None):
+            counter = self._counter(data)
+        schedule = _setup.fit_schedule(
             model,
-            fit,
+            data,
             batch_size=self.batch_size,
             samples_per_epoch=self.samples_per_epoch,
             counted=counter is not None,
@@ -415,9 +402,9 @@ class ThroughputLogger(LoggingCallback):
                 # Counting traces the model; on a model not built yet that trace would create its weights, and
                 # the training step would then be traced another number of times (and draw seeds taken while
                 # tracing differently) than without keras-gpu. The first step builds it; count after it.
-                later = (fit, devices)
+                later = (data, devices)
             else:
-                flops, peak = self._flops(model, fit, devices, num_replicas)
+                flops, peak = self._flops(model, data, devices, num_replicas)
         meter = ThroughputMeter(
             schedule,
             every_n_steps=self.every_n_steps,
@@ -428,14 +415,23 @@ class ThroughputLogger(LoggingCallback):
             initial_step=self._initial_step(),
             counter=counter,
         )
-        return meter, counter if isinstance(counter, KerasCount) else None, later
+        fit = _ThroughputFit(meter, t0)
+        fit.flops_later = later
+        steps = (self.params or {}).get("steps")
+        if isinstance(counter, KerasCount):
+            fit.keras_count = counter
+            fit.epoch_last = counter.last_index
+        elif isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            fit.epoch_last = steps - 1
+        return fit
 
-    def _flops(self, model: Any, fit: Any, devices: list[Any], num_replicas: int) -> tuple[Any, Any]:
+    def _flops(self, model: Any, data: FitData | None, devices: list[Any], num_replicas: int) -> tuple[Any, Any]:
         """Training FLOPs per sample and the replicas' summed peak FLOP/s (each `None` where unknown)."""
-        flops = flops_per_sample(model, fit, given=self.flops_per_sample, caller=self, once=self._once)
+        once = self._once
+        flops = _setup.flops_per_sample(model, data, given=self.flops_per_sample, caller=self, once=once)
         peak = None
         if flops is not None:
-            peak = peak_flops_total(model, devices, num_replicas, given=self.peak_flops, caller=self, once=self._once)
+            peak = _setup.peak_flops_total(model, devices, num_replicas, given=self.peak_flops, caller=self, once=once)
         return flops, peak
 
     def _count_flops_now(self, fit: _ThroughputFit) -> None:
@@ -452,7 +448,7 @@ class ThroughputLogger(LoggingCallback):
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
         task = self._task
         workers = max(1, task.num_workers) if task is not None else 1
-        return sample_counter.choose_counter(self.model, data, workers=workers, probe_only=self._count_with == "probe")
+        return _setup.choose_counter(self.model, data, workers=workers, probe_only=self._count_with == "probe")
 
     def _warn_steps_per_execution(self, strategy: Any) -> None:
         from keras_gpu.setup.keras_compat import warn_steps_per_execution
@@ -533,3 +529,47 @@ def _built(model: Any) -> bool:
     if not getattr(model, "built", False):
         return False
     return all(getattr(layer, "built", True) for layer in getattr(model, "layers", ()) or ())
+
+
+# -- records as tag values (read back by keras_gpu.output.tag_records) -----------------
+
+
+def _window_values(window: Window) -> dict[str, float]:
+    """A window's rates by tag name; samples, TFLOP/s and MFU only where they were measured."""
+    values = {_tags.STEPS_PER_SEC.name(): window.steps_per_sec}
+    if window.samples_per_sec is not None:
+        values[_tags.SAMPLES_PER_SEC.name()] = window.samples_per_sec
+        values[_tags.SAMPLES_PER_SEC_PER_REPLICA.name()] = window.samples_per_sec_per_replica
+    if window.tflops_per_sec is not None:
+        values[_tags.TFLOPS_PER_SEC.name()] = window.tflops_per_sec
+    if window.mfu is not None:
+        values[_tags.MFU.name()] = window.mfu
+    return values
+
+
+def _epoch_values(times: EpochTimes) -> dict[str, float]:
+    """An epoch's times (and its steady rates, where known) by tag name."""
+    values = {
+        _tags.EPOCH_SEC.name(): times.epoch_sec,
+        _tags.TRAIN_SEC.name(): times.train_sec,
+        _tags.FIRST_STEP_SEC.name(): times.first_step_sec,
+        _tags.VALIDATION_SEC.name(): times.validation_sec,
+        _tags.OTHER_EPOCH_SEC.name(): times.other_sec,
+    }
+    if times.steady_steps_per_sec is not None:
+        values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
+    if times.steady_samples_per_sec is not None:
+        values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+    return values
+
+
+def _epoch_log_values(rates: EpochRates) -> dict[str, float]:
+    """An epoch's rates for Keras' epoch `logs` (History, the progress bar, CSVLogger), by tag name; where measured."""
+    values = {}
+    if rates.samples_per_sec is not None:
+        values[_tags.SAMPLES_PER_SEC.name()] = rates.samples_per_sec
+    if rates.steady_samples_per_sec is not None:
+        values[_tags.STEADY_SAMPLES_PER_SEC.name()] = rates.steady_samples_per_sec
+    if rates.mfu is not None:
+        values[_tags.MFU.name()] = rates.mfu
+    return values

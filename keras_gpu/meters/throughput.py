@@ -2,9 +2,9 @@
 
 Plain Python, no TensorFlow. A :class:`ThroughputMeter` is fed batch indices
 and timestamps by the `ThroughputLogger` callback (or by a test with a fake
-clock) and answers with :class:`~keras_gpu.meters.throughput_window.Window`
+clock) and answers with :class:`~keras_gpu.meters.throughput_records.Window`
 records holding exact counts and rates; `fit`'s batches are its
-:class:`~keras_gpu.meters.data_schedule.DataSchedule`.
+:class:`~keras_gpu.meters.throughput_records.DataSchedule`.
 
 Where the batch size is not known before `fit` runs (a `tf.data` pipeline
 with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
@@ -15,40 +15,37 @@ and an execution that stopped early, count as they ran. A counter that
 counts samples only gives `None` steps: Keras' batch index then counts them
 (exact where every execution runs all its steps).
 
-Conventions:
-
-* Rates measure wall-clock time. An epoch's training phase runs from the
-  epoch's start to the end of its last training step; windows tile it with no
-  gap, so the first window holds the first execution (tracing, warm-up,
-  iterator creation) and the sum of the window times is the training phase's
-  wall time. Validation and epoch-end work fall outside the training phase
-  and are reported apart by :class:`EpochTimes`.
-* The first execution of each epoch is also reported on its own
-  (:class:`FirstExecution`), and the steady-state rates of
-  :class:`EpochTimes` leave it out (over several epochs: :func:`steady_rate`).
-* So do executions that compiled: a batch shape new to the fit makes JAX
-  compile and TensorFlow trace again. Where the schedule knows the batch
-  sizes (the short last batch of a pass), the epoch's last execution that
-  runs a size for the first time is left out of the steady rate and counted
-  with the first execution (`time/first_step_sec`). A counter's batches are
-  not seen.
-* FLOPs and MFU: see :mod:`keras_gpu.meters.throughput_window`.
-
+Windows tile each epoch's training phase with no gap, so the first window
+holds the first execution and the sum of the window times is the training
+phase's wall time (the conventions: :mod:`keras_gpu.meters.throughput_records`).
+Executions that compiled are left out of the steady rate like the first: a
+batch shape new to the fit makes JAX compile and TensorFlow trace again. Where
+the schedule knows the batch sizes (the short last batch of a pass), the
+epoch's last execution that runs a size for the first time is counted with
+the first execution (`time/first_step_sec`). A counter's batches are not seen.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.checks import check_positive
-from keras_gpu.meters.data_schedule import DataSchedule
-from keras_gpu.meters.epoch_times import EpochRates, EpochTimes, FirstExecution, steady_rate
-from keras_gpu.meters.throughput_window import Rates, Window, window_rates
+from keras_gpu.meters.throughput_records import (
+    DataSchedule,
+    EpochRates,
+    EpochTimes,
+    FirstExecution,
+    Rates,
+    Window,
+    steady_rate,
+    window_rates,
+)
 
-__all__ = ["DataSchedule", "EpochRates", "EpochTimes", "FirstExecution", "ThroughputMeter", "Window", "steady_rate"]
+__all__ = ["ThroughputMeter"]
 
 _INF = math.inf
 
@@ -383,12 +380,12 @@ class ThroughputMeter:
         if epoch.steps <= 0 or train_sec <= 0:
             return None
         counted = self.counts_samples
-        _, samples_per_sec, _, _, mfu = self._rates(epoch.steps, epoch.samples if counted else None, train_sec)
+        rates = self._rates(epoch.steps, epoch.samples if counted else None, train_sec)
         steady_seconds = train_sec - epoch.first_seconds
         steady = None
         if counted and epoch.steps > epoch.first_steps and steady_seconds > 0:
             steady = (epoch.samples - epoch.first_samples) / steady_seconds
-        return EpochRates(samples_per_sec, steady, mfu)
+        return EpochRates(rates.samples_per_sec, steady, rates.mfu)
 
     # -- results ----------------------------------------------------------------
 
@@ -434,11 +431,11 @@ class ThroughputMeter:
             "measured_steps": tot.measured_steps,
             "measured_samples": tot.measured_samples if self.counts_samples else None,
             "measured_seconds": tot.measured_seconds,
-            "steps_per_sec": rates[0] if measured else None,
-            "samples_per_sec": rates[1] if measured else None,
-            "samples_per_sec_per_replica": rates[2] if measured else None,
-            "tflops_per_sec": rates[3] if measured else None,
-            "mfu": rates[4] if measured else None,
+            "steps_per_sec": rates.steps_per_sec if measured else None,
+            "samples_per_sec": rates.samples_per_sec if measured else None,
+            "samples_per_sec_per_replica": rates.samples_per_sec_per_replica if measured else None,
+            "tflops_per_sec": rates.tflops_per_sec if measured else None,
+            "mfu": rates.mfu if measured else None,
             "steady_steps_per_sec": steady_rate((e.steady_steps_per_sec, e.steady_sec) for e in tot.epochs),
             "steady_samples_per_sec": steady_rate((e.steady_samples_per_sec, e.steady_sec) for e in tot.epochs),
             "train_seconds": tot.measured_seconds,
@@ -585,11 +582,10 @@ class ThroughputMeter:
         tot.measured_steps += steps
         tot.measured_samples += samples or 0
         tot.measured_seconds += seconds
-        sps, samps, per_replica, tflops, mfu = self._rates(steps, samples, seconds)
-        return Window(self.step, steps, samples, seconds, sps, samps, per_replica, tflops, mfu)
+        return Window(self.step, steps, samples, seconds, **dataclasses.asdict(self._rates(steps, samples, seconds)))
 
     def _rates(self, steps: int, samples: int | None, seconds: float) -> Rates:
-        """Rates over `seconds` (:func:`~keras_gpu.meters.throughput_window.window_rates`), samples if counted."""
+        """Rates over `seconds` (:func:`~keras_gpu.meters.throughput_records.window_rates`), samples if counted."""
         return window_rates(
             steps,
             samples if self.counts_samples else None,

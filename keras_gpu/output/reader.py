@@ -9,7 +9,7 @@ plain, JSON-serialisable data. `keras-gpu report` renders it as tables.
 
 Means are weighted by time: a rate's mean is the mean over the windows
 weighted by each window's wall time (so samples/s is samples over seconds),
-a steady rate's mean is :func:`keras_gpu.meters.throughput.steady_rate` over the
+a steady rate's mean is :func:`keras_gpu.meters.throughput_records.steady_rate` over the
 epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a step-time
 part's mean is weighted by the steps each trace covered.
 Every hint names the measurement it follows from

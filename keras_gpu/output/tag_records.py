@@ -10,7 +10,7 @@ tables the writer uses.
 
 Means are weighted by time: a rate's mean is the mean over the windows
 weighted by each window's wall time (so samples/s is samples over seconds),
-a steady rate's mean is :func:`keras_gpu.meters.throughput.steady_rate` over
+a steady rate's mean is :func:`keras_gpu.meters.throughput_records.steady_rate` over
 the epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a
 step-time part's mean is weighted by the steps each trace covered.
 """
@@ -23,7 +23,7 @@ import statistics
 
 from keras_gpu.meters.cluster_view import PARTS, GatherFacts, verdict_over
 from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
-from keras_gpu.meters.throughput import steady_rate
+from keras_gpu.meters.throughput_records import steady_rate
 from keras_gpu.output import tags as _tags
 from keras_gpu.output.report_records import (
     ClusterReport,
@@ -121,7 +121,7 @@ def read_throughput(scalars: Scalars) -> Throughput:
 
     A window's time is its steps (the global-step axis advances by them, from
     0 for the first window) over its steps/s. Steady-state rates, one point
-    per epoch, have their `mean` from :func:`keras_gpu.meters.throughput.steady_rate`,
+    per epoch, have their `mean` from :func:`keras_gpu.meters.throughput_records.steady_rate`,
     each epoch weighted by its steady seconds (`time/train_sec -
     time/first_step_sec`, logged at the same step).
     """

@@ -214,7 +214,8 @@ STEP_COMMUNICATION_SEC = Tag(
 )
 STEP_OTHER_SEC = Tag(
     "step_time/other_sec", "s/step",
-    "the rest of the step: host-side overhead (Python, callbacks, launching) and idle time",
+    "the rest of the step: host-side overhead (Python, callbacks, launching) and idle time; "
+    "input_sec + compute_sec + communication_sec + other_sec = step_sec",
     "StepTimeLogger", _STEP_CHART,
 )
 REPLICA_COMPUTE_SEC = Tag(
@@ -321,7 +322,8 @@ ALLOC_CURRENT = Tag(
     "MemoryLogger", (_MEMORY, "allocator in use (bytes), per device"),
 )
 ALLOC_PEAK = Tag(
-    "memory/allocator/{device}/peak_bytes", "bytes", "the allocator's peak within the window",
+    "memory/allocator/{device}/peak_bytes", "bytes",
+    "the allocator's peak within the window (on JAX, which cannot reset it: since the process started)",
     "MemoryLogger", (_MEMORY, "allocator peak (bytes), window and run, per device"),
 )
 ALLOC_RUN_PEAK = Tag(
@@ -344,7 +346,8 @@ GPU_MEMORY_TOTAL = Tag(
     "gpu/{gpu}/memory_total_bytes", "bytes", "the GPU's total memory", "MemoryLogger (NVML)", _GPU_MEM_USED
 )
 GPU_PROCESS_MEMORY, GPU_PROCESS_MEMORY_MAX = _gpu_pair(
-    "process_memory_bytes", "bytes", "memory used on the GPU by this process",
+    "process_memory_bytes", "bytes",
+    "memory used on the GPU by this process (absent where the driver does not list the process, e.g. in a container)",
     (_MEMORY, "GPU memory of this process (bytes), per GPU"),
 )
 GPU_UTILIZATION, GPU_UTILIZATION_MAX = _gpu_pair(
@@ -373,14 +376,29 @@ PLACEMENT_HOST_DEVICE_COPY_OPS = Tag(
     "placement/host_device_copy_ops", "ops", "the transfers among them between host and accelerator memory",
     "PlacementLogger", (_PLACEMENT, "CPU fallbacks and copies (ops)"),
 )
-PLACEMENT_STRATEGY = Tag("placement/strategy", "Markdown", "the strategy and its replicas", "PlacementLogger", text=True)
-PLACEMENT_VARIABLES = Tag("placement/variables", "Markdown", "where each variable lives", "PlacementLogger", text=True)
-PLACEMENT_OPS_PER_DEVICE = Tag(
-    "placement/ops_per_device", "Markdown", "ops of the training step per device", "PlacementLogger", text=True
+PLACEMENT_STRATEGY = Tag(
+    "placement/strategy", "Markdown",
+    "the strategy: its class and keras-gpu kind, replicas in sync, this worker's replica devices, worker index and "
+    "count, chief",
+    "PlacementLogger", text=True,
 )
-PLACEMENT_COPIES = Tag("placement/copies", "Markdown", "cross-device transfers", "PlacementLogger", text=True)
+PLACEMENT_VARIABLES = Tag(
+    "placement/variables", "Markdown",
+    "where each variable lives: its path, group, shape, dtype, kind and component devices, and bytes per device set",
+    "PlacementLogger", text=True,
+)
+PLACEMENT_OPS_PER_DEVICE = Tag(
+    "placement/ops_per_device", "Markdown",
+    "ops of the training step per device: placed ops, compute ops and XLA clusters", "PlacementLogger", text=True,
+)
+PLACEMENT_COPIES = Tag(
+    "placement/copies", "Markdown", "cross-device transfers per step, by kind and by tensor", "PlacementLogger",
+    text=True,
+)
 PLACEMENT_CPU_FALLBACKS = Tag(
-    "placement/cpu_fallbacks", "Markdown", "the ops that fell back to the CPU", "PlacementLogger", text=True
+    "placement/cpu_fallbacks", "Markdown",
+    "the ops that ran on a CPU while the replicas run on accelerators, by type and by name", "PlacementLogger",
+    text=True,
 )
 
 # -- the scaling study (`keras-gpu scale`; the step is the total replica count) --------

@@ -29,15 +29,16 @@ Importing this module imports neither TensorFlow nor Keras.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Any
 
 from keras_gpu.core.backend import require_tensorflow, selected
+from keras_gpu.core.checks import check_keywords, declared_signature
 from keras_gpu.core.log import logger
 from keras_gpu.setup import jax_devices
 from keras_gpu.setup.device_config import DeviceConfig
 from keras_gpu.setup.device_plan import make_plan
-from keras_gpu.setup.device_request import parse_request
+from keras_gpu.setup.device_request import DeviceArguments, parse_request
 from keras_gpu.setup.device_settings import apply
 from keras_gpu.setup.device_snapshot import take_snapshot
 
@@ -46,24 +47,7 @@ __all__ = ["DeviceConfig", "configure_devices"]
 _lock = threading.Lock()
 
 
-def configure_devices(
-    *,
-    visible_gpus: Sequence[int] | Literal["all"] | None = None,
-    memory_growth: bool | None = None,
-    memory_limit_mb: float | Mapping[int, float] | None = None,
-    memory_fraction: float | Mapping[int, float] | None = None,
-    logical_gpus: int | Sequence[float] | Mapping[int, int | Sequence[float]] | None = None,
-    cpu_devices: int | None = None,
-    soft_placement: bool | None = None,
-    log_placement: bool | None = None,
-    mixed_precision: str | None = None,
-    xla: bool | None = None,
-    tf32: bool | None = None,
-    intra_op_threads: int | None = None,
-    inter_op_threads: int | None = None,
-    gpu_thread_mode: str | None = None,
-    gpu_thread_count: int | None = None,
-) -> DeviceConfig:
+def configure_devices(**arguments: Any) -> DeviceConfig:
     """Configure TensorFlow's devices and runtime options in one validated call.
 
     On Keras' JAX backend, the settings with a JAX meaning are applied to JAX
@@ -92,6 +76,11 @@ def configure_devices(
     ```
 
     Args:
+        **arguments: The keywords below, declared once by
+            `keras_gpu.setup.device_request.DeviceArguments` (the function's
+            `__signature__` lists them, each defaulting to `None`).
+
+    Keyword Args:
         visible_gpus: GPU indices TensorFlow may use, e.g. `[0]`, or `"all"`.
             `[]` hides every GPU.
         memory_growth: Allocate GPU memory on demand instead of all at start.
@@ -145,16 +134,23 @@ def configure_devices(
         >>> dict(keras_gpu.configure_devices(cpu_devices=2).in_force)  # asking again changes nothing
         {'cpu_devices': 2}
     """
-    arguments = dict(locals())
+    check_keywords("configure_devices", arguments, _KEYWORDS)
+    given = DeviceArguments(**arguments)
     if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
-        return jax_devices.configure_devices(**arguments)
+        return jax_devices.configure_devices(given)
     require_tensorflow("keras_gpu.configure_devices()")
-    return _configure_tensorflow(arguments)
+    return _configure_tensorflow(given)
 
 
-def _configure_tensorflow(arguments: Mapping[str, Any]) -> DeviceConfig:
+_KEYWORDS = tuple(f.name for f in fields(DeviceArguments))
+"""The keywords of :func:`configure_devices`: `DeviceArguments`' fields, declared there once."""
+
+configure_devices.__signature__ = declared_signature(configure_devices, DeviceArguments)  # type: ignore[attr-defined]
+
+
+def _configure_tensorflow(arguments: DeviceArguments) -> DeviceConfig:
     """Check, plan and apply `arguments` on TensorFlow (the three steps of the module docstring)."""
-    req = parse_request(**arguments)
+    req = parse_request(arguments)
     with _lock:
         plan = make_plan(req, take_snapshot(req))
         if plan.skipped:

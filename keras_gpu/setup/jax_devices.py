@@ -36,7 +36,7 @@ from typing import Any
 from keras_gpu.core.log import logger
 from keras_gpu.setup.device_args import show
 from keras_gpu.setup.device_config import DeviceConfig
-from keras_gpu.setup.device_request import parse_request
+from keras_gpu.setup.device_request import DeviceArguments, parse_request
 
 __all__ = ["NOT_ON_JAX", "backends_started", "configure_devices"]
 
@@ -75,7 +75,7 @@ def backends_started() -> bool:
     return backends_initialized()
 
 
-def configure_devices(**kwargs: Any) -> DeviceConfig:
+def configure_devices(arguments: DeviceArguments) -> DeviceConfig:
     """Apply `keras_gpu.configure_devices`' arguments on JAX (see the module docstring); same arguments and record.
 
     Raises:
@@ -85,10 +85,10 @@ def configure_devices(**kwargs: Any) -> DeviceConfig:
         RuntimeError: JAX has already started its backends and a setting it
             read then would change. Nothing is changed in any of these cases.
     """
-    req = parse_request(**kwargs)
+    req = parse_request(arguments)
     foreign = [name for name in NOT_ON_JAX if getattr(req, name) is not None]
     if foreign:
-        shown = ", ".join(f"{name}={kwargs[name]!r}" for name in foreign)
+        shown = ", ".join(f"{name}={getattr(arguments, name)!r}" for name in foreign)
         raise ValueError(
             f"{', '.join(f'`{n}`' for n in foreign)} {'has' if len(foreign) == 1 else 'have'} no meaning on Keras' JAX "
             "backend; on JAX configure_devices takes visible_gpus, memory_growth, memory_fraction (one share for "
@@ -97,7 +97,7 @@ def configure_devices(**kwargs: Any) -> DeviceConfig:
     if isinstance(req.memory_fraction, Mapping):
         raise TypeError(
             "`memory_fraction` on JAX is one share for every GPU (XLA_PYTHON_CLIENT_MEM_FRACTION), not a per-GPU "
-            f"mapping. Pass a float. Received: memory_fraction={kwargs['memory_fraction']!r}"
+            f"mapping. Pass a float. Received: memory_fraction={arguments.memory_fraction!r}"
         )
     wanted = {name: getattr(req, name) for name in (*_BEFORE_START, "mixed_precision", "tf32")}
     wanted = {name: value for name, value in wanted.items() if value is not None}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from keras_gpu.core.checks import check_choice
+from keras_gpu.core.checks import check_choice, check_keywords
 from keras_gpu.core.cluster import SOURCES, ClusterOptions
 
 __all__ = [
@@ -179,12 +179,7 @@ def keyword_arguments(
         TypeError: `options` names a keyword that is not declared.
     """
     declared = StrategyOptions.keywords(internal=internal)
-    unknown = [name for name in options if name not in declared]
-    if unknown:
-        raise TypeError(
-            f"{function}() got an unexpected keyword argument {unknown[0]!r}. It takes "
-            f"{', '.join([*declared, *extra])}. Received: {unknown[0]}={options[unknown[0]]!r}"
-        )
+    check_keywords(function, options, list(declared), extra=extra)
     return {name: options.get(name, p.default) for name, p in declared.items()} | {"kind": kind}
 
 

@@ -1,0 +1,386 @@
+"""What `ThroughputLogger` meters a `fit` with, settled once per fit: the data schedule, the sample counter, the FLOPs.
+
+Never per batch. Each part gives the callback one thing for its
+:class:`~keras_gpu.meters.throughput.ThroughputMeter`; where a number cannot
+be had, one hint (once per process) names the argument to pass.
+
+* The data schedule (:func:`fit_schedule`): from
+  :func:`~keras_gpu.hooks.fit_introspection.inspect_fit`'s
+  :class:`~keras_gpu.hooks.fit_introspection.FitData`, overridden by the
+  callback's `batch_size=` and `samples_per_epoch=`.
+* The sample counter (:func:`choose_counter`), where the batch size is not
+  known before `fit` runs: running totals `(steps, samples)` of the fit, all
+  workers' samples, read once per window. The first source that applies:
+  on TensorFlow Keras' own count (:class:`KerasCount` over
+  :class:`keras_gpu.setup.keras_compat.KerasSampleCount`), which needs an
+  epoch whose length Keras knows; on TensorFlow otherwise the counting probe
+  in the training step (:mod:`keras_gpu.hooks.step_probe` with
+  `timing=False`), installed by :func:`install_probe` before `fit` builds its
+  train function; on JAX and PyTorch the batches the train function takes
+  from `fit`'s epoch iterator
+  (:func:`keras_gpu.hooks.fit_introspection.count_batches`). What each costs
+  and where it is exact: the `ThroughputLogger` docstring.
+* Training FLOPs per sample (:func:`flops_per_sample`) and the replicas'
+  summed peak FLOP/s (:func:`peak_flops_total`), for `throughput/tflops_per_sec`
+  and `throughput/mfu`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from keras_gpu.core import backend, topology
+from keras_gpu.core.log import Once, call_with
+from keras_gpu.hooks import step_probe
+from keras_gpu.hooks.fit_introspection import FitData, count_batches, inspect_fit
+from keras_gpu.meters import model_flops
+from keras_gpu.meters.throughput_records import DataSchedule
+
+if TYPE_CHECKING:
+    from keras_gpu.setup.keras_compat import KerasSampleCount
+
+__all__ = [
+    "PROBE_NEXT",
+    "KerasCount",
+    "choose_counter",
+    "count_in_step_next",
+    "fit_schedule",
+    "flops_per_sample",
+    "install_probe",
+    "keras_count",
+    "peak_flops_total",
+]
+
+# -- the data schedule ------------------------------------------------------------------
+
+def fit_schedule(
+    model: Any,
+    data: FitData | None,
+    *,
+    batch_size: int | None,
+    samples_per_epoch: int | None,
+    counted: bool,
+    caller: object,
+    once: Once,
+) -> DataSchedule:
+    """The :class:`~keras_gpu.meters.throughput_records.DataSchedule` of the running fit.
+
+    Args:
+        model: The model in `fit`.
+        data: What `inspect_fit` found, or `None`.
+        batch_size: The user's global batch size, or `None`.
+        samples_per_epoch: The user's samples per pass, or `None`.
+        counted: Whether a sample counter counts (then an unknown batch size
+            needs no hint: the schedule counts steps only).
+        caller: The callback, named in the hints.
+        once: Scope of the hints.
+    """
+    data = data or FitData(steps_per_execution=_int_attr(model, "steps_per_execution") or 1)
+    batch = batch_size or data.batch_size
+    last = _last_batch(data, batch_size, samples_per_epoch, caller, once)
+    batches = data.batches_per_pass
+    if samples_per_epoch is not None and batch is not None:
+        last, batches = _from_samples(data, batch, samples_per_epoch, last, once, caller)
+    if (batch is None or last is None) and counted:
+        batch = last = None  # the counter counts
+    elif batch is None or last is None:
+        batch = last = None
+        once.log(
+            logging.WARNING,
+            f"throughput:no-batch:{data.adapter}",
+            "keras-gpu: ThroughputLogger cannot tell how many samples each step processes (training data: %s%s), "
+            "so it logs only steps/s. Pass %s (the global batch size, all replicas; `samples_per_epoch=` too "
+            "if the last batch of each epoch is short) to log samples/s, TFLOP/s and MFU.",
+            data.adapter,
+            " without a static batch dimension" if data.adapter == "TFDatasetAdapter" else "",
+            call_with(caller, "batch_size"),
+        )
+    return DataSchedule(
+        batch_size=batch,
+        last_batch_size=last,
+        batches_per_pass=batches,
+        infinite=data.infinite and batches is None,
+        steps_per_epoch=data.steps_per_epoch,
+        steps_per_execution=data.steps_per_execution,
+    )
+
+
+def _last_batch(
+    data: FitData, batch_size: int | None, samples_per_epoch: int | None, caller: object, once: Once
+) -> int | None:
+    """The last batch's size from the data, or from the user's `batch_size` (before `samples_per_epoch`)."""
+    last = data.last_batch_size
+    if batch_size is None:
+        return last
+    if data.batch_size is not None and batch_size != data.batch_size:
+        once.log(
+            logging.WARNING,
+            "throughput:batch-mismatch",
+            "keras-gpu: %s differs from the batch size of the training data (%d); "
+            "using %d. `batch_size` is the global batch: all replicas on all workers.",
+            call_with(caller, batch_size=batch_size),
+            data.batch_size,
+            batch_size,
+        )
+        return batch_size
+    if last is None:
+        last = batch_size
+        if not data.infinite and samples_per_epoch is None:
+            once.log(
+                logging.INFO,
+                "throughput:assume-full",
+                "keras-gpu: ThroughputLogger assumes every batch holds batch_size=%d samples; pass "
+                "%s if the last batch of each epoch is shorter.",
+                batch_size,
+                call_with(caller, "batch_size", "samples_per_epoch"),
+            )
+    return last
+
+
+def _from_samples(
+    data: FitData, batch: int, samples_per_epoch: int, last: int | None, once: Once, caller: object
+) -> tuple[int | None, int | None]:
+    """`(last batch size, batches per pass)` with the user's `samples_per_epoch` (ignored for infinite data)."""
+    batches = data.batches_per_pass
+    if data.infinite:
+        once.log(
+            logging.WARNING,
+            "throughput:samples-infinite",
+            "keras-gpu: ThroughputLogger ignores samples_per_epoch=%d: the training data repeats forever, "
+            "so every batch is full.",
+            samples_per_epoch,
+        )
+        return last, batches
+    explicit = DataSchedule.from_samples(samples_per_epoch, batch)
+    if batches is not None and batches != explicit.batches_per_pass:
+        once.log(
+            logging.WARNING,
+            "throughput:samples-mismatch",
+            "keras-gpu: %s with batch size %d gives %d batches per "
+            "pass, but the training data has %d; using samples_per_epoch.",
+            call_with(caller, samples_per_epoch=samples_per_epoch),
+            batch,
+            explicit.batches_per_pass,
+            batches,
+        )
+    return explicit.last_batch_size, explicit.batches_per_pass
+
+
+def _int_attr(obj: Any, name: str) -> int | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# -- the sample counter -----------------------------------------------------------------
+
+#: Set on a model whose Keras count could not be trusted in a fit: its next fit counts in the step.
+PROBE_NEXT = "_keras_gpu_count_in_step"
+
+
+def keras_count(model: Any, data: FitData | None, *, probe_only: bool = False) -> KerasSampleCount | None:
+    """Keras' own sample count, where it can be read exactly at the epoch's last batch end; else `None`.
+
+    That needs Keras' default TensorFlow training step and an epoch whose
+    length Keras knows (its last batch end is where the count is read:
+    validation and callbacks calling `evaluate` reset it after that). A
+    model whose count was lost in an earlier fit (reset within an epoch,
+    or past 2**24 samples per replica and epoch) counts with the probe, and
+    so does every model with `probe_only`.
+    """
+    if probe_only or data is None or data.num_batches is None:
+        return None
+    if getattr(model, PROBE_NEXT, False):
+        return None
+    from keras_gpu.setup.keras_compat import keras_sample_count
+
+    return keras_sample_count(model)
+
+
+def install_probe(model: Any, *, probe_only: bool = False) -> None:
+    """Install the counting probe on `model` where the coming `fit` needs it (TensorFlow only).
+
+    Call it from `set_model`, before `fit` builds its train function: the
+    probe must be in the step that function runs. Needed where the batch size
+    is not known from `fit`'s data and Keras' own count cannot be read.
+    """
+    if backend.name() != "tensorflow":
+        return
+    data = inspect_fit(model)
+    counted = data is not None and (data.batch_size is None or data.last_batch_size is None)
+    if counted and keras_count(model, data, probe_only=probe_only) is None:
+        step_probe.install(model, len(backend.replica_devices(model)), timing=False)
+
+
+def choose_counter(
+    model: Any, data: FitData | None, *, workers: int, probe_only: bool = False
+) -> Callable[[], tuple[int | None, int | None]] | None:
+    """Running totals `(steps, samples)` of this fit, all workers' samples; `None` where nothing counts.
+
+    Args:
+        model: The model in `fit`.
+        data: What :func:`keras_gpu.hooks.fit_introspection.inspect_fit` found.
+        workers: Workers in the job (each counts its own replicas' samples).
+        probe_only: Never Keras' own count (benchmarks compare the two).
+
+    Returns:
+        A :class:`KerasCount`, the probe's counts, JAX/PyTorch's batch
+        counter, or `None`.
+    """
+    if backend.name() != "tensorflow":
+        return count_batches(model)  # the batches' own shapes: global arrays under a JAX distribution
+    probe = step_probe.installed(model)
+    source = keras_count(model, data, probe_only=probe_only) if probe is None else None
+    if source is not None:
+        return KerasCount(source, workers, data.num_batches)
+    if probe is None:
+        return None
+
+    def counts() -> tuple[int, int]:
+        steps, samples = probe.counts()
+        return steps, samples * workers  # exact for equal batches on every worker
+
+    return counts
+
+
+def count_in_step_next(model: Any) -> None:
+    """Mark `model` so that its next fit counts its samples in the step (its Keras count was lost)."""
+    object.__setattr__(model, PROBE_NEXT, True)
+
+
+class KerasCount:
+    """This fit's running samples from Keras' own per-epoch count (a :class:`KerasSampleCount`).
+
+    Called as a meter's counter: `(None, samples)` (Keras' batch index counts
+    the steps), all workers' samples (this worker's times the workers, as
+    with the probe). Keras resets its count before each epoch: each epoch's
+    reads are deltas from the read in :meth:`epoch_begin`, and the read at
+    the epoch's last batch end (:meth:`epoch_end`) holds until the next
+    epoch. A count reset within the epoch (by a callback before this one)
+    or past the float's exact range gives `None`: samples not logged from
+    then on (:attr:`lost_reason` says why).
+
+    Args:
+        source: Keras' count of the model in `fit`.
+        workers: Workers in the job.
+        num_batches: Steps Keras runs per epoch: the count is read at the
+            batch end of index :attr:`last_index`.
+    """
+
+    def __init__(self, source: KerasSampleCount, workers: int, num_batches: int) -> None:
+        self._source = source
+        self._workers = workers
+        self.last_index = num_batches - 1
+        self._last = 0.0
+        self._total = 0.0
+        self._frozen = True  # before the first epoch, the count is the previous fit's or evaluate's
+        self._resets = source.resets
+        self.lost_reason: str | None = None  # why the count cannot be trusted any more
+
+    def epoch_begin(self) -> None:
+        """Start counting an epoch: from Keras' count after its reset before this epoch."""
+        self._frozen = False
+        self._resets = self._source.resets  # Keras' reset before this epoch is the last allowed
+        self._last = sum(self._read())  # 0 after that reset; read, not assumed
+
+    def epoch_end(self) -> None:
+        """Read the count at the epoch's last batch end; it holds until the next epoch."""
+        self.__call__()
+        self._frozen = True
+
+    def __call__(self) -> tuple[None, int | None]:
+        if not self._frozen and self.lost_reason is None:
+            values = self._read()
+            now = sum(values)
+            if now < self._last or self._source.resets != self._resets:
+                self.lost_reason = "was reset during the epoch (a callback calling `evaluate`?)"
+            elif max(values) >= self._source.exact_below:
+                self.lost_reason = (
+                    f"counts exactly only to {self._source.exact_below:.0f} samples per replica and epoch"
+                )
+            else:
+                self._total += now - self._last
+                self._last = now
+        return None, (None if self.lost_reason else round(self._total) * self._workers)
+
+    def _read(self) -> list[float]:
+        return self._source.read()
+
+
+# -- FLOPs and peak FLOP/s ---------------------------------------------------------------
+
+def flops_per_sample(
+    model: Any, data: FitData | None, *, given: float | None, caller: object, once: Once
+) -> float | None:
+    """Training FLOPs per sample (forward and backward) of `model`, or `None` where they cannot be counted.
+
+    Args:
+        model: The model in `fit`.
+        data: The running fit's data: its input spec counts a model not yet
+            called.
+        given: The user's `flops_per_sample`, which overrides the count.
+        caller: The callback, named in the hint.
+        once: Scope of the hint.
+    """
+    if given is not None:
+        return float(given)
+    value = model_flops.training_flops_per_sample(model)
+    spec = None if data is None else data.x_spec if data.x_spec is not None else data.x_shapes
+    if value is None and spec is not None:  # a dimension the model leaves to the data (RNN time steps): the data's
+        value = model_flops.training_flops_per_sample(model, spec)
+    if value is None:
+        once.log(
+            logging.INFO,
+            "throughput:no-flops",
+            "keras-gpu: ThroughputLogger could not count the FLOPs of model %r (%s), so "
+            "throughput/tflops_per_sec and throughput/mfu are not logged; pass %s "
+            "(training FLOPs per sample, about 3x the forward FLOPs) to log them.",
+            getattr(model, "name", "?"),
+            model_flops.flops_failure(model),
+            call_with(caller, "flops_per_sample"),
+        )
+    return value
+
+
+def peak_flops_total(
+    model: Any, devices: list[str], num_replicas: int, *, given: float | None, caller: object, once: Once
+) -> float | None:
+    """The summed peak FLOP/s of all `num_replicas` replica devices for `model`'s compute dtype, or `None`.
+
+    Args:
+        model: The model in `fit`.
+        devices: This worker's replica devices.
+        num_replicas: Replicas of all workers.
+        given: The user's `peak_flops` of one replica's device, which
+            overrides the table of :mod:`keras_gpu.meters.flops`.
+        caller: The callback, named in the hint.
+        once: Scope of the hint.
+    """
+    if given is not None:
+        return float(given) * num_replicas
+    kinds = {topology.device_type(d) or "device" for d in devices}
+    dtype = backend.compute_dtype(model)
+    if kinds != {"GPU"}:
+        once.log(
+            logging.INFO,
+            "throughput:no-peak",
+            "keras-gpu: ThroughputLogger logs no throughput/mfu: no peak FLOP/s is known for %s devices. "
+            "Pass %s (peak FLOP/s of one replica's device) to log it.",
+            "/".join(sorted(kinds)),
+            call_with(caller, "peak_flops"),
+        )
+        return None
+    local, names = model_flops.gpu_peak_flops(model, dtype)
+    if local is None:
+        once.log(
+            logging.INFO,
+            "throughput:no-peak",
+            "keras-gpu: ThroughputLogger logs no throughput/mfu: no %s peak FLOP/s is known for %s. "
+            "Pass %s (peak FLOP/s of one replica's device) to log it.",
+            dtype,
+            ", ".join(sorted(set(names))) or "this GPU",
+            call_with(caller, "peak_flops"),
+        )
+        return None
+    return local * max(1, num_replicas // max(1, len(devices)))
