@@ -225,12 +225,14 @@ class StepTimeLogger(LoggingCallback):
         return [] if out is None else out.traces
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the last `fit`'s traces are parsed and written; whether they are.
+        """Wait until the last `fit`'s traces are stopped, parsed and written; whether they are.
 
-        `fit` does not wait for them: a trace still being parsed when `fit`
-        ends is finished on a background thread, its points written and the
-        end-of-fit line logged when it is ready (and before the interpreter
-        exits). Reading :attr:`last` or :attr:`traces` after `fit` waits too.
+        `fit` does not wait for them: a trace still stopping or being parsed
+        when `fit` ends is finished on background threads, its points written
+        and the end-of-fit line logged when it is ready (and before the
+        interpreter exits). Reading :attr:`last` or :attr:`traces` after `fit`
+        waits too. Call it before starting a profiler of your own right after
+        `fit`: the backend's profiler is one per process.
 
         Args:
             timeout: Seconds to wait at most; `None` waits as long as it takes.

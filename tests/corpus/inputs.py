@@ -81,25 +81,23 @@ AUGMENT_FLOPS = 2 * (10 * 10 * 4) * (3 * 3 * 3) + 2 * 4 * 2  # 21,616
 
 
 def timeseries_lstm() -> Built:
-    """Windows of 64 steps of a 3-feature series, each with feature 0 ten rows after its start as target; an LSTM.
+    """Windows of 320 steps of a 3-feature series, each with feature 0 ten rows after its start as target; an LSTM.
 
-    `timeseries_dataset_from_array(series[:-10], series[10:, 0], 64, batch_size=32)`:
-    690 rows give 690 - 64 + 1 = 627 windows a pass, in batches of 32 (last 19).
-    The LSTM's 64 steps make a profiler trace of about a megabyte on
-    TensorFlow. (The profiler's own `stop()` runs on the training thread and
-    grows with the trace: about 1.6 s for 10 MB; `fit` no longer waits for the
-    parse, whatever the size: `tests/test_fit_returns.py`.)
+    `timeseries_dataset_from_array(series[:-10], series[10:, 0], 320, batch_size=32)`:
+    690 rows give 690 - 320 + 1 = 371 windows a pass, in batches of 32 (last 19).
+    The LSTM's 320 steps make a profiler trace of several megabytes on
+    TensorFlow, whose stop and parse `fit` never waits for.
     """
     gen = rng()
     series = np.cumsum(gen.normal(size=(700, 3)), axis=0).astype("float32")
-    ds = keras.utils.timeseries_dataset_from_array(series[:-10], series[10:, 0], sequence_length=64, batch_size=32)
-    model = keras.Sequential([keras.Input((64, 3)), layers.LSTM(8), layers.Dense(1)], name="timeseries_lstm")
+    ds = keras.utils.timeseries_dataset_from_array(series[:-10], series[10:, 0], sequence_length=320, batch_size=32)
+    model = keras.Sequential([keras.Input((320, 3)), layers.LSTM(8), layers.Dense(1)], name="timeseries_lstm")
     model.compile("adam", "mse", metrics=[TrainedSamples()])
-    return Built(model, {"x": ds}, 2 * 627, "tf.data")
+    return Built(model, {"x": ds}, 2 * 371, "tf.data")
 
 
-# Per step: input 3x32 and state 8x32 kernels: 2*(96 + 256) = 704, times 64 steps = 45,056; Dense 8->1: 16.
-TIMESERIES_FLOPS = 64 * 2 * (3 * 32 + 8 * 32) + 2 * 8  # 45,072
+# Per step: input 3x32 and state 8x32 kernels: 2*(96 + 256) = 704, times 320 steps = 225,280; Dense 8->1: 16.
+TIMESERIES_FLOPS = 320 * 2 * (3 * 32 + 8 * 32) + 2 * 8  # 225,296
 
 
 # --------------------------------------------------------------------------- PyDataset
