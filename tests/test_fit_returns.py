@@ -172,7 +172,7 @@ class _HeldStops:
 
         self.hold, self.batches = hold, 0
         self.released = threading.Event()
-        self.stop_threads, self.starts_while_stopping, self.stops_held, self.starts_waited = [], 0, 0, 0
+        self.stop_threads, self.starts_while_stopping, self.stops_held = [], 0, 0
         self.stopping = self.fit_over = False
         real = step_time_trace.backend_profiler()
         stops = step_time_trace._STOPS
@@ -192,10 +192,9 @@ class _HeldStops:
             real.stop()
             self.stopping = False
 
-        def wait():
-            self.starts_waited += self.stopping
+        def wait(timeout):
             self.released.set()
-            real_wait()
+            return real_wait(timeout)
 
         monkeypatch.setattr(stops, "wait", wait)
         wrapped = step_time_trace.Profiler(start, stop, real.mark)
@@ -235,3 +234,26 @@ def test_the_profiler_stops_off_the_training_thread_and_its_trace_holds_only_the
     # (The fit's last epoch may cut its last trace short.)
     steps = [t.steps for t in cb.traces]
     assert steps[:-1] == [4] * (len(steps) - 1) and 1 <= steps[-1] <= 4
+
+
+def test_a_stop_that_never_ends_turns_tracing_off_with_one_warning(tmp_path, monkeypatch, caplog):
+    from keras_gpu.hooks import step_time_trace
+
+    # The first trace's stop never ends (as a profiler stop once hung in a multi-worker process); the next
+    # trace's start waits STOP_WAIT_S for it, then tracing is off for the fit and training goes on.
+    never = threading.Event()
+    real = step_time_trace.backend_profiler()
+    stuck = step_time_trace.Profiler(real.start, lambda: (never.wait(), real.stop()), real.mark)
+    monkeypatch.setattr(step_time_logger, "backend_profiler", lambda: stuck)
+    monkeypatch.setattr(step_time_trace, "STOP_WAIT_S", 0.5)
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    cb = StepTimeLogger(tmp_path, profile_steps=2, warmup_steps=2, profile_every_s=1e-3)
+    x, y = _arrays(16 * 20)
+    history = _model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    assert len(history.history["loss"]) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "last stop has not ended after 0.5 s" in warnings[0]
+    assert not cb.wait(timeout=0)  # the stuck stop still holds the fit's output
+    never.set()  # the stop ends; its trace is read, and no other trace was started
+    assert cb.wait()
+    assert [t.steps for t in cb.traces] == [2]

@@ -30,6 +30,7 @@ from keras_gpu.meters import xspace
 
 __all__ = [
     "PROFILE_SUBDIR",
+    "STOP_WAIT_S",
     "Profiler",
     "TraceJob",
     "TraceParser",
@@ -60,13 +61,15 @@ class _Stops:
             self._pending -= 1
             self._idle.notify_all()
 
-    def wait(self) -> None:
-        """Until no stop is under way."""
+    def wait(self, timeout: float) -> bool:
+        """Until no stop is under way, for `timeout` seconds at most; whether none is."""
         with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
 
 _STOPS = _Stops()
+#: How long a trace's start waits for the last trace's stop; past it, tracing is off for the fit (one warning).
+STOP_WAIT_S = 30.0
 
 
 class Profiler:
@@ -313,12 +316,13 @@ class TraceSchedule:
         # each trace goes to a directory of its own first; the parser thread
         # moves it under plugins/profile/ with a name no other trace has.
         self.staging = tempfile.mkdtemp(prefix="keras-gpu-trace-")
-        # Only where traces come faster than a stop takes (a short `profile_every_s`, or a fit that traces
-        # right after one whose last trace is still stopping): the profiler is one per process.
-        _STOPS.wait()
         try:
             if not self.profiler_ok:
                 raise RuntimeError("the profiler failed earlier in this fit")
+            # Only where traces come faster than a stop takes (a short `profile_every_s`, or a fit that traces
+            # right after one whose last trace is still stopping): the profiler is one per process.
+            if not _STOPS.wait(STOP_WAIT_S):
+                raise RuntimeError(f"the profiler's last stop has not ended after {STOP_WAIT_S:g} s")
             self.profiler.start(self.staging)
         except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
             shutil.rmtree(self.staging, ignore_errors=True)
