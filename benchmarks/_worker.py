@@ -180,6 +180,7 @@ def _overhead(spec: dict[str, Any], runner: _Runner, wrapper_s: float) -> dict[s
         "variants": variants,
         "wrapper_overhead_s": wrapper_s,
         "devices": _devices(runner.strategy),
+        "jax_clock_s_per_call": _jax_clock_s_per_call(),
         "skipped": {},
         "warmup": [],
         "pairs": [],
@@ -217,6 +218,12 @@ def _overhead(spec: dict[str, Any], runner: _Runner, wrapper_s: float) -> dict[s
 
 
 def _devices(strategy: Any) -> list[str]:
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return list(getattr(strategy, "devices", ())) or [str(d) for d in jax.local_devices()]
     try:
         return [str(d) for d in strategy.extended.worker_devices]
     except Exception:  # noqa: BLE001 - the default strategy
@@ -224,6 +231,43 @@ def _devices(strategy: Any) -> list[str]:
 
         gpus = tf.config.list_logical_devices("GPU")
         return [gpus[0].name if gpus else "/device:CPU:0"]
+
+
+def _jax_clock_s_per_call(calls: int = 20000) -> float | None:
+    """On JAX, what the cluster view's clock adds to one call of the train function (`None` elsewhere).
+
+    The clock wraps the train function outside every hook, so the hook timers
+    do not see it. Here an empty train function that takes one batch is
+    called `calls` times bare and `calls` times wrapped by a `StepClock`
+    (interleaved in 10 blocks); the median block difference per call is the
+    clock's own cost (its reads, sums and the iterator's wrapper; the wait
+    for the logs is nothing on values already computed).
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return None
+    from benchmarks._stats import median
+    from keras_gpu.hooks.step_time_cluster_jax import StepClock
+
+    def empty(state: Any, iterator: Any) -> Any:
+        return next(iterator), state
+
+    clock = StepClock()
+    wrapped = clock.wrap(empty)
+    batches = iter(range(1 << 62))
+    block = calls // 10
+    diffs = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        for _ in range(block):
+            empty(None, batches)
+        t1 = time.perf_counter()
+        for _ in range(block):
+            wrapped(None, batches)
+        t2 = time.perf_counter()
+        diffs.append(((t2 - t1) - (t1 - t0)) / block)
+    return median(diffs)
 
 
 def _accuracy_factor(pairs: list[dict[str, Any]], steps: int, epoch_s: float) -> int:

@@ -16,6 +16,10 @@ each configuration runs in its own process (:mod:`benchmarks._worker`).
 replica each, under `keras_gpu.make_strategy("multiworker")` from the
 `TF_CONFIG` the benchmark gives each (batch 64 is the global batch). Every
 worker runs the same runs in the same order, as any multi-worker job must.
+`mlp-2w-jax` is the same job on Keras' JAX backend: the same `TF_CONFIG`
+makes `keras_gpu.make_strategy("multiworker")` join the two processes with
+`jax.distributed` (CPU collectives over gloo), and nothing on its path
+imports TensorFlow, so it runs in an environment without it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["CONFIGS", "Workload", "build_model", "fit_input", "make_data", "setup_replicas", "workload"]
+__all__ = ["CONFIGS", "DEFAULT_CONFIGS", "Workload", "build_model", "fit_input", "make_data", "setup_replicas", "workload"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Workload:
             `tf.data.Dataset.from_tensor_slices(...).batch(batch_size)`: its
             batch dimension is dynamic, so ThroughputLogger counts samples
             with Keras' own count).
+        backend: Keras' backend in the measuring processes: `"tensorflow"`
+            or `"jax"` (multi-worker only).
     """
 
     name: str
@@ -50,6 +56,7 @@ class Workload:
     steps_per_epoch: int
     workers: int = 1
     input: str = "arrays"
+    backend: str = "tensorflow"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,9 +71,13 @@ CONFIGS: dict[str, Workload] = {
         Workload("cnn-1", "cnn", 1, 32, 100),
         Workload("cnn-2", "cnn", 2, 32, 24),
         Workload("mlp-2w", "mlp", 1, 64, 200, workers=2),
+        Workload("mlp-2w-jax", "mlp", 1, 64, 200, workers=2, backend="jax"),
     )
 }
 """The configurations, by name. Steps per epoch aim at epochs of roughly 0.4 s on 2 CPU cores."""
+
+DEFAULT_CONFIGS = tuple(name for name, w in CONFIGS.items() if w.backend == "tensorflow")
+"""What runs without `--configs`: the TensorFlow configurations (`mlp-2w-jax` needs JAX, and is asked for by name)."""
 
 
 def workload(name: str) -> Workload:
@@ -81,7 +92,9 @@ def setup_replicas(replicas: int, workers: int = 1) -> Any:
     """Create the devices for `replicas` replicas and return the distribution strategy.
 
     With `workers > 1` the process is one worker of a multi-worker job
-    described by its `TF_CONFIG`: the strategy is keras-gpu's multi-worker one.
+    described by its `TF_CONFIG`: the strategy is keras-gpu's multi-worker one
+    (on the JAX backend a `JaxStrategy` over the joined processes; TensorFlow
+    is not imported then).
 
     Must run before TensorFlow initialises its devices. With enough GPUs,
     replicas use the first `replicas` GPUs; with one GPU, it is split into
@@ -89,12 +102,12 @@ def setup_replicas(replicas: int, workers: int = 1) -> Any:
     devices. One replica uses TensorFlow's default strategy (on the first GPU
     if there is one).
     """
-    import tensorflow as tf
-
     if workers > 1:
         import keras_gpu
 
         return keras_gpu.make_strategy("multiworker")
+    import tensorflow as tf
+
     if replicas == 1:
         return tf.distribute.get_strategy()
     gpus = tf.config.list_physical_devices("GPU")

@@ -31,12 +31,19 @@ kept in the JSON as `cold_first_fit`, not in the tables).
 together); it runs only keras-gpu's variants, without the accuracy runs and
 the self-check, and its tables show worker 0 (`mlp-2w`) and worker 1
 (`mlp-2w/worker1`) apart: each worker's hooks are timed in its own process.
+`mlp-2w-jax` is the same two-process job on Keras' JAX backend
+(`jax.distributed`, run it with JAX installed; TensorFlow is not needed):
+`python -m benchmarks.overhead --configs mlp-2w-jax --variants kg-default`.
+There the cluster view's clock wraps the train function, outside every
+hook: its own cost per call is calibrated in each process (an empty train
+function, timed bare and wrapped) and kept as `jax_clock_s_per_call`.
 
 Variants: `kg-default` (`keras_gpu.callbacks(log_dir)`), `kg-throughput`,
 `kg-memory`, `kg-placement` (each keras-gpu callback alone, at its defaults),
 `kg-step-probe` (only what `StepTimeLogger` puts into multi-worker steps,
 installed in any job: the step probe, and in multi-worker jobs the rows'
-ride on the gradient all-reduce; their in-graph cost, seen in `vs bare`), `tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
+ride on the gradient all-reduce; their in-graph cost, seen in `vs bare`; on
+JAX the cluster view's clock around the train function), `tb-epoch` and `tb-batch` (Keras' `TensorBoard` with `update_freq="epoch"`,
 and with `update_freq=1, write_steps_per_second=True`), `timehistory` and
 `naive` (see :mod:`benchmarks.peers`), or any `module:callable`.
 
@@ -109,7 +116,7 @@ from typing import Any
 from benchmarks import _analysis
 from benchmarks._machine import describe_machine, load_average
 from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
-from benchmarks._workload import CONFIGS
+from benchmarks._workload import CONFIGS, DEFAULT_CONFIGS
 
 __all__ = ["SCHEMA", "build_parser", "failed_parts", "main", "options_from_args", "run_benchmark", "run_from_options", "write_result"]
 
@@ -127,7 +134,11 @@ def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="smaller run: 1 round, quarter-length epochs, short leak check (a few minutes)"
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help=f"comma-separated, from {', '.join(CONFIGS)} (default: all but mlp-2w-jax, which needs JAX)",
+    )
     parser.add_argument(
         "--variants",
         default=",".join(DEFAULT_VARIANTS),
@@ -223,13 +234,13 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(backend: str = "tensorflow") -> dict[str, str]:
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
     env.update(
         {
             "TF_CPP_MIN_LOG_LEVEL": "2",
-            "KERAS_BACKEND": "tensorflow",
+            "KERAS_BACKEND": backend,
             "PYTHONHASHSEED": "0",
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
         }
@@ -237,23 +248,24 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _run_worker(spec: dict[str, Any], timeout: float, workers: int = 1) -> dict[str, Any]:
+def _run_worker(spec: dict[str, Any], timeout: float, workers: int = 1, backend: str = "tensorflow") -> dict[str, Any]:
     """Run one job in a fresh process; its result, or `{"error": ..., "stderr_tail": ...}`.
 
     With `workers > 1`, the job runs in that many processes at once, one
     multi-worker job on 127.0.0.1 (each gets its `TF_CONFIG`); the result is
     worker 0's, with the other workers' under `"other_workers"`. One failed
-    worker ends the others.
+    worker ends the others. `backend` is Keras' backend in the processes (on
+    JAX the same `TF_CONFIG` makes `keras_gpu.make_strategy` join them).
     """
     with tempfile.TemporaryDirectory(prefix="keras_gpu_bench_job_") as tmp:
         job = os.path.join(tmp, "job.json")
         with open(job, "w", encoding="utf-8") as f:
             json.dump(spec, f)
         outs = [os.path.join(tmp, f"result{i}.json") for i in range(workers)]
-        envs = [_worker_env()] * workers
+        envs = [_worker_env(backend)] * workers
         if workers > 1:
             cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(workers)]}
-            envs = [{**_worker_env(), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+            envs = [{**_worker_env(backend), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
                     for i in range(workers)]
         procs = [
             subprocess.Popen(
@@ -336,7 +348,7 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
     }
     for i, name in enumerate(opts["configs"]):
         _progress(f"configuration {name} ({i + 1}/{len(opts['configs'])}), {time.perf_counter() - started:.0f} s so far")
-        workers = CONFIGS[name].workers
+        workers, backend = CONFIGS[name].workers, CONFIGS[name].backend
         spec = {
             "job": "overhead",
             "config": name,
@@ -349,7 +361,7 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
             "accuracy_settings": opts["accuracy_settings"],
             "self_check": workers == 1 and (opts["self_check"] == "all" or (opts["self_check"] == "first" and i == 0)),
         }
-        raw = _run_worker(spec, opts["timeout"], workers)
+        raw = _run_worker(spec, opts["timeout"], workers, backend)
         if "error" in raw:
             _progress(f"configuration {name} failed: {raw['error']}")
             result["configs"][name] = raw

@@ -25,7 +25,7 @@ from benchmarks._probes import BusyHookProbe, SpinThreadProbe
 from benchmarks._proc import open_fd_count, rss_bytes, task_count, thread_cpu_seconds
 from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
 from benchmarks._worker import _accuracy_windows
-from benchmarks._workload import CONFIGS
+from benchmarks._workload import CONFIGS, DEFAULT_CONFIGS
 from tests._util import REPO, subprocess_env
 
 # --------------------------------------------------------------------------- instruments
@@ -188,7 +188,8 @@ def test_variants_and_configs_are_known_and_bad_names_are_rejected():
     from benchmarks import overhead
 
     defaults = overhead.build_parser().parse_args([])
-    assert defaults.configs == ",".join(CONFIGS)  # the help lists what the harness runs
+    assert defaults.configs == ",".join(DEFAULT_CONFIGS)  # every TensorFlow configuration the harness runs
+    assert set(CONFIGS) - set(DEFAULT_CONFIGS) == {"mlp-2w-jax"}  # asked for by name, where JAX is installed
     assert defaults.variants == ",".join(DEFAULT_VARIANTS)
 
 

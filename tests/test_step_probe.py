@@ -216,11 +216,21 @@ def test_window_arithmetic_by_hand():
     assert w.steps == 10 and w.samples == 640
     assert w.compute_sec == pytest.approx(0.004)  # the slower replica
     assert w.replica_compute_sec == pytest.approx((0.002, 0.004))
-    assert w.communication_sec == pytest.approx(0.002 + 0.0016)  # (0.03 + 0.01) / 20, and the check over 10 steps
+    # Replica 0's span (0.02 + 0.03) / 10 less the slower replica's compute, and the check over 10 steps.
+    assert w.communication_sec == pytest.approx(0.001 + 0.0016)
     assert w.host_sec == pytest.approx(0.0025)  # (100.0 - 99.98) / 8
     assert w.input_sec == pytest.approx(0.01 - 0.002 - 0.0025)  # the gap less the check and the host
     assert w.busy_sec == pytest.approx(0.004 + 0.0025 + 0.0055)
     assert w.step_sec == pytest.approx(w.busy_sec + w.communication_sec)
+    # Replica 1 computes 3 ms longer and replica 0 waits those 3 ms in the all-reduce: counted once, as compute.
+    even = dict(row0, compute=0.01, wait=0.04, check=0.0)
+    slow = dict(even, compute=0.04, wait=0.01)
+    w = step_probe.window([[r[f] for f in fields] for r in (even, slow)], calls=4, call_time=100.0)
+    assert (w.compute_sec, w.communication_sec) == pytest.approx((0.004, 0.001))
+    assert w.step_sec - w.host_sec - w.input_sec == pytest.approx(0.005)  # replica 0's span per step
+    # Without an optimizer update no replica waits: the span is the compute, never a negative wait.
+    w = step_probe.window([[r[f] for f in fields] for r in (dict(even, wait=0.0), dict(slow, wait=0.0))], 4, 100.0)
+    assert w.communication_sec == 0.0
     # A call Python did not time: the input is not told from the host time.
     w = step_probe.window([[r[f] for f in fields] for r in (row0, row1)], calls=3, call_time=75.0)
     assert w.input_sec != w.input_sec and w.host_sec == pytest.approx(0.008)

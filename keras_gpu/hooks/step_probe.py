@@ -401,7 +401,11 @@ class StepProbe:
 def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWindow | None:
     """Per-step means of summed rows (one per local replica, :data:`FIELDS`) and Python call times.
 
-    The gap between steps splits three ways: host time, from the previous
+    Each step's own part is the first replica's span from its batch to its
+    step's end: the slowest replica's compute, and the rest in the
+    reductions (a faster replica waits there for the slowest), so host,
+    input, compute and communication add up to the first replica's time
+    from one step's end to the next. The gap between steps splits three ways: host time, from the previous
     step's end to Keras calling the train function (known for every call:
     `calls` Python timestamps summing to `call_time`, matched by the calls
     the rows counted); the iterator's cross-worker check (a wait for the
@@ -414,8 +418,11 @@ def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWin
     if steps <= 0:
         return None
     compute = [r["compute"] / r["steps"] if r["steps"] > 0 else 0.0 for r in rows]
-    wait = sum(r["wait"] for r in rows) / sum(r["steps"] for r in rows)
     first = rows[0]
+    # The step's span on the first replica, whose gaps are the host and input parts: the worker's compute is
+    # the slowest replica's, and the rest of the span is the reductions. Every other replica waits for the
+    # slowest in the all-reduce, so a mean of the replicas' waits would count half their difference twice.
+    wait = max(0.0, (first["compute"] + first["wait"]) / steps - max(compute))
     gap_steps = first["gap_steps"]
     per_gap = 1.0 / gap_steps if gap_steps > 0 else 0.0
     gap, check = first["gap"] * per_gap, first["check"] * per_gap

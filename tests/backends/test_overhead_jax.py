@@ -1,0 +1,51 @@
+"""`mlp-2w-jax`: the overhead benchmark's two-process Keras-on-JAX job, in an environment without TensorFlow.
+
+The job runs with `jax.distributed` on 127.0.0.1 and `keras_gpu.callbacks()`
+at its defaults (the cluster view on); each process's hooks are timed in
+that process. Counts, never timed thresholds: the hook calls against a hand
+count of the steps and epochs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests._util import REPO, subprocess_env
+from tests.backends._common import WITHOUT_TENSORFLOW
+
+pytestmark = [
+    *WITHOUT_TENSORFLOW,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+]
+
+
+def test_two_process_jax_scenario_times_each_process_hooks(tmp_path):
+    out = tmp_path / "two_processes.json"
+    cmd = [
+        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2w-jax", "--variants", "kg-default,kg-step-probe",
+        "--rounds", "1", "--scale", "0.1", "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0",
+        "--output", str(out), "--label", "two-jax-processes", "--no-table",
+    ]
+    env = subprocess_env({"KERAS_BACKEND": "jax"})
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert set(data["configs"]) == {"mlp-2w-jax", "mlp-2w-jax/worker1"}
+    raw = data["configs"]["mlp-2w-jax"]["raw"]
+    for name in ("mlp-2w-jax", "mlp-2w-jax/worker1"):
+        summary = data["configs"][name]["summary"]
+        assert set(summary["variants"]) == {"kg-default", "kg-step-probe"}
+        assert summary["variants"]["kg-default"]["direct_steady"]["median"] is not None
+    for rank, worker_raw in enumerate((raw, raw["other_workers"][0])):
+        assert worker_raw["jax_clock_s_per_call"] is not None  # the clock's own cost, calibrated in the process
+        pair = next(p for p in worker_raw["pairs"] if p["variant"] == "kg-default")
+        assert pair["run"]["callbacks"] == ["ThroughputLogger", "MemoryLogger", "StepTimeLogger"]
+        calls = [f["hooks"]["StepTimeLogger.on_train_batch_end"]["calls"] for f in pair["run"]["fits"]]
+        assert calls == [2 * 20, 2 * 20], rank  # two fits of two epochs of 20 steps, on each process
+        ends = [f["hooks"]["StepTimeLogger.on_epoch_end"]["calls"] for f in pair["run"]["fits"]]
+        assert ends == [2, 2]
