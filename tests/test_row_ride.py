@@ -263,3 +263,20 @@ def test_a_failed_gather_turns_the_cluster_view_off(caplog):
     assert _epoch(schedule, None, 10, once=once) == []
     assert schedule.failed
     assert "could not gather the workers' measurements (RuntimeError: peer gone)" in caplog.text
+
+
+def test_a_short_last_call_counts_the_steps_it_ran():
+    # 10 steps per epoch in calls of 4: Keras numbers the batch ends 3, 7 and 11 (the short last call as if whole).
+    ride, once = _Ride(), Once()
+    gather = _Gather()
+    schedule = ClusterSchedule(_Probe(0.004), gather, [("0_CPU_0", "CPU:0")], first_step=100, ride=ride, epoch_steps=10)
+    for _ in range(2):
+        for batch in (3, 7, 11):
+            ride.step()
+            if schedule.batch_end(batch):
+                schedule.at_batch_end(None, once)
+        schedule.at_epoch_end(None, once)
+        schedule.epoch_end()
+    assert schedule.base == 20  # the optimizer's count, not 24
+    (last,) = schedule.at_fit_end(once)
+    assert last[0] == 120

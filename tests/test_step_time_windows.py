@@ -162,6 +162,20 @@ def test_one_mark_per_execution_with_steps_per_execution(tmp_path):
     assert marks.steps == 3 and marks.source == "host markers"
 
 
+def test_a_short_last_execution_counts_the_steps_it_ran(tmp_path):
+    # 15 steps per epoch in calls of 4: Keras numbers the short last call's batch end 15, as if it ran 4 steps.
+    # Traces still end where a call of the fit ends, counted in the steps that ran: 4, 8, 12, 15 per epoch.
+    x, y = _arrays(16 * 15)
+    model = _model()
+    model.compile("sgd", "mse", steps_per_execution=4)
+    cb = StepTimeLogger(tmp_path, profile_steps=8, warmup_steps=4, profile_every_s=1e-3)
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    assert cb.wait()
+    assert int(model.optimizer.iterations.numpy()) == 30
+    traced = [s for s, _ in read_scalars(str(tmp_path / "train"))["step_time/step_sec"]]
+    assert len(traced) >= 2 and set(traced) <= {4, 8, 12, 15, 19, 23, 27, 30}, traced
+
+
 def _step_rows(tool_json):
     """The rows of the per-step table in an xprof tool's JSON (overview page, input-pipeline analyzer)."""
     tables = json.loads(tool_json)

@@ -21,6 +21,7 @@ from keras_gpu.core import backend, keras_private
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
+from keras_gpu.hooks._base import steps_done
 from keras_gpu.hooks.row_ride import install_ride
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows, verdict_over
@@ -60,6 +61,10 @@ class ClusterSchedule:
         replicas: `(tag label, device)` per local replica.
         first_step: The global step this fit starts from.
         ride: The rows' ride on the gradient all-reduce (`None`: gather every time).
+        epoch_steps: Steps per epoch, where Keras knows them: with
+            `steps_per_execution > 1` Keras numbers a short last call's batch
+            end as if the call were whole, so batch indices alone would count
+            steps that never ran.
     """
 
     def __init__(
@@ -69,8 +74,10 @@ class ClusterSchedule:
         replicas: list[tuple[str, str]],
         first_step: int = 0,
         ride: Any = None,
+        epoch_steps: int | None = None,
     ) -> None:
         self.probe = probe
+        self.epoch_steps = epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None
         self.gather = gather
         self.ride = ride
         self.replicas = replicas
@@ -89,10 +96,10 @@ class ClusterSchedule:
 
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
-        return self.base + batch + 1
+        return self.base + steps_done(batch, self.epoch_steps)
 
     def epoch_end(self) -> None:
-        self.base += self.last_batch + 1
+        self.base += steps_done(self.last_batch, self.epoch_steps)
         self.last_batch = -1
         self.schedule()
 

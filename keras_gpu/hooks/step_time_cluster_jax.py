@@ -208,9 +208,13 @@ def remove_clock(model: Any) -> None:
         keras_private.set_train_function(model, function)
 
 
-def jax_schedule(model: Any, replicas: list[tuple[str, str]], first_step: int) -> ClusterSchedule | None:
+def jax_schedule(
+    model: Any, replicas: list[tuple[str, str]], first_step: int, epoch_steps: int | None = None
+) -> ClusterSchedule | None:
     """The cluster view's schedule for this fit of a multi-process JAX job: the clock and the all-gather."""
     clock = install_clock(model)
     if clock is None:
         return None
-    return ClusterSchedule(clock, JaxRowGather(len(ROW_FIELDS)), replicas, first_step)  # type: ignore[arg-type]
+    return ClusterSchedule(  # type: ignore[arg-type]
+        clock, JaxRowGather(len(ROW_FIELDS)), replicas, first_step, epoch_steps=epoch_steps
+    )

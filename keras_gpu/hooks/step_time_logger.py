@@ -282,7 +282,8 @@ class StepTimeLogger(LoggingCallback):
             elif workers > 1 and _backend.name() == "jax":
                 from keras_gpu.hooks.step_time_cluster_jax import jax_schedule
 
-                self._cluster_fit = jax_schedule(self.model, self._replicas(), self._first_step)
+                epoch_steps = (self.params or {}).get("steps")
+                self._cluster_fit = jax_schedule(self.model, self._replicas(), self._first_step, epoch_steps)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
         if self.profile_every_s == self.NO_TRACING:
@@ -423,7 +424,10 @@ class StepTimeLogger(LoggingCallback):
         from keras_gpu.hooks.gather import RowGather
 
         gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
-        return ClusterSchedule(probe, gather, self._replicas(), self._first_step, ride=probe.ride)
+        epoch_steps = (self.params or {}).get("steps")
+        return ClusterSchedule(
+            probe, gather, self._replicas(), self._first_step, ride=probe.ride, epoch_steps=epoch_steps
+        )
 
     def _own_window(self) -> Any:
         """Where this worker's own probe window goes (nowhere while the profiler measures it, nor on JAX, where

@@ -25,6 +25,7 @@ from typing import Any
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
+from keras_gpu.hooks._base import steps_done
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
@@ -233,7 +234,7 @@ class TraceSchedule:
 
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
-        return self.base + batch + 1
+        return self.base + steps_done(batch, self.known_steps)
 
     def epoch_begin(self, epoch: int) -> None:
         self.last_batch = -1
@@ -245,7 +246,7 @@ class TraceSchedule:
     def epoch_end(self) -> None:
         if self.known_steps is None and self.last_batch >= 0:
             self.epoch_steps = self.last_batch + 1
-        self.base += self.last_batch + 1
+        self.base += steps_done(self.last_batch, self.known_steps)
         self.last_batch = -1
 
     def fits(self, batch: int) -> bool:
