@@ -146,3 +146,16 @@ def test_the_tag_reference_is_generated_from_the_registry():
         assert row is not None, tag.pattern
         assert tag.meaning.replace("|", "\\|") in row and tag.callback in row
     assert "<!-- keras-gpu:tags -->" not in page
+
+
+def test_every_raw_result_is_listed_and_every_listed_one_exists():
+    page = (ROOT / "docs" / "performance.md").read_text()
+    listed = page[page.index("## Raw results") :]
+    names = set(re.findall(r"\(benchmarks/([\w.-]+\.json)\)", listed))
+    on_disk = {p.name for p in (ROOT / "docs" / "benchmarks").glob("*.json")}
+    assert names == on_disk, f"listed but missing: {sorted(names - on_disk)}; not listed: {sorted(on_disk - names)}"
+    # Each is linked where its figures are given too, not only in the list.
+    text = "".join(p.read_text() for p in PAGES)
+    body = text.replace(listed, "")
+    unlinked = sorted(n for n in on_disk if f"benchmarks/{n})" not in body)
+    assert not unlinked, f"raw results linked only from the list: {unlinked}"
