@@ -1,0 +1,90 @@
+"""On JAX, an execution that compiles a new batch shape is left out of the steady rate, where a counter counts.
+
+A child fits a model fed by a generator (samples counted on the host, the
+schedule knows no batch size) for each case of `tests._workers.compile_worker`:
+a short last batch with the epoch's length given (`steps_per_epoch`) and not
+given, and a new batch size in the middle of the epoch. Truths: JAX's own
+`backend_compile` events per execution (which executions compiled), and a
+stopwatch callback after the logger (each execution's time). The logged
+steady rate of each epoch must match the stopwatch's rate over the
+executions that did not compile, the first left out, and the compiles must
+be in `first_step_sec`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests._util import run_python
+from tests.backends._common import WITHOUT_TENSORFLOW
+
+pytestmark = [
+    *WITHOUT_TENSORFLOW,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+]
+CASES = ["short_last", "short_last_dense", "new_in_middle"]
+_RESULT: dict = {}
+
+
+def _result() -> dict:
+    if not _RESULT:
+        code = f"from tests._workers.compile_worker import main; main({CASES!r})"
+        proc = run_python(code, env={"KERAS_BACKEND": "jax"}, timeout=600)
+        _RESULT.update(json.loads(proc.stdout.split("RESULT", 1)[1]))
+    return _RESULT
+
+
+def _rate(executions: list[dict]) -> float:
+    return sum(e["samples"] for e in executions) / sum(e["sec"] for e in executions)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_steady_rate_leaves_out_the_execution_that_compiled(case):
+    result = _result()[case]
+    first_epoch = result["epochs"][0]
+    first, *rest = first_epoch["executions"]
+    compiled = [e for e in rest if e["compiles"]]
+    steady = [e for e in rest if not e["compiles"]]
+    # JAX's word: exactly one execution after the first compiled (the new batch size), and it cost more than the rest.
+    assert len(compiled) == 1
+    assert compiled[0]["sec"] > 0.5 * sum(e["sec"] for e in steady)  # the premise: counted in, the rate would halve
+    assert first_epoch["steady"] == pytest.approx(_rate(steady), rel=0.1)
+    assert first_epoch["steady"] > 1.3 * _rate(rest)  # with the compile counted it would be far lower
+    # The compile is counted with the first execution, in time/first_step_sec.
+    assert result["first_step_sec"][0] == pytest.approx(first["sec"] + compiled[0]["sec"], rel=0.1)
+
+
+@pytest.mark.parametrize("case", ["short_last", "new_in_middle"])
+def test_the_next_epoch_compiles_nothing_and_leaves_out_only_its_first_execution(case):
+    result = _result()[case]
+    second_epoch = result["epochs"][1]
+    first, *rest = second_epoch["executions"]
+    assert not any(e["compiles"] for e in rest)
+    assert second_epoch["steady"] == pytest.approx(_rate(rest), rel=0.1)
+    assert result["first_step_sec"][1] == pytest.approx(first["sec"], rel=0.5, abs=0.005)
+
+
+def test_compile_watch_hears_jax_compiles_on_its_thread_until_closed():
+    import jax
+    import jax.numpy as jnp
+
+    from keras_gpu.hooks.compile_watch import CompileWatch
+
+    calls = []
+    watch = CompileWatch(lambda: calls.append(1))
+    assert watch.start()
+    f = jax.jit(lambda x: x * 2 + 1)
+    f(jnp.ones(3)).block_until_ready()
+    compiled = watch.count
+    f(jnp.ones(3)).block_until_ready()  # cached: no event
+    assert compiled >= 1 and watch.count == compiled and len(calls) == compiled
+    f(jnp.ones(5)).block_until_ready()  # a new shape compiles again
+    assert watch.count > compiled
+    watch.close()
+    watch.close()
+    before = watch.count
+    f(jnp.ones(7)).block_until_ready()
+    assert watch.count == before
