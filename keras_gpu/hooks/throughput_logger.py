@@ -38,7 +38,9 @@ class ThroughputLogger(LoggingCallback):
     training phase runs from the epoch's start to the end of its last training
     step, first execution (tracing, warm-up, iterator start) included, and
     logging windows tile it with no gap. Validation and epoch-end work are
-    left out of the rates and logged apart. One point per window, on the
+    left out of the rates and logged apart. The steady rates leave out the
+    first execution and every execution that compiled a new batch shape
+    (:mod:`keras_gpu.hooks.compile_watch`). One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when
@@ -195,8 +197,6 @@ class ThroughputLogger(LoggingCallback):
     def on_train_begin(self, logs=None):
         t0 = time.perf_counter()
         self._close_fit()  # a fit that raised left its compile watch open
-        self._fit = None
-        self._next_check = _INF
         self.summary = None
         self._open()
         try:
@@ -276,14 +276,13 @@ class ThroughputLogger(LoggingCallback):
         self._close()
 
     def _close_fit(self) -> None:
-        fit, self._fit = self._fit, None
-        self._next_check = _INF
+        fit, self._fit, self._next_check = self._fit, None, _INF
         if fit is not None and fit.compiles is not None:
             fit.compiles.close()
 
-    def _compiled(self) -> None:
-        """The backend compiled on the training thread (a `CompileWatch` callback): look at the next batch end."""
+    def _compiled(self) -> None:  # a CompileWatch's callback, on the training thread: look at the next batch end
         self._next_check = 0
+
     # -- the batch ends that do something ------------------------------------------
 
     def _check(self, fit: _ThroughputFit, batch: int) -> None:
@@ -302,8 +301,7 @@ class ThroughputLogger(LoggingCallback):
         fit.checked_batch, fit.checked_t = batch, t
         if batch >= fit.epoch_last and fit.keras_count is not None:
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
-        compiles = fit.compiles
-        if compiles is not None:  # JAX's compiles since the last look (the counter is on the host: cheap to read)
+        if (compiles := fit.compiles) is not None:  # JAX's compiles since the last look (a host counter: cheap)
             (fit.meter.execution_compiled if compiles.count != fit.compiles_seen else fit.meter.account)(batch, t)
         if batch >= fit.next_batch or t >= fit.next_time:
             self._write(fit.meter.execution_end(batch, t, fit.prev_batch, fit.prev_t))
@@ -503,7 +501,7 @@ class ThroughputLogger(LoggingCallback):
         steady = s["steady_samples_per_sec"] if s["samples_per_sec"] is not None else s["steady_steps_per_sec"]
         if steady is not None:
             unit = "samples/s" if s["samples_per_sec"] is not None else "steps/s"
-            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch left out)")
+            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch and compiles left out)")
         if s["tflops_per_sec"] is not None:
             parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
         if s["mfu"] is not None:

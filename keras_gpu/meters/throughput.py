@@ -18,15 +18,12 @@ counts samples only gives `None` steps: Keras' batch index then counts them
 Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
 phase's wall time (the conventions: :mod:`keras_gpu.meters.throughput_records`).
-Executions that compiled are left out of the steady rate like the first: a
-batch shape new to the fit makes JAX compile and TensorFlow trace again. Where
-the schedule knows the batch sizes (the short last batch of a pass), the
-epoch's last execution that runs a size for the first time is counted with
-the first execution (`time/first_step_sec`). With a counter, the caller says
-which executions compiled, from the backend's own signal
-(:mod:`keras_gpu.hooks.compile_watch`): :meth:`ThroughputMeter.execution_compiled`
-counts the executions since the last batch end accounted for
-(:meth:`ThroughputMeter.account`) with the first one.
+Executions that compiled are left out of the steady rate like the first
+(:mod:`keras_gpu.meters.throughput_compiles`): a batch shape new to the fit
+makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
+knows the batch sizes, the execution that runs the short last batch is known
+in advance; with a counter, the caller says which executions compiled, from
+the backend's own signal (:mod:`keras_gpu.hooks.compile_watch`).
 """
 
 from __future__ import annotations

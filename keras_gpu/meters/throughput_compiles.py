@@ -1,7 +1,9 @@
 """The executions that compiled, left out of the steady rate with the first: a mixin of `ThroughputMeter`.
 
 A batch shape new to the fit makes JAX trace and compile the train step
-again. Where the data schedule knows the batch sizes, the meter predicts the
+again (and XLA compile on TensorFlow with `jit_compile=True`; without it,
+Keras 3.15 traces its train function once, on the iterator, whatever the
+batch shape). Where the data schedule knows the batch sizes, the meter predicts the
 execution that runs a new size (:attr:`CompileLeaveOut.compile_watch`); with
 a counter, the caller tells it from the backend's own signal
 (:mod:`keras_gpu.hooks.compile_watch`) with
@@ -41,8 +43,8 @@ class CompileLeaveOut:
         """Keras' batch index of the execution before the one that runs a batch size new to this fit; -1 if none.
 
         Where the epoch is one pass over data with a short last batch that this
-        fit has not run yet, the execution that runs it compiles (JAX) or
-        traces again (TensorFlow); the caller times the batch end before it
+        fit has not run yet, the execution that runs it compiles (JAX; XLA on
+        TensorFlow with `jit_compile=True`); the caller times the batch end before it
         and passes it to :meth:`epoch_end`, which leaves that execution out of
         the steady rate.
         """
