@@ -11,7 +11,6 @@ logged `first_step_sec`.
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 import tempfile
@@ -25,12 +24,12 @@ BATCH = 64
 
 
 def _sizes(case: str) -> list[int]:
-    """The batch sizes of one epoch: 24 full batches and, per case, a new size at the end or in the middle."""
-    sizes = [BATCH] * 24
+    """The batch sizes of one epoch: 40 full batches and, per case, a new size at the end or in the middle."""
+    sizes = [BATCH] * 40
     if case in ("short_last", "short_last_dense"):
         sizes.append(8)
     elif case == "new_in_middle":
-        sizes[12] = 16
+        sizes[20] = 16
     return sizes
 
 
@@ -67,16 +66,18 @@ class _Compiles:
         return self.events
 
 
-def _stopwatch(compiles: _Compiles):
+def _stopwatch(compiles: _Compiles | None):
+    """A callback that timestamps every batch end (and, given `compiles`, reads the backend's compile count)."""
     import keras
 
     class Stopwatch(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = [{"t": time.perf_counter(), "compiles": compiles.read(self.model)}]
+            self.epoch = [{"t": time.perf_counter(), "compiles": compiles.read(self.model) if compiles else 0}]
             self.epochs.append(self.epoch)
 
         def on_train_batch_end(self, batch, logs=None):
-            self.epoch.append({"batch": batch, "t": time.perf_counter(), "compiles": compiles.read(self.model)})
+            t = time.perf_counter()
+            self.epoch.append({"batch": batch, "t": t, "compiles": compiles.read(self.model) if compiles else 0})
 
     watch = Stopwatch()
     watch.epochs = []
@@ -95,19 +96,28 @@ def run_case(case: str, backend: str) -> dict:
     )
     model.compile(optimizer="sgd", loss="mse")
     compiles = _Compiles(backend)
-    stopwatch = _stopwatch(compiles)
+    before, after = _stopwatch(None), _stopwatch(compiles)  # the logger reads its clock between the two
     with tempfile.TemporaryDirectory() as log_dir:
         logger = keras_gpu.ThroughputLogger(log_dir)
         steps = None if case == "short_last_dense" else len(sizes)  # None: Keras learns the length at the end
         history = model.fit(
-            _generator(sizes, epochs), epochs=epochs, steps_per_epoch=steps, callbacks=[logger, stopwatch], verbose=0
+            _generator(sizes, epochs),
+            epochs=epochs,
+            steps_per_epoch=steps,
+            callbacks=[before, logger, after],
+            verbose=0,
         )
     steady = history.history.get("throughput/steady_samples_per_sec", [])
     out = []
-    for e, marks in enumerate(stopwatch.epochs):
+    for e, (early, late) in enumerate(zip(before.epochs, after.epochs)):
         executions = [
-            {"samples": sizes[m["batch"]], "sec": m["t"] - p["t"], "compiles": m["compiles"] - p["compiles"]}
-            for p, m in itertools.pairwise(marks)
+            {
+                "samples": sizes[m["batch"]],
+                "sec": m["t"] - p["t"],
+                "compiles": m["compiles"] - p["compiles"],
+                "end": [a["t"], m["t"]],  # the logger's reading of this batch end lies between the two
+            }
+            for p, m, a in zip(late, late[1:], early[1:])
         ]
         out.append({"steady": steady[e] if e < len(steady) else None, "executions": executions})
     return {"epochs": out, "first_step_sec": list(logger.summary["first_step_sec"])}
@@ -119,3 +129,21 @@ def main(cases: list[str]) -> None:
     backend = keras.backend.backend()
     result = {case: run_case(case, backend) for case in cases}
     sys.stdout.write("RESULT" + json.dumps(result) + "\n")
+
+
+def steady_bounds(executions: list[dict], left_out: set[int]) -> tuple[float, float]:
+    """The steady samples/s a logger that leaves out execution 0 and `left_out` can log: `(lowest, highest)`.
+
+    The logger reads its clock at each batch end between the two stopwatches
+    (`end`), so the time of the executions it keeps is bounded by theirs: the
+    bounds hold whatever the load, and are as tight as the logger's own hook.
+    """
+    kept = [i for i in range(1, len(executions)) if i not in left_out]
+    coef: dict[int, int] = {}
+    for i in kept:
+        coef[i] = coef.get(i, 0) + 1
+        coef[i - 1] = coef.get(i - 1, 0) - 1
+    low = sum(c * executions[i]["end"][0 if c > 0 else 1] for i, c in coef.items())
+    high = sum(c * executions[i]["end"][1 if c > 0 else 0] for i, c in coef.items())
+    samples = sum(executions[i]["samples"] for i in kept)
+    return samples / high, samples / low
