@@ -109,6 +109,8 @@ def watch_compiles(on_compile: Callable[[], None]) -> CompileWatch | None:
         >>> watch = watch_compiles(lambda: None)  # None off JAX
         >>> watch is None or watch.count == 0
         True
+        >>> if watch is not None:
+        ...     watch.close()
     """
     if backend.name() != "jax":
         return None
