@@ -19,6 +19,7 @@ from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks import throughput_setup as _setup
 from keras_gpu.hooks._base import LoggingCallback, read_step
+from keras_gpu.hooks.compile_watch import CompileWatch, watch_compiles
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.throughput_setup import KerasCount
 from keras_gpu.meters.throughput import ThroughputMeter
@@ -37,7 +38,9 @@ class ThroughputLogger(LoggingCallback):
     training phase runs from the epoch's start to the end of its last training
     step, first execution (tracing, warm-up, iterator start) included, and
     logging windows tile it with no gap. Validation and epoch-end work are
-    left out of the rates and logged apart. One point per window, on the
+    left out of the rates and logged apart. The steady rates leave out the
+    first execution and every execution that compiled a new batch shape
+    (:mod:`keras_gpu.hooks.compile_watch`). One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when
@@ -193,8 +196,7 @@ class ThroughputLogger(LoggingCallback):
 
     def on_train_begin(self, logs=None):
         t0 = time.perf_counter()
-        self._fit = None
-        self._next_check = _INF
+        self._close_fit()  # a fit that raised left its compile watch open
         self.summary = None
         self._open()
         try:
@@ -221,6 +223,10 @@ class ThroughputLogger(LoggingCallback):
         fit.checked_t = fit.prev_t = t
         fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
         fit.watch = fit.meter.compile_watch
+        if fit.compiles is not None:
+            fit.compiles_seen = fit.compiles.count  # compiles in validation and epoch-end work are not training's
+            if fit.epoch_last < _INF:  # time the batch end before the epoch's last execution (a short batch?)
+                fit.watch = int(fit.epoch_last) - fit.meter.schedule.steps_per_execution
         self._next_check = 0  # the first execution
 
     def on_train_batch_end(self, batch, logs=None):
@@ -266,9 +272,16 @@ class ThroughputLogger(LoggingCallback):
                 self._log_summary(summary)
 
             self._at_fit_end(log)
-        self._fit = None
-        self._next_check = _INF
+        self._close_fit()
         self._close()
+
+    def _close_fit(self) -> None:
+        fit, self._fit, self._next_check = self._fit, None, _INF
+        if fit is not None and fit.compiles is not None:
+            fit.compiles.close()
+
+    def _compiled(self) -> None:  # a CompileWatch's callback, on the training thread: look at the next batch end
+        self._next_check = 0
 
     # -- the batch ends that do something ------------------------------------------
 
@@ -288,11 +301,15 @@ class ThroughputLogger(LoggingCallback):
         fit.checked_batch, fit.checked_t = batch, t
         if batch >= fit.epoch_last and fit.keras_count is not None:
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
+        if (compiles := fit.compiles) is not None:  # JAX's compiles since the last look (a host counter: cheap)
+            (fit.meter.execution_compiled if compiles.count != fit.compiles_seen else fit.meter.account)(batch, t)
         if batch >= fit.next_batch or t >= fit.next_time:
             self._write(fit.meter.execution_end(batch, t, fit.prev_batch, fit.prev_t))
             fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
             if fit.meter.counter_failed:
                 self._counter_failed(fit)
+        if compiles is not None:
+            fit.compiles_seen = compiles.count  # after this look's own work (a FLOP count traces)
         self._next_check = self._next_batch_end(fit, batch, t)
 
     @staticmethod
@@ -323,6 +340,8 @@ class ThroughputLogger(LoggingCallback):
             last_t, prev_batch, prev_t = fit.checked_t, fit.prev_batch, fit.prev_t
         else:  # the epoch stopped early (`stop_training`) at a batch end that was not looked at: now
             last_t, prev_batch, prev_t = time.perf_counter(), fit.checked_batch, fit.checked_t
+            if fit.compiles is not None and fit.compiles.count != fit.compiles_seen:
+                meter.execution_compiled(self._last_batch, last_t)
         windows = meter.epoch_end(self._last_batch, last_t, epoch_steps, prev_batch, prev_t)
         fit.next_batch = fit.next_time = self._next_check = _INF
         if meter.counter_failed:
@@ -417,6 +436,8 @@ class ThroughputLogger(LoggingCallback):
         )
         fit = _ThroughputFit(meter, t0)
         fit.flops_later = later
+        if counter is not None and meter.exact_steps:  # the schedule cannot tell which execution runs a new shape
+            fit.compiles = watch_compiles(self._compiled)
         steps = (self.params or {}).get("steps")
         if isinstance(counter, KerasCount):
             fit.keras_count = counter
@@ -480,7 +501,7 @@ class ThroughputLogger(LoggingCallback):
         steady = s["steady_samples_per_sec"] if s["samples_per_sec"] is not None else s["steady_steps_per_sec"]
         if steady is not None:
             unit = "samples/s" if s["samples_per_sec"] is not None else "steps/s"
-            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch left out)")
+            parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch and compiles left out)")
         if s["tflops_per_sec"] is not None:
             parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
         if s["mfu"] is not None:
@@ -504,8 +525,8 @@ class _ThroughputFit:
     """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
 
     __slots__ = (
-        "checked_batch", "checked_t", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
-        "next_batch", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
+        "checked_batch", "checked_t", "compiles", "compiles_seen", "epoch_iterations", "epoch_last", "flops_later",
+        "keras_count", "meter", "next_batch", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -520,6 +541,8 @@ class _ThroughputFit:
         self.epoch_iterations: int | None = None
         self.warned_counter = False
         self.keras_count: KerasCount | None = None
+        self.compiles: CompileWatch | None = None  # the backend's compiles on the training thread, where it tells
+        self.compiles_seen = 0  # its count at the last batch end looked at
         # FLOPs counted after the first step, where the model was not built at fit's start: `(fit data, devices)`.
         self.flops_later: tuple[Any, list[Any]] | None = None
 

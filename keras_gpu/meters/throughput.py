@@ -18,11 +18,12 @@ counts samples only gives `None` steps: Keras' batch index then counts them
 Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
 phase's wall time (the conventions: :mod:`keras_gpu.meters.throughput_records`).
-Executions that compiled are left out of the steady rate like the first: a
-batch shape new to the fit makes JAX compile and TensorFlow trace again. Where
-the schedule knows the batch sizes (the short last batch of a pass), the
-epoch's last execution that runs a size for the first time is counted with
-the first execution (`time/first_step_sec`). A counter's batches are not seen.
+Executions that compiled are left out of the steady rate like the first
+(:mod:`keras_gpu.meters.throughput_compiles`): a batch shape new to the fit
+makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
+knows the batch sizes, the execution that runs the short last batch is known
+in advance; with a counter, the caller says which executions compiled, from
+the backend's own signal (:mod:`keras_gpu.hooks.compile_watch`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.checks import check_positive
+from keras_gpu.meters.throughput_compiles import CompileLeaveOut
 from keras_gpu.meters.throughput_records import (
     DataSchedule,
     EpochRates,
@@ -89,7 +91,7 @@ class _Totals:
     first_seconds: list[float] = field(default_factory=list)
 
 
-class ThroughputMeter:
+class ThroughputMeter(CompileLeaveOut):
     """Turns batch-end indices and timestamps into exact windows and rates.
 
     The caller (the callback) compares each batch end against
@@ -170,6 +172,8 @@ class ThroughputMeter:
         self._short_batch_at = -2  # Keras' batch index of the execution that ran a pass's short last batch
         self._epoch_steps = 0
         self._acc_batch = -1  # last batch index accounted for in this epoch
+        # The last batch end accounted for at a known time: (batch, time, epoch steps, epoch samples) there.
+        self._mark: tuple[int, float, int, int] = (-1, 0.0, 0, 0)
         self._win_batch = -1
         self._win_t = 0.0
         self._win_steps = 0
@@ -183,29 +187,6 @@ class ThroughputMeter:
         if self._counter is not None:
             return not self.counter_failed
         return self.schedule.counts_samples
-
-    @property
-    def compile_watch(self) -> int:
-        """Keras' batch index of the execution before the one that runs a batch size new to this fit; -1 if none.
-
-        Where the epoch is one pass over data with a short last batch that this
-        fit has not run yet, the execution that runs it compiles (JAX) or
-        traces again (TensorFlow); the caller times the batch end before it
-        and passes it to :meth:`epoch_end`, which leaves that execution out of
-        the steady rate.
-        """
-        sched = self.schedule
-        n, k = sched.batches_per_pass, sched.steps_per_execution
-        if (
-            self._counter is not None
-            or not sched.counts_samples
-            or sched.steps_per_epoch is not None
-            or n is None
-            or sched.last_batch_size == sched.batch_size
-            or sched.last_batch_size in self._sizes_run
-        ):
-            return -1
-        return ((n - 1) // k) * k - 1
 
     @property
     def exact_steps(self) -> bool:
@@ -224,6 +205,7 @@ class ThroughputMeter:
         self._epoch_steps = 0
         self._acc_batch = -1
         self._open_window(-1, t)
+        self._mark = (-1, t, 0, 0)
         self.next_batch = 0  # the first execution always reaches the handler
         self.next_time = _INF
 
@@ -253,6 +235,7 @@ class ThroughputMeter:
             epoch = self._epoch
             epoch.first_seconds = max(0.0, t - epoch.t0)
             epoch.first_steps, epoch.first_samples = steps, samples or 0
+            self._mark = (batch, t, epoch.steps, epoch.samples)
             self._note_sizes(batch)
             self._totals.first_seconds.append(epoch.first_seconds)
             out.append(FirstExecution(self.step, self.epochs, steps, epoch.first_seconds))
@@ -507,32 +490,6 @@ class ThroughputMeter:
             self._totals.samples += samples
         return steps, samples
 
-    def _note_sizes(self, batch: int) -> None:
-        """The batch sizes the execution ending at `batch` ran, as run (known only from the schedule)."""
-        sched = self.schedule
-        if self._counter is None and sched.counts_samples:
-            self._sizes_run.add(sched.batch_size)
-            if self._short_batch_at == batch:
-                self._sizes_run.add(sched.last_batch_size)
-
-    def _leave_out_compile(self, last_batch: int, last_t: float, prev_batch: int, prev_t: float) -> None:
-        """Count the epoch's last execution with the first one where it ran a batch size new to this fit."""
-        sched, epoch = self.schedule, self._epoch
-        new_size = (
-            self._counter is None
-            and sched.counts_samples
-            and self._short_batch_at == last_batch
-            and sched.last_batch_size not in self._sizes_run
-        )
-        self._note_sizes(last_batch)
-        if not new_size or prev_batch < 0 or epoch.first_steps == 0 or epoch.steps <= epoch.first_steps:
-            return  # the first execution (already left out) ran it, or nothing else ran
-        steps = min(last_batch - prev_batch, epoch.steps - epoch.first_steps)
-        epoch.first_seconds += max(0.0, last_t - prev_t)
-        epoch.first_steps += steps
-        epoch.first_samples += (steps - 1) * sched.batch_size + sched.last_batch_size
-        self._totals.first_seconds[-1] = epoch.first_seconds
-
     def _correct_last_execution(self, epoch_steps: int) -> None:
         counted = self._epoch_steps
         k = self.schedule.steps_per_execution
@@ -556,6 +513,8 @@ class ThroughputMeter:
     def _open_window(self, batch: int, t: float) -> None:
         self._win_batch = batch
         self._win_t = t
+        if self._epoch is not None and batch == self._acc_batch:
+            self._mark = (batch, t, self._epoch.steps, self._epoch.samples)
         self._win_steps = 0
         self._win_samples = 0
         self._schedule_window()

@@ -144,12 +144,13 @@ SAMPLES_PER_SEC_PER_REPLICA = Tag(
 STEADY_SAMPLES_PER_SEC = Tag(
     "throughput/steady_samples_per_sec", "samples/s",
     "once per epoch: samples/s of the epoch's training phase with its first execution (tracing, iterator start) "
-    "left out",
+    "and every execution that compiled a new batch shape left out (in time/first_step_sec)",
     "ThroughputLogger", (_THROUGHPUT, "samples/s, all replicas: wall clock, and steady state per epoch"),
 )
 STEADY_STEPS_PER_SEC = Tag(
     "throughput/steady_steps_per_sec", "steps/s",
-    "once per epoch: steps/s of the epoch's training phase with its first execution left out",
+    "once per epoch: steps/s of the epoch's training phase with its first execution and the executions that "
+    "compiled left out",
     "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"),
 )
 TFLOPS_PER_SEC = Tag(
@@ -176,7 +177,8 @@ TRAIN_SEC = Tag(
 )
 FIRST_STEP_SEC = Tag(
     "time/first_step_sec", "s",
-    "the epoch's first execution (tracing, warm-up, iterator start), part of train_sec",
+    "the epoch's first execution (tracing, warm-up, iterator start) and any other that compiled a new batch "
+    "shape, part of train_sec",
     "ThroughputLogger", (_TIME, "first execution of each epoch (s)"),
 )
 VALIDATION_SEC = Tag(
