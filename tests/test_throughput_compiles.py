@@ -1,7 +1,7 @@
 """Executions that compiled are left out of the steady rate where a counter counts the samples.
 
 The meter is driven by a fake clock and a hand-kept counter (the truth is the
-hand count); :class:`keras_gpu.hooks.compile_watch.CompileWatch` is fed the
+hand count); :class:`keras_gpu.hooks.throughput_setup.CompileWatch` is fed the
 events JAX sends; and on TensorFlow a generator fit with a short last batch is
 timed by a stopwatch and its train function's own tracing count, the
 backend's word that nothing but the first execution traced.
@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from keras_gpu.hooks.compile_watch import JAX_COMPILE_EVENTS, CompileWatch, watch_compiles
+from keras_gpu.hooks.throughput_setup import JAX_COMPILE_EVENTS, CompileWatch, watch_compiles
 from keras_gpu.meters.throughput import ThroughputMeter
 from keras_gpu.meters.throughput_records import DataSchedule
 from tests._util import run_python

@@ -19,9 +19,8 @@ from keras_gpu.core.checks import check_bool, check_positive
 from keras_gpu.core.log import call_with, logger, process_once
 from keras_gpu.hooks import throughput_setup as _setup
 from keras_gpu.hooks._base import LoggingCallback, read_step
-from keras_gpu.hooks.compile_watch import CompileWatch, watch_compiles
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
-from keras_gpu.hooks.throughput_setup import KerasCount
+from keras_gpu.hooks.throughput_setup import CompileWatch, KerasCount, watch_compiles
 from keras_gpu.meters.throughput import ThroughputMeter
 from keras_gpu.meters.throughput_records import EpochRates, EpochTimes, FirstExecution, Window
 from keras_gpu.output import tags as _tags
@@ -40,7 +39,7 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart. The steady rates leave out the
     first execution and every execution that compiled a new batch shape
-    (:mod:`keras_gpu.hooks.compile_watch`). One point per window, on the
+    (:mod:`keras_gpu.hooks.throughput_setup`). One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when

@@ -23,7 +23,7 @@ Executions that compiled are left out of the steady rate like the first
 makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
 knows the batch sizes, the execution that runs the short last batch is known
 in advance; with a counter, the caller says which executions compiled, from
-the backend's own signal (:mod:`keras_gpu.hooks.compile_watch`).
+the backend's own signal (:mod:`keras_gpu.hooks.throughput_setup`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Keras 3.15 traces its train function once, on the iterator, whatever the
 batch shape). Where the data schedule knows the batch sizes, the meter predicts the
 execution that runs a new size (:attr:`CompileLeaveOut.compile_watch`); with
 a counter, the caller tells it from the backend's own signal
-(:mod:`keras_gpu.hooks.compile_watch`) with
+(:mod:`keras_gpu.hooks.throughput_setup`) with
 :meth:`CompileLeaveOut.execution_compiled`. Either way, the execution's time,
 steps and samples go with the first execution's (`time/first_step_sec`).
 """
