@@ -47,6 +47,7 @@ __all__ = [
     "allocator_memory",
     "allocators",
     "compute_dtype",
+    "device_name",
     "name",
     "num_replicas",
     "physical_gpus",
@@ -228,8 +229,14 @@ def torch_device(model: Any) -> Any:
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
-def _tf_name(kind: str, index: int) -> str:
-    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU", "tpu": "TPU"}.get(kind.lower(), kind.upper())
+def device_name(kind: str, index: int) -> str:
+    """A device's name in TensorFlow's form (`/device:GPU:0`), as keras-gpu names devices on every backend.
+
+    Args:
+        kind: The platform or device type (`"cuda"`, `"gpu"`, `"rocm"`, `"cpu"`, `"tpu"`, ...).
+        index: The device's index.
+    """
+    kind = {"cuda": "GPU", "gpu": "GPU", "rocm": "GPU", "cpu": "CPU", "tpu": "TPU"}.get(kind.lower(), kind.upper())
     return f"/device:{kind}:{index}"
 
 
@@ -246,10 +253,10 @@ def replica_devices(model: Any) -> tuple[str, ...]:
 
         return tuple(topology.replica_devices(strategy(model)))
     if backend == "jax":
-        return tuple(_tf_name(d.platform, d.id) for d in _jax_devices(model))
+        return tuple(device_name(d.platform, d.id) for d in _jax_devices(model))
     if backend == "torch":
         device = torch_device(model)
-        return (_tf_name(device.type, device.index or 0),)
+        return (device_name(device.type, device.index or 0),)
     return ("/device:CPU:0",)
 
 
