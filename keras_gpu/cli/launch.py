@@ -219,7 +219,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
     if os.environ.get("KERAS_BACKEND", "tensorflow").strip() in ("", "tensorflow"):  # JAX workers need no TensorFlow
-        require_tensorflow("keras-gpu launch")
+        require_tensorflow("keras-gpu launch", also_on_jax=True)
     target, is_module, script_args = resolve_target(args)
     n = args.nproc
     max_restarts = getattr(args, "max_restarts", 0)

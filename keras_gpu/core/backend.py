@@ -1,10 +1,11 @@
 """Which Keras backend trains, and every per-backend fact the callbacks need, in one place.
 
-The callbacks (`keras_gpu.callbacks()`, `ThroughputLogger`, `MemoryLogger`)
-run on the TensorFlow, JAX and PyTorch backends of Keras 3; TensorFlow is
-needed only on the TensorFlow backend and for the TensorFlow-only parts
-(`make_strategy`, `configure_devices`, `PlacementLogger`, `keras-gpu
-launch`), which call :func:`require_tensorflow`. Everything here reads the
+The callbacks (`keras_gpu.callbacks()`, `ThroughputLogger`, `MemoryLogger`,
+`StepTimeLogger`, ...) run on the TensorFlow, JAX and PyTorch backends of
+Keras 3; `make_strategy`, `configure_devices` and `keras-gpu launch` on
+TensorFlow and JAX. TensorFlow is needed only on the TensorFlow backend and
+for the TensorFlow-only parts (`plan_strategy`, `PlacementLogger`), which
+call `require_tensorflow`. Everything here reads the
 backend lazily: importing this module imports no backend.
 
 Per backend:
@@ -101,21 +102,36 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def require_tensorflow(feature: str) -> None:
+def require_tensorflow(feature: str, *, also_on_jax: bool = False) -> None:
     """Raise one clear `ImportError` when `feature` is used without TensorFlow installed.
+
+    The message says the fix for the backend selected: install TensorFlow,
+    or, for a feature that also works on JAX (`also_on_jax`) called on
+    another backend (PyTorch), select TensorFlow or JAX.
 
     Args:
         feature: What the user called, e.g. `"keras_gpu.make_strategy()"`.
+        also_on_jax: Whether `feature` works on Keras' JAX backend too
+            (`make_strategy`, `configure_devices`, `keras-gpu launch`).
 
     Raises:
-        ImportError: TensorFlow is not installed, naming the install line.
+        ImportError: TensorFlow is not installed, naming the fix.
     """
-    if not tensorflow_installed():
+    if tensorflow_installed():
+        return
+    current = selected()
+    if also_on_jax and current not in ("tensorflow", "jax"):
         raise ImportError(
-            f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
-            f"build: {INSTALL_HINT}. The callbacks (keras_gpu.callbacks(), ThroughputLogger, "
-            "MemoryLogger) work without it on the JAX and PyTorch backends."
+            f"{feature} works on Keras' TensorFlow and JAX backends, not on {current!r}: set KERAS_BACKEND=jax, "
+            f"or install TensorFlow ({INSTALL_HINT}) and set KERAS_BACKEND=tensorflow. Received: backend={current!r}"
         )
+    jax_too = " (or set KERAS_BACKEND=jax, where it works without TensorFlow)" if also_on_jax else ""
+    raise ImportError(
+        f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
+        f"build: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
+        "ThroughputLogger, MemoryLogger, StepTimeLogger, ModelCheckpoint, BackupAndRestore, Heartbeat) works "
+        "on the JAX and PyTorch backends, and make_strategy(), configure_devices() and keras-gpu launch work on JAX."
+    )
 
 
 def require_tensorflow_backend(feature: str) -> None:

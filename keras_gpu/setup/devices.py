@@ -138,7 +138,7 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
     given = DeviceArguments(**arguments)
     if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
         return jax_devices.configure_devices(given)
-    require_tensorflow("keras_gpu.configure_devices()")
+    require_tensorflow("keras_gpu.configure_devices()", also_on_jax=True)
     return _configure_tensorflow(given)
 
 

@@ -127,7 +127,7 @@ def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
 
         return jax_strategy.make_strategy(kind, **options)
     arguments = keyword_arguments("make_strategy", kind, options)
-    require_tensorflow("keras_gpu.make_strategy()")
+    require_tensorflow("keras_gpu.make_strategy()", also_on_jax=True)
     options = StrategyOptions.from_keywords(arguments)
     # A task missing from its own cluster description tells the leader before it fails (keras_gpu.setup.cluster_peers).
     plan = report_unlisted(plan_from_options)(options)
