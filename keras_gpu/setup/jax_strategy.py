@@ -244,8 +244,9 @@ def _reject_tensorflow_only(arguments: Mapping[str, Any]) -> None:
     if given:
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         raise ValueError(
-            f"{', '.join(f'`{k}`' for k in given)} apply to TensorFlow's strategies only; on JAX, XLA chooses the "
-            "collectives, and a stuck peer is caught by `keras-gpu launch --hang-timeout`. Leave them out. "
+            f"{', '.join(f'`{k}`' for k in given)} {'applies' if len(given) == 1 else 'apply'} to TensorFlow's "
+            "strategies only; on JAX, XLA chooses the collectives, and a stuck peer is caught by `keras-gpu launch "
+            f"--hang-timeout`. Leave {'it' if len(given) == 1 else 'them'} out. "
             f"Received: {shown}"
         )
 
