@@ -524,14 +524,18 @@ def check_profile_every_s(value: Any, *, allow_none: bool = False) -> float | No
     """`value` as a float when it is a positive, finite number of seconds, or 0 for no tracing (or None with `allow_none`).
 
     Raises:
-        ValueError: anything else (wrong types included).
+        TypeError: not a number (bools and strings included).
+        ValueError: a negative, infinite or NaN number.
     """
     if value is None and allow_none:
         return None
+    requirement = "be a positive, finite number of seconds, or 0 to turn tracing off"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        fail("profile_every_s", requirement, value, TypeError)
     try:
-        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        seconds = float(value)
     except OverflowError:  # an int beyond the float range
         seconds = math.nan
     if not 0 <= seconds < math.inf:
-        fail("profile_every_s", "be a positive, finite number of seconds, or 0 to turn tracing off", value)
+        fail("profile_every_s", requirement, value)
     return seconds or StepTimeLogger.NO_TRACING  # -0.0 too
