@@ -80,8 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Usage errors print one line to stderr and return 2; `--help` and
     `--version` return 0. When the reader of stdout goes away (a pipe into
     `head`), the command stops quietly and returns 141, the status of a
-    process that SIGPIPE ends (rich's tables stop the same way, with status 1). Messages from the `keras_gpu` logger go to stderr
-    while the command runs.
+    process that SIGPIPE ends (rich's tables stop the same way, with status
+    1). Messages from the `keras_gpu` logger go to stderr while the command
+    runs.
     """
     try:
         status = _main(argv)
