@@ -1,6 +1,6 @@
 """The environment report behind `keras-gpu env`: versions, GPUs, devices, cluster and strategy.
 
-:func:`collect` returns plain JSON-serialisable data, so a script can log it
+`collect` returns plain JSON-serialisable data, so a script can log it
 or attach it to a bug report:
 
 ```python
@@ -153,7 +153,7 @@ def _jax() -> dict[str, Any]:
     version = _dist_version("jax")
     if version is None and _backend() == "jax":
         raise ImportError("KERAS_BACKEND selects JAX, which is not installed: pip install jax (jax[cuda12] for GPUs)")
-    return {"installed": version is not None, "version": version, "jaxlib_version": _dist_version("jaxlib")}
+    return {"installed": version is not None, "version": version}
 
 
 def _keras() -> dict[str, Any]:
