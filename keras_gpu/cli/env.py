@@ -7,7 +7,7 @@ keras-gpu env --json   # the same content as JSON (see `keras_gpu.cli.envinfo.co
 
 The command exits 0 whenever it could write the report, including when the
 report lists problems (such as a malformed `TF_CONFIG`): finding those is
-its job. The data comes from :func:`keras_gpu.cli.envinfo.collect`.
+its job. The data comes from `keras_gpu.cli.envinfo.collect`.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _versions_table(report: dict[str, Any]):
             "TensorFlow": _error_or(tf_info, tensorflow),
             "JAX": _error_or(
                 report.get("jax", {}),
-                lambda s: f"{s['version']} (jaxlib {s.get('jaxlib_version') or '?'})" if s.get("installed") else "not installed",
+                lambda s: s["version"] if s.get("installed") else "not installed",
             ),
             "Keras": _error_or(report.get("keras", {}), lambda s: f"{s['version']} (backend: {s['backend']})"),
             "TensorBoard": _error_or(
