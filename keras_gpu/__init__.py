@@ -2,7 +2,7 @@
 
 Importing this package is cheap and side-effect free: it does not import
 TensorFlow (nor any other backend), does not initialise any device and changes
-no global state, so it is safe to import before :func:`configure_devices`.
+no global state, so it is safe to import before `configure_devices`.
 Public names are loaded on first access.
 
 The callbacks work on every Keras backend (TensorFlow, JAX, PyTorch).

@@ -25,7 +25,7 @@ matmul dtype (float32)         TF32 while TF32 execution   TF32 unless the defau
 =============================  ==========================  ==========================  ==========================
 
 A model's FLOPs and its GPUs' peak FLOP/s are counted from these facts in
-:mod:`keras_gpu.meters.model_flops`. Device names use TensorFlow's form
+`keras_gpu.meters.model_flops`. Device names use TensorFlow's form
 (`/device:GPU:0`) everywhere, so tags (`GPU_0`) and tables read the same
 whichever backend trained.
 """
@@ -135,7 +135,7 @@ def require_tensorflow(feature: str, *, also_on_jax: bool = False) -> None:
 
 
 def require_tensorflow_backend(feature: str) -> None:
-    """Like :func:`require_tensorflow`, and also raise when Keras runs on another backend.
+    """Like `require_tensorflow`, and also raise when Keras runs on another backend.
 
     Raises:
         ImportError: TensorFlow is not installed.
@@ -352,7 +352,7 @@ def replica_gpus(model: Any) -> list[tuple[int, str]]:
 
 
 def compute_dtype(model: Any) -> str:
-    """The dtype the model's matmuls run in, as a key of the peak table of :mod:`keras_gpu.meters.flops`.
+    """The dtype the model's matmuls run in, as a key of the peak table of `keras_gpu.meters.flops`.
 
     `mixed_float16` gives `"float16"`, `mixed_bfloat16` `"bfloat16"`. float32
     gives `"tf32"` where the backend runs float32 matmuls as TF32 on GPUs
@@ -415,7 +415,7 @@ def allocators(model: Any) -> list[Allocator]:
     """The distinct allocators behind this process's replica devices.
 
     Logical CPU devices share one allocator, logged once as `CPU_0`. Which
-    ones keep statistics is found by reading them (:func:`allocator_memory`).
+    ones keep statistics is found by reading them (`allocator_memory`).
     """
     backend = name()
     devices = replica_devices(model)

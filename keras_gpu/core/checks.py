@@ -42,7 +42,7 @@ def must(name: str, requirement: str, value: Any) -> str:
 
 
 def fail(name: str, requirement: str, value: Any, error: type[Exception] = ValueError) -> NoReturn:
-    """Raise `error` with the message :func:`must` builds; a `TypeError` also names the type received."""
+    """Raise `error` with the message `must` builds; a `TypeError` also names the type received."""
     message = must(name, requirement, value)
     if error is TypeError:
         message = f"{message[:-1]} (type {type(value).__name__})."
@@ -193,7 +193,7 @@ def check_keywords(function: str, options: Mapping[str, Any], declared: Sequence
     """Refuse a keyword in `options` that `function` does not declare, as Python would, naming those it takes.
 
     For a public function that takes `**options` and declares them once,
-    as the fields of a dataclass (see :func:`declared_signature`).
+    as the fields of a dataclass (see `declared_signature`).
 
     Args:
         function: The function's name, for the message.

@@ -1,10 +1,10 @@
 """`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard.
 
-The callback times and feeds :class:`keras_gpu.meters.throughput.ThroughputMeter`,
+The callback times and feeds `keras_gpu.meters.throughput.ThroughputMeter`,
 and writes its records under their tags (the one place a window or an epoch's
-times become `throughput/*` and `time/*` values; :mod:`keras_gpu.output.tag_records`
+times become `throughput/*` and `time/*` values; `keras_gpu.output.tag_records`
 reads them back). What it meters each `fit` with (the data schedule, the sample
-counter, the FLOPs) is settled once per fit by :mod:`keras_gpu.hooks.throughput_setup`.
+counter, the FLOPs) is settled once per fit by `keras_gpu.hooks.throughput_setup`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class ThroughputLogger(LoggingCallback):
     training ends): the `throughput/` and `time/` groups of the
     [tag reference](../tags.md#throughput), with each tag's unit and meaning.
     TFLOP/s needs the FLOPs per sample and MFU the peak FLOP/s: known for a
-    GPU in the table of :mod:`keras_gpu.meters.flops`, or given as
+    GPU in the table of `keras_gpu.meters.flops`, or given as
     `peak_flops`.
 
     Samples are counted exactly, including a short last batch, batches split
@@ -56,7 +56,7 @@ class ThroughputLogger(LoggingCallback):
     * anything else on TensorFlow (`tf.data` with a dynamic batch,
       generators, `PyDataset`): Keras' own count, nothing added to the step.
       Keras' default `train_step` adds each replica's batch size to its loss
-      tracker's `count` (:class:`keras_gpu.setup.keras_compat.KerasSampleCount`);
+      tracker's `count` (`keras_gpu.setup.keras_compat.KerasSampleCount`);
       it is read once per window and at the epoch's last batch end, before
       validation or a callback's `evaluate` resets it. It is a float32: a
       count reset within an epoch by another callback, or past 2**24 samples
@@ -64,7 +64,7 @@ class ThroughputLogger(LoggingCallback):
       one warning, and the model's next `fit` counts in the step instead;
     * on TensorFlow where Keras' count cannot be read (a model with its own
       `train_step`, epochs whose length only the data decides): a counting
-      probe in the training step (:mod:`keras_gpu.hooks.step_probe` with
+      probe in the training step (`keras_gpu.hooks.step_probe` with
       `timing=False`: one integer add of (1, batch size) per replica, read
       once per window; the same probe that measures multi-worker jobs, never
       a second one);
@@ -87,7 +87,7 @@ class ThroughputLogger(LoggingCallback):
 
     Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
-    only; see :mod:`keras_gpu.meters.flops`). Each worker logs its own view to its own
+    only; see `keras_gpu.meters.flops`). Each worker logs its own view to its own
     run directory. The training thread pays a store and a comparison
     per batch; everything else happens once per window, and a point is handed
     to the writer's background thread.
@@ -97,7 +97,7 @@ class ThroughputLogger(LoggingCallback):
     wall-clock rates over the whole run and the time of the `fit` (from the
     first keras-gpu callback's `on_train_begin` to the last one's
     `on_train_end`, so the end-of-fit work of every keras-gpu callback
-    counts; logged when the last one ends), and :attr:`summary` holds the
+    counts; logged when the last one ends), and `summary` holds the
     numbers.
 
     Args:
@@ -127,7 +127,7 @@ class ThroughputLogger(LoggingCallback):
 
     Attributes:
         summary: After `fit`: totals and mean rates (see
-            :meth:`keras_gpu.meters.throughput.ThroughputMeter.summary`).
+            `keras_gpu.meters.throughput.ThroughputMeter.summary`).
 
     Example:
         >>> import tempfile

@@ -143,7 +143,7 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
 
 
 _KEYWORDS = tuple(f.name for f in fields(DeviceArguments))
-"""The keywords of :func:`configure_devices`: `DeviceArguments`' fields, declared there once."""
+"""The keywords of `configure_devices`: `DeviceArguments`' fields, declared there once."""
 
 configure_devices.__signature__ = declared_signature(configure_devices, DeviceArguments)  # type: ignore[attr-defined]
 

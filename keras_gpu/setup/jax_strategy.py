@@ -1,7 +1,7 @@
 """`make_strategy()` on Keras' JAX backend: a data-parallel distribution over one process or all of them.
 
-:func:`make_strategy` takes the arguments of `keras_gpu.make_strategy` and
-returns a :class:`JaxStrategy`, so that the same script runs on TensorFlow and
+`make_strategy` takes the arguments of `keras_gpu.make_strategy` and
+returns a `JaxStrategy`, so that the same script runs on TensorFlow and
 on JAX:
 
 ```python
@@ -22,7 +22,7 @@ joined (the script called `keras.distribution.initialize()`) is used as it
 is, after checking that it agrees with the cluster description. On CPUs
 JAX's collectives run over gloo; on GPUs JAX picks its own (NCCL).
 
-Training uses :class:`keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`:
+Training uses `keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`:
 `batch_size` is the global batch of all processes, and every process feeds
 the same data. Importing this module imports neither JAX nor Keras.
 """
@@ -61,7 +61,7 @@ class JaxStrategy:
     Attributes:
         kind: `"default"`, `"one_device"`, `"mirrored"` or `"multiworker"`.
         distribution: The `keras.distribution.Distribution` the scope sets
-            (a :class:`~keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`),
+            (a `GlobalBatchDataParallel`),
             or `None` for `"default"`.
         cluster: This process's place in the job (`cluster.worker_index`,
             `cluster.num_workers`, `cluster.is_chief`); a single local
@@ -121,7 +121,7 @@ class JaxStrategy:
 
 
 def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
-    """Build the :class:`JaxStrategy` for this process and log why in one INFO line.
+    """Build the `JaxStrategy` for this process and log why in one INFO line.
 
     Takes `keras_gpu.make_strategy`'s arguments. `kind="auto"` picks
     `"multiworker"` when the cluster has several training tasks (or the
@@ -176,14 +176,14 @@ class JaxPlan(NamedTuple):
 
 
 def plan_strategy(kind: str = "auto", **options: Any) -> JaxPlan:
-    """What :func:`make_strategy` would build for these arguments, without building it (`keras-gpu env` shows it).
+    """What `make_strategy` would build for these arguments, without building it (`keras-gpu env` shows it).
 
     Lists the local devices (which starts JAX's backends in this process, so
     a multi-process job can no longer be joined here), but joins no process
     and sets no distribution.
 
     Raises:
-        ValueError, TypeError, RuntimeError: As :func:`make_strategy`, for the
+        ValueError, TypeError, RuntimeError: As `make_strategy`, for the
             same arguments and cluster.
     """
     checked = _checked("plan_strategy", kind, options)

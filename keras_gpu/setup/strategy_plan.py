@@ -1,9 +1,9 @@
 """Which strategy `make_strategy()` builds, decided without building anything.
 
-:func:`plan_strategy` is a pure function of its arguments, the cluster and
+`plan_strategy` is a pure function of its arguments, the cluster and
 the local devices, so that the decision can be shown (`keras-gpu env` prints
 it) and tested without TensorFlow's runtime. It returns a
-:class:`StrategyPlan`: the kind, its devices and options, and the reason.
+`StrategyPlan`: the kind, its devices and options, and the reason.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class StrategyPlan:
 
 
 def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = None, **options: Any) -> StrategyPlan:
-    """Decide which strategy :func:`make_strategy` builds, without building it.
+    """Decide which strategy `make_strategy` builds, without building it.
 
     `kind="auto"` picks, in order:
 
@@ -179,7 +179,7 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
         environ: The environment to read (default `os.environ`).
 
     Returns:
-        The :class:`StrategyPlan`.
+        The `StrategyPlan`.
 
     Raises:
         ValueError: An argument has a bad value, arguments contradict each
@@ -207,10 +207,10 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
 
 def plan_from_options(options: StrategyOptions, local_devices: LocalDevices | None = None) -> StrategyPlan:
-    """The :class:`StrategyPlan` for checked options: what :func:`plan_strategy` returns for their keywords.
+    """The `StrategyPlan` for checked options: what `plan_strategy` returns for their keywords.
 
     Resolves the cluster, and lists the local devices when the decision
-    needs them and `local_devices` is `None` (see :func:`plan_strategy`).
+    needs them and `local_devices` is `None` (see `plan_strategy`).
 
     Raises:
         ValueError: The cluster is malformed or has `ps` tasks, a device does
