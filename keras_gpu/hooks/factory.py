@@ -96,6 +96,12 @@ def callbacks(
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
         your own.
 
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `batch_size="64"`, a
+            `log_dir` that is not a path, a switch that is not a bool).
+        ValueError: A number is out of range (zero, negative, infinite), the
+            `log_dir` is empty, or every callback is switched off.
+
     Example:
         >>> import tempfile
         >>> import numpy as np

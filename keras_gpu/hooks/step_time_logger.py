@@ -158,6 +158,12 @@ class StepTimeLogger(LoggingCallback):
     points and logs the end-of-fit line (before the interpreter exits, at the
     latest); `wait` waits for it.
 
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `max_traces="5"`, or
+            a `log_dir` that is not a path).
+        ValueError: A number is out of range (a negative `profile_every_s`,
+            a count below 1), or the `log_dir` is empty.
+
     Attributes:
         last: The last `keras_gpu.meters.step_time.StepTime`, or `None`
             (read after `fit`, it waits for the fit's traces).

@@ -125,6 +125,12 @@ class ThroughputLogger(LoggingCallback):
             progress bar, `CSVLogger` and any callback after this one in the
             list (W&B's, MLflow's) record them.
 
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `batch_size="64"`, or
+            a `log_dir` that is not a path).
+        ValueError: A number is out of range, the `log_dir` is empty, or both
+            `every_n_steps` and `every_s` are given.
+
     Attributes:
         summary: After `fit`: totals and mean rates (see
             `keras_gpu.meters.throughput.ThroughputMeter.summary`).

@@ -142,7 +142,10 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
     Args:
         kind: One of `KINDS`.
-        local_devices: The local devices to decide with (`None`: detect).
+        local_devices: The local devices to decide with, a
+            `keras_gpu.setup.strategy.LocalDevices` (importable from there,
+            not from `keras_gpu`: only this what-if argument takes it), or
+            `None` to detect them.
         **options: The keywords below, declared once by `StrategyOptions`
             (the function's `__signature__` lists them with their defaults).
 
@@ -188,7 +191,8 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
     Example:
         With the cluster and the local devices given, nothing is detected and
-        TensorFlow's runtime is not started:
+        TensorFlow's runtime is not started (`LocalDevices` describes a
+        machine; it comes from `keras_gpu.setup.strategy`):
 
         >>> import keras_gpu
         >>> from keras_gpu.setup.strategy import LocalDevices
