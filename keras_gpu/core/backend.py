@@ -39,7 +39,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.core.cluster_info import ClusterInfo
 
 __all__ = [
     "INSTALL_HINT",
