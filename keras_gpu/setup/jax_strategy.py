@@ -183,8 +183,11 @@ def plan_strategy(kind: str = "auto", **options: Any) -> JaxPlan:
     and sets no distribution.
 
     Raises:
-        ValueError, TypeError, RuntimeError: As `make_strategy`, for the
-            same arguments and cluster.
+        ValueError: As `make_strategy`: a bad argument, a missing device, or
+            a cluster JAX cannot train.
+        TypeError: An argument has the wrong type.
+        RuntimeError: The backend is not JAX, or the processes were joined
+            with another process count or rank than the cluster describes.
     """
     checked = _checked("plan_strategy", kind, options)
     info = _resolve(checked.where)
