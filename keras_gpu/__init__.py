@@ -2,7 +2,7 @@
 
 Importing this package is cheap and side-effect free: it does not import
 TensorFlow (nor any other backend), does not initialise any device and changes
-no global state, so it is safe to import before :func:`configure_devices`.
+no global state, so it is safe to import before `configure_devices`.
 Public names are loaded on first access.
 
 The callbacks work on every Keras backend (TensorFlow, JAX, PyTorch).
@@ -28,8 +28,8 @@ _EXPORTS: dict[str, str] = {
     "StrategyPlan": "keras_gpu.setup.strategy",
     "ClusterInfo": "keras_gpu.core.cluster",
     "resolve_cluster": "keras_gpu.core.cluster",
-    "is_chief": "keras_gpu.core.cluster",
-    "worker_index": "keras_gpu.core.cluster",
+    "is_chief": "keras_gpu.core.place",
+    "worker_index": "keras_gpu.core.place",
     "BackupAndRestore": "keras_gpu.hooks.backup",
     "ModelCheckpoint": "keras_gpu.hooks.checkpoint",
     "Heartbeat": "keras_gpu.hooks.heartbeat",
@@ -57,7 +57,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
-    from keras_gpu.core.cluster import ClusterInfo, is_chief, resolve_cluster, worker_index  # noqa: F401
+    from keras_gpu.core.cluster import ClusterInfo, resolve_cluster  # noqa: F401
+    from keras_gpu.core.place import is_chief, worker_index  # noqa: F401
     from keras_gpu.hooks.backup import BackupAndRestore  # noqa: F401
     from keras_gpu.hooks.checkpoint import ModelCheckpoint  # noqa: F401
     from keras_gpu.hooks.factory import MemoryLogger, PlacementLogger, StepTimeLogger, ThroughputLogger, callbacks  # noqa: F401

@@ -2,7 +2,7 @@
 
 `pyproject.toml` reads the version from here; its `description`, the README's
 first paragraph, `keras-gpu --help` and the docs' index page say
-:data:`SUMMARY` word for word (`tests/test_docs_facts.py` checks that they agree).
+`SUMMARY` word for word (`tests/test_docs_facts.py` checks that they agree).
 """
 
 __all__ = ["SUMMARY", "__version__"]

@@ -46,13 +46,13 @@ def test_bad_input_is_named(tmp_path):
         keras_gpu.callbacks(tmp_path, throughput=False, memory=False, placement=False, step_time=False)
     with pytest.raises(ValueError, match=r"`profile_every_s` must be .* or 0 .*Received: profile_every_s=-5"):
         keras_gpu.callbacks(tmp_path, profile_every_s=-5)
-    with pytest.raises(ValueError, match=r"Received: profile_every_s=True"):
+    with pytest.raises(TypeError, match=r"Received: profile_every_s=True"):
         keras_gpu.callbacks(tmp_path, profile_every_s=True)
     with pytest.raises(TypeError, match=r"`step_time` must be True or False"):
         keras_gpu.callbacks(tmp_path, step_time=1)
     with pytest.raises(ValueError, match=r"every_s"):
         keras_gpu.callbacks(tmp_path, every_s=0)
-    with pytest.raises(ValueError, match=r"Received: every_s=\[\]"):
+    with pytest.raises(TypeError, match=r"Received: every_s=\[\]"):
         keras_gpu.callbacks(tmp_path, every_s=[])
     with pytest.raises(TypeError, match="log_dir"):
         keras_gpu.callbacks(None)

@@ -32,13 +32,13 @@ REJECTED = [
     (C.check_positive, ("every_s", 0), {}, ValueError, "every_s", "0"),
     (C.check_positive, ("every_s", math.inf), {}, ValueError, "every_s", "inf"),
     (C.check_positive, ("every_s", math.nan), {}, ValueError, "every_s", "nan"),
-    (C.check_positive, ("every_s", True), {}, ValueError, "every_s", "True"),
+    (C.check_positive, ("every_s", True), {}, TypeError, "every_s", "True"),
     (C.check_positive, ("every_s", 10**400), {}, ValueError, "every_s", str(10**400)),
-    (C.check_positive, ("n", 2.5), {"integer": True}, ValueError, "n", "2.5"),
+    (C.check_positive, ("n", 2.5), {"integer": True}, TypeError, "n", "2.5"),
     (C.check_positive, ("dt", 0.0005), {"minimum": 0.001}, ValueError, "dt", "0.0005"),
     (C.check_seconds, ("interval_s", -1), {}, ValueError, "interval_s", "-1"),
-    (C.check_seconds, ("interval_s", "1"), {}, ValueError, "interval_s", "'1'"),
-    (C.check_seconds, ("interval_s", None), {}, ValueError, "interval_s", "None"),
+    (C.check_seconds, ("interval_s", "1"), {}, TypeError, "interval_s", "'1'"),
+    (C.check_seconds, ("interval_s", None), {}, TypeError, "interval_s", "None"),
     (C.check_index, ("tf_gpu_index", 1.0, "a GPU index"), {}, TypeError, "tf_gpu_index", "1.0"),
     (C.check_index, ("tf_gpu_index", False, "a GPU index"), {}, TypeError, "tf_gpu_index", "False"),
     (C.check_index, ("tf_gpu_index", -1, "a GPU index"), {}, ValueError, "tf_gpu_index", "-1"),
@@ -103,3 +103,14 @@ def test_public_callers_use_the_shared_form():
         with pytest.raises(exc) as info:
             call()
         assert _FORM.match(str(info.value)), str(info.value)
+
+
+def test_a_wrong_type_is_a_type_error_at_the_public_callers(tmp_path):
+    import keras_gpu
+
+    with pytest.raises(TypeError) as info:
+        keras_gpu.callbacks(tmp_path, batch_size="64")
+    assert _FORM.match(str(info.value)), str(info.value)
+    assert "`batch_size` must" in str(info.value) and "Received: batch_size='64'" in str(info.value)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        keras_gpu.callbacks(tmp_path, batch_size=0)

@@ -23,7 +23,7 @@ TWO_WORKERS = json.dumps(
     {"cluster": {"worker": ["127.0.0.1:45001", "127.0.0.1:45002"]}, "task": {"type": "worker", "index": 1}}
 )
 SECTIONS = {
-    "keras_gpu", "python", "platform", "tensorflow", "keras", "tensorboard", "environment",
+    "keras_gpu", "python", "platform", "tensorflow", "jax", "keras", "tensorboard", "environment",
     "nvml", "gpus", "devices", "cluster", "strategy", "problems",
 }
 
@@ -68,6 +68,8 @@ def test_json_report_is_complete_and_valid(json_run):
     assert isinstance(report["tensorflow"]["is_cuda_build"], bool)
     assert report["keras"] == {"version": importlib.metadata.version("keras"), "backend": "tensorflow"}
     assert report["tensorboard"] == {"installed": True, "version": importlib.metadata.version("tensorboard")}
+    assert report["tensorflow"]["installed"] is True
+    assert report["devices"]["backend"] == report["strategy"]["backend"] == "tensorflow"
     assert {"name": "/device:CPU:0", "device_type": "CPU"} in report["devices"]["logical"]
     assert report["cluster"]["source"] == "local" and report["cluster"]["num_workers"] == 1
     assert report["strategy"]["kind"] in ("default", "one_device", "mirrored")

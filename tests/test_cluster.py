@@ -10,11 +10,10 @@ import pytest
 
 from keras_gpu.core.cluster import (
     ClusterInfo,
-    is_chief,
     resolve_cluster,
     task_info,
-    worker_index,
 )
+from keras_gpu.core.place import is_chief, worker_index
 
 W2 = ["127.0.0.1:2222", "127.0.0.1:2223"]
 

@@ -528,7 +528,7 @@ def test_mirrored_logical_cpus_log_one_allocator():
     ("kwargs", "error", "match"),
     [
         ({"every_s": 0}, ValueError, "Received: every_s=0"),
-        ({"every_s": "10"}, ValueError, "Received: every_s='10'"),
+        ({"every_s": "10"}, TypeError, "Received: every_s='10'"),
         ({"sample_interval_s": -1}, ValueError, "Received: sample_interval_s=-1"),
         ({"every_s": 1.0, "sample_interval_s": 2.0}, ValueError, "must not exceed `every_s`"),
         ({"nvml": 1}, TypeError, "Received: nvml=1"),

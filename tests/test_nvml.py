@@ -495,7 +495,7 @@ def test_reset_stops_running_samplers(install):
     [
         ({"interval_s": 0}, ValueError, "Received: interval_s=0"),
         ({"interval_s": -1.0}, ValueError, "Received: interval_s=-1.0"),
-        ({"interval_s": "1"}, ValueError, "Received: interval_s='1'"),
+        ({"interval_s": "1"}, TypeError, "Received: interval_s='1'"),
         ({"interval_s": float("nan")}, ValueError, "Received: interval_s=nan"),
         ({"max_idle_s": 0}, ValueError, "Received: max_idle_s=0"),
         ({"indices": "01"}, TypeError, "Received: indices='01'"),

@@ -280,7 +280,7 @@ def test_hooks_exist_on_keras_callback_and_there_is_no_batch_hook():
     [
         ({"log_dir": 3}, TypeError, r"Received: log_dir=3"),
         ({"log_dir": "d", "max_rows": 0}, ValueError, r"`max_rows` must be a positive integer.*Received: max_rows=0"),
-        ({"log_dir": "d", "max_rows": 2.5}, ValueError, r"Received: max_rows=2.5"),
+        ({"log_dir": "d", "max_rows": 2.5}, TypeError, r"Received: max_rows=2.5"),
         ({"log_dir": "d", "write_graph": "yes"}, TypeError, r"Received: write_graph='yes'"),
     ],
 )

@@ -183,7 +183,7 @@ def test_bad_arguments(tmp_path):
         StepTimeLogger(tmp_path, profile_every_s=-1)
     with pytest.raises(ValueError, match=r"Received: profile_steps=0"):
         StepTimeLogger(tmp_path, profile_steps=0)
-    with pytest.raises(ValueError, match=r"Received: max_traces=1.5"):
+    with pytest.raises(TypeError, match=r"Received: max_traces=1.5"):
         StepTimeLogger(tmp_path, max_traces=1.5)
 
 

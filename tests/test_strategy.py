@@ -613,3 +613,15 @@ def test_auto_on_real_gpus():
         assert (r["type"], r["replicas"], r["cdo"]) == ("MirroredStrategy", r["gpus"], "NcclAllReduce")
     assert r["loss1"][-1] < r["loss1"][0]
     assert r["spe_max_diff"] < 1e-4
+
+
+def test_the_jax_strategy_names_its_tensorflow_only_arguments_in_good_grammar():
+    from keras_gpu.setup.jax_strategy import _reject_tensorflow_only
+
+    defaults = {"cross_device_ops": "auto", "communication": "auto", "collective_timeout": None, "slurm_gpus_per_task": None}
+    with pytest.raises(ValueError, match=r"^`collective_timeout` applies to TensorFlow's strategies only.* Leave it out\. "
+                       r"Received: collective_timeout=5$"):
+        _reject_tensorflow_only({**defaults, "collective_timeout": 5})
+    with pytest.raises(ValueError, match=r"^`cross_device_ops`, `communication` apply to .* Leave them out\. "
+                       r"Received: cross_device_ops='nccl', communication='ring'$"):
+        _reject_tensorflow_only({**defaults, "cross_device_ops": "nccl", "communication": "ring"})

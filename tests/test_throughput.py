@@ -265,7 +265,7 @@ def test_from_samples_and_schedule_validation():
         DataSchedule(batch_size=0)
     with pytest.raises(ValueError, match=r"Received: batch_size=64, last_batch_size=65"):
         DataSchedule(batch_size=64, last_batch_size=65)
-    with pytest.raises(ValueError, match=r"Received: steps_per_execution=True"):
+    with pytest.raises(TypeError, match=r"Received: steps_per_execution=True"):
         DataSchedule(steps_per_execution=True)
     with pytest.raises(ValueError, match=r"Received: samples_per_epoch=0"):
         DataSchedule.from_samples(0, 64)

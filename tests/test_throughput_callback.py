@@ -446,14 +446,14 @@ def test_hooks_exist_on_keras_callback_with_exact_signatures():
     ("kwargs", "error", "match"),
     [
         ({"every_n_steps": 0}, ValueError, r"Received: every_n_steps=0"),
-        ({"every_n_steps": 2.5}, ValueError, r"Received: every_n_steps=2.5"),
+        ({"every_n_steps": 2.5}, TypeError, r"Received: every_n_steps=2.5"),
         ({"every_s": -1.0}, ValueError, r"Received: every_s=-1.0"),
         ({"every_s": float("inf")}, ValueError, r"Received: every_s=inf"),
         ({"every_n_steps": 10, "every_s": 2.0}, ValueError, r"only one of .*Received: every_n_steps=10, every_s=2.0"),
         ({"batch_size": 0}, ValueError, r"Received: batch_size=0"),
-        ({"batch_size": True}, ValueError, r"Received: batch_size=True"),
+        ({"batch_size": True}, TypeError, r"Received: batch_size=True"),
         ({"samples_per_epoch": -5}, ValueError, r"Received: samples_per_epoch=-5"),
-        ({"flops_per_sample": "1e9"}, ValueError, r"Received: flops_per_sample='1e9'"),
+        ({"flops_per_sample": "1e9"}, TypeError, r"Received: flops_per_sample='1e9'"),
         ({"peak_flops": 0}, ValueError, r"Received: peak_flops=0"),
     ],
 )

@@ -59,16 +59,17 @@ def test_check_log_dir_rejects_empty(bad):
         check_log_dir(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
-def test_check_positive_rejects(bad):
-    with pytest.raises(ValueError, match="every_s"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (float("nan"), ValueError),
+                                        (float("inf"), ValueError), (True, TypeError), ("5", TypeError)])
+def test_check_positive_rejects(bad, error):
+    with pytest.raises(error, match="every_s"):
         check_positive("every_s", bad)
 
 
 def test_check_positive_integer_and_none():
     assert check_positive("n", 3, integer=True) == 3
     assert check_positive("n", None, allow_none=True) is None
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(TypeError, match="positive integer"):
         check_positive("n", 2.5, integer=True)
 
 

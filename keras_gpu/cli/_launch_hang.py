@@ -1,7 +1,7 @@
 """`keras-gpu launch --hang-timeout`: judging from the workers' progress files whether the job is stuck.
 
 Each worker's bootstrap keeps a progress file up to date (see
-`keras_gpu.hooks.progress`); :class:`HangWatch` reads them from the
+`keras_gpu.hooks.progress`); `HangWatch` reads them from the
 launcher's supervisor loop and names the workers that stopped progressing.
 """
 

@@ -1,7 +1,7 @@
 """`keras-gpu launch`: the job's supervisor loop: attempts, restarts, hang detection and signals.
 
-:func:`supervise` runs the job: it starts a :class:`WorkerGroup` per attempt
-on new ports, waits for a failure, a hang (:class:`HangWatch`) or a signal,
+`supervise` runs the job: it starts a `WorkerGroup` per attempt
+on new ports, waits for a failure, a hang (`HangWatch`) or a signal,
 stops every worker, and restarts the whole job while `--max-restarts`
 allows. SIGINT, SIGTERM and SIGHUP to the launcher are forwarded to the
 workers and end the job with `128 + signal`.

@@ -1,8 +1,8 @@
 """`keras-gpu launch`: worker processes started, watched and stopped together.
 
-:class:`WorkerGroup` runs one attempt's workers, each in its own process
+`WorkerGroup` runs one attempt's workers, each in its own process
 group, copies their output line by line with a `[worker i] ` prefix and stops
-them (the signal, then SIGKILL after the grace period); :class:`WorkerExit`
+them (the signal, then SIGKILL after the grace period); `WorkerExit`
 says how one worker ended.
 """
 

@@ -1,14 +1,14 @@
 """`keras-gpu scale`: running the user's script once per configuration and reading what each worker measured.
 
 Each configuration runs as a job of `workers` processes through the
-launcher's own pieces (:func:`keras_gpu.cli._launch_env.worker_command`, the
-worker bootstrap, :class:`keras_gpu.cli._launch_workers.WorkerGroup`):
+launcher's own pieces (`keras_gpu.cli._launch_env.worker_command`, the
+worker bootstrap, `keras_gpu.cli._launch_workers.WorkerGroup`):
 loopback `TF_CONFIG` and `KERAS_DISTRIBUTION_*` variables where there are
 several workers, none where there is one, so that `keras_gpu.make_strategy()`
 sees exactly the configuration. Replicas are the first GPUs of the machine
 (worker `i` gets GPUs `i*k` to `i*k+k-1`), or on a machine without a GPU `k`
 logical CPUs per worker, as `keras-gpu launch --cpu-replicas` makes them.
-The bootstrap adds :class:`keras_gpu.hooks.scale_window.ScaleWindow` to every
+The bootstrap adds `keras_gpu.hooks.scale_window.ScaleWindow` to every
 `fit`, which writes each worker's window to a file of the run's folder.
 """
 

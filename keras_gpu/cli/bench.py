@@ -4,7 +4,8 @@ The overhead benchmark (`benchmarks/overhead.py`) measures what keras-gpu's
 callbacks cost a training run. It is developer tooling, kept in the
 repository and not shipped in the wheel, so the installed command never
 imports it. `keras-gpu bench [options]` prints the command that runs it from
-a source checkout, with the same options, and exits with status 2:
+a source checkout, with the same options, and exits with status 2;
+`keras-gpu bench --help` (or `-h`) prints this command's help and exits 0:
 
 ```
 git clone <keras-gpu repository> && cd keras-gpu
@@ -35,11 +36,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             f"`{_SCRIPT} [--quick] [options]`; `{_SCRIPT} --help` lists the options. This command prints that "
             "line for the options given and exits with status 2."
         ),
-        # Everything after `bench` is the benchmark's, `--help` included: no option of its own.
+        # Everything after `bench` is the benchmark's: no option of its own but a leading -h/--help (see run).
         prefix_chars="+",
         add_help=False,
+        usage="%(prog)s [-h] [--quick] [options ...]",
     )
-    parser.add_argument("options", nargs=argparse.REMAINDER, help=f"options to pass on to `{_SCRIPT}`")
+    parser.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        help=f"options to pass on to `{_SCRIPT}`, e.g. --quick; -h/--help first prints this help",
+    )
+    parser.set_defaults(bench_help=parser.format_help)
 
 
 def command(options: list[str] | tuple[str, ...] = ()) -> str:
@@ -48,7 +55,13 @@ def command(options: list[str] | tuple[str, ...] = ()) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print where the benchmark lives and the command that runs it; returns 2 (nothing was measured)."""
+    """Print where the benchmark lives and the command that runs it; returns 2 (nothing was measured).
+
+    With `-h` or `--help` first, print this command's help instead and return 0.
+    """
+    if args.options[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(args.bench_help())
+        return 0
     sys.stderr.write(
         "keras-gpu bench: the overhead benchmark is a script of the keras-gpu source repository, not part of the "
         f"installed package. From the root of a checkout, run:\n  {command(args.options)}\n"

@@ -7,7 +7,7 @@ keras-gpu env --json   # the same content as JSON (see `keras_gpu.cli.envinfo.co
 
 The command exits 0 whenever it could write the report, including when the
 report lists problems (such as a malformed `TF_CONFIG`): finding those is
-its job. The data comes from :func:`keras_gpu.cli.envinfo.collect`.
+its job. The data comes from `keras_gpu.cli.envinfo.collect`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "env",
         help="print versions, GPUs, devices, cluster and the strategy that would be used",
         description=(
-            "Report Python, TensorFlow (with its CUDA/cuDNN build), Keras, TensorBoard and keras-gpu versions, "
-            "the NVIDIA driver and GPUs, TensorFlow's devices, the TF_CONFIG/SLURM cluster and the strategy "
-            "`make_strategy('auto')` would pick. Exits 0 even when the report lists problems."
+            "Report Python, TensorFlow (with its CUDA/cuDNN build), JAX, Keras, TensorBoard and keras-gpu versions, "
+            "the NVIDIA driver and GPUs, the Keras backend's devices, the TF_CONFIG/SLURM cluster and the strategy "
+            "`make_strategy('auto')` would pick on that backend. Exits 0 even when the report lists problems."
         ),
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -90,6 +90,8 @@ def _versions_table(report: dict[str, Any]):
     tf_info = report.get("tensorflow", {})
 
     def tensorflow(tf: dict[str, Any]) -> str:
+        if not tf.get("installed", True):
+            return "not installed (the Keras backend in use does not need it)"
         dists = ", ".join(f"{d} {v}" for d, v in (tf.get("distributions") or {}).items()) or "unknown distribution"
         if tf.get("is_cuda_build"):
             build = f"CUDA {tf.get('cuda_version') or '?'}, cuDNN {tf.get('cudnn_version') or '?'}"
@@ -109,6 +111,10 @@ def _versions_table(report: dict[str, Any]):
                 lambda s: f"{s['platform']}; {s['usable_cpus']} of {s['cpu_count']} CPUs usable",
             ),
             "TensorFlow": _error_or(tf_info, tensorflow),
+            "JAX": _error_or(
+                report.get("jax", {}),
+                lambda s: s["version"] if s.get("installed") else "not installed",
+            ),
             "Keras": _error_or(report.get("keras", {}), lambda s: f"{s['version']} (backend: {s['backend']})"),
             "TensorBoard": _error_or(
                 report.get("tensorboard", {}), lambda s: s["version"] if s["installed"] else "not installed"
@@ -150,8 +156,9 @@ def _gpu_table(report: dict[str, Any]):
 
 def _devices_table(report: dict[str, Any]):
     devices = report.get("devices", {})
+    title = {"jax": "JAX devices", "torch": "PyTorch devices"}.get(devices.get("backend", ""), "TensorFlow devices")
     if "error" in devices:
-        return _key_values("TensorFlow devices", {"devices": f"unavailable ({devices['error']})"})
+        return _key_values(title, {"devices": f"unavailable ({devices['error']})"})
 
     def describe(entry: dict[str, Any]) -> str:
         extra = [entry[k] for k in ("device_name",) if entry.get(k)]
@@ -159,8 +166,13 @@ def _devices_table(report: dict[str, Any]):
             extra.append("compute capability {}.{}".format(*entry["compute_capability"]))
         return entry["name"] + (f" ({', '.join(extra)})" if extra else "")
 
+    if "local" in devices:  # JAX and PyTorch: no physical/logical split
+        rows = {"local": "\n".join(describe(d) for d in devices["local"]) or "none"}
+        if devices.get("process_count", 1) > 1:
+            rows["processes"] = devices["process_count"]
+        return _key_values(title, rows)
     return _key_values(
-        "TensorFlow devices",
+        title,
         {
             "physical": "\n".join(describe(d) for d in devices.get("physical", [])) or "none",
             "logical": "\n".join(d["name"] for d in devices.get("logical", [])) or "none",
@@ -180,6 +192,8 @@ def _distribution_table(report: dict[str, Any]):
             rows[f"  {task_type}"] = ", ".join(addresses)
     if "error" in strategy:
         rows["make_strategy('auto')"] = f"PROBLEM: {strategy['error']}"
+    elif strategy.get("kind") is None:
+        rows["make_strategy('auto')"] = f"not available: {strategy.get('reason')}"
     else:
         rows["make_strategy('auto')"] = strategy.get("kind")
         rows["  devices"] = ", ".join(str(d) for d in strategy.get("devices") or []) or "-"

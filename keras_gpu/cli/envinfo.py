@@ -1,6 +1,6 @@
 """The environment report behind `keras-gpu env`: versions, GPUs, devices, cluster and strategy.
 
-:func:`collect` returns plain JSON-serialisable data, so a script can log it
+`collect` returns plain JSON-serialisable data, so a script can log it
 or attach it to a bug report:
 
 ```python
@@ -8,8 +8,12 @@ import json, keras_gpu.cli.envinfo
 print(json.dumps(keras_gpu.cli.envinfo.collect(), indent=2))
 ```
 
-Collecting initialises TensorFlow's devices (it lists the logical devices), so
-call it after any `keras_gpu.configure_devices(...)` of your own.
+The devices and the strategy are those of the Keras backend this process
+selects (`KERAS_BACKEND`): TensorFlow's devices and `keras_gpu.plan_strategy`
+on TensorFlow, JAX's devices and the JAX `make_strategy()` decision on JAX.
+TensorFlow is reported missing only where that backend needs it. Collecting
+initialises the backend's devices (it lists them), so call it after any
+`keras_gpu.configure_devices(...)` of your own.
 """
 
 from __future__ import annotations
@@ -57,8 +61,10 @@ def collect() -> dict[str, Any]:
 
     Returns:
         A JSON-serialisable dict with the sections `keras_gpu`, `python`,
-        `platform`, `tensorflow`, `keras`, `tensorboard`, `environment`,
-        `nvml`, `gpus`, `devices`, `cluster`, `strategy` and `problems`.
+        `platform`, `tensorflow`, `jax`, `keras`, `tensorboard`,
+        `environment`, `nvml`, `gpus`, `devices`, `cluster`, `strategy` and
+        `problems`. `devices` and `strategy` name the `backend` they were
+        read from.
         A section that cannot be collected holds `{"error": "..."}` instead,
         and its message is added to `problems`, the list of findings a reader
         should act on (for example a malformed `TF_CONFIG`).
@@ -70,6 +76,7 @@ def collect() -> dict[str, Any]:
         ("python", _python),
         ("platform", _platform),
         ("tensorflow", _tensorflow),
+        ("jax", _jax),
         ("keras", _keras),
         ("tensorboard", _tensorboard),
         ("environment", _environment),
@@ -117,11 +124,22 @@ def _platform() -> dict[str, Any]:
     }
 
 
+def _backend() -> str:
+    from keras_gpu.core import backend
+
+    return backend.selected()
+
+
 def _tensorflow() -> dict[str, Any]:
+    from keras_gpu.core.backend import tensorflow_installed
+
+    if not tensorflow_installed() and _backend() != "tensorflow":  # not needed here: not a problem
+        return {"installed": False, "version": None}
     import tensorflow as tf
 
     build = dict(tf.sysconfig.get_build_info())
     return {
+        "installed": True,
         "version": tf.__version__,
         "git_version": tf.version.GIT_VERSION,
         "distributions": {d: v for d in _TF_DISTRIBUTIONS if (v := _dist_version(d)) is not None},
@@ -129,6 +147,13 @@ def _tensorflow() -> dict[str, Any]:
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
     }
+
+
+def _jax() -> dict[str, Any]:
+    version = _dist_version("jax")
+    if version is None and _backend() == "jax":
+        raise ImportError("KERAS_BACKEND selects JAX, which is not installed: pip install jax (jax[cuda12] for GPUs)")
+    return {"installed": version is not None, "version": version}
 
 
 def _keras() -> dict[str, Any]:
@@ -174,6 +199,41 @@ def _gpus() -> list[dict[str, Any]]:
 
 
 def _devices() -> dict[str, Any]:
+    current = _backend()
+    if current == "jax":
+        return _jax_devices()
+    if current == "torch":
+        return _torch_devices()
+    return _tensorflow_devices()
+
+
+def _jax_devices() -> dict[str, Any]:
+    import jax
+
+    from keras_gpu.core.backend import device_name
+
+    local = []
+    for d in jax.local_devices():
+        name = device_name(d.platform, d.id)
+        local.append({"name": name, "device_type": name.split(":")[-2], "device_name": d.device_kind})
+    return {"backend": "jax", "local": local, "process_count": jax.process_count()}
+
+
+def _torch_devices() -> dict[str, Any]:
+    import torch
+
+    from keras_gpu.core.backend import device_name
+
+    local = [{"name": device_name("cpu", 0), "device_type": "CPU", "device_name": None}]
+    if torch.cuda.is_available():
+        local += [
+            {"name": device_name("cuda", i), "device_type": "GPU", "device_name": torch.cuda.get_device_name(i)}
+            for i in range(torch.cuda.device_count())
+        ]
+    return {"backend": "torch", "local": local}
+
+
+def _tensorflow_devices() -> dict[str, Any]:
     import tensorflow as tf
 
     physical = []
@@ -186,7 +246,7 @@ def _devices() -> dict[str, Any]:
             entry["compute_capability"] = list(cc) if cc is not None else None
         physical.append(entry)
     logical = [{"name": d.name, "device_type": d.device_type} for d in tf.config.list_logical_devices()]
-    return {"physical": physical, "logical": logical}
+    return {"backend": "tensorflow", "physical": physical, "logical": logical}
 
 
 def _cluster() -> dict[str, Any]:
@@ -207,10 +267,34 @@ def _cluster() -> dict[str, Any]:
 
 
 def _strategy() -> dict[str, Any]:
+    current = _backend()
+    if current == "jax":
+        from keras_gpu.setup import jax_strategy
+
+        jax_plan = jax_strategy.plan_strategy(kind="auto")
+        return {
+            "backend": "jax",
+            "kind": jax_plan.kind,
+            "devices": list(jax_plan.devices),
+            "cross_device_ops": None,
+            "communication": None,
+            "reason": jax_plan.reason,
+            "cluster": jax_plan.cluster.describe(),
+            "notes": [],
+            "description": f"{jax_plan.kind}: {jax_plan.reason}",
+        }
+    if current != "tensorflow":
+        reason = (
+            f"make_strategy() works on Keras' TensorFlow and JAX backends, not on {current!r}: set "
+            "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax to use it"
+        )
+        return {"backend": current, "kind": None, "devices": [], "cross_device_ops": None, "communication": None,
+                "reason": reason, "cluster": None, "notes": [], "description": reason}
     from keras_gpu.setup.strategy import plan_strategy
 
     plan = plan_strategy(kind="auto")
     return {
+        "backend": "tensorflow",
         "kind": plan.kind,
         "devices": _jsonable(plan.devices),
         "cross_device_ops": _jsonable(plan.cross_device_ops),
@@ -234,7 +318,8 @@ def _diagnose(report: dict[str, Any]) -> list[str]:
             f"Several TensorFlow distributions are installed ({', '.join(sorted(distributions))}); they overwrite "
             "each other's files. Uninstall all of them and install one."
         )
-    if isinstance(gpus, list) and gpus and "error" not in tf_info and "error" not in devices:
+    on_tensorflow = devices.get("backend", "tensorflow") == "tensorflow" and tf_info.get("installed", True)
+    if isinstance(gpus, list) and gpus and on_tensorflow and "error" not in tf_info and "error" not in devices:
         tf_gpus = [d for d in devices.get("physical", []) if d.get("device_type") == "GPU"]
         if not tf_info.get("is_cuda_build"):
             found.append(
@@ -249,6 +334,12 @@ def _diagnose(report: dict[str, Any]) -> list[str]:
                 else " Check that the CUDA and cuDNN libraries TensorFlow was built against are installed."
             )
             found.append(f"NVML reports {len(gpus)} NVIDIA GPU(s), but TensorFlow sees none.{hint}")
+    if isinstance(gpus, list) and gpus and devices.get("backend") in ("jax", "torch"):
+        if not any(d.get("device_type") == "GPU" for d in devices.get("local", [])):
+            name = {"jax": "JAX", "torch": "PyTorch"}[devices["backend"]]
+            install = "jax[cuda12]" if devices["backend"] == "jax" else "a CUDA build of torch"
+            found.append(f"NVML reports {len(gpus)} NVIDIA GPU(s), but {name} sees none: install {install}, "
+                         "and check CUDA_VISIBLE_DEVICES.")
     return found
 
 

@@ -42,7 +42,8 @@ With `--max-restarts R` a failed job is restarted as a whole, up to `R` times
 (like `torchrun --max-restarts`): every worker is stopped, then all `N` are
 started again on new free ports with `KERAS_GPU_RESTART_COUNT` raised by one.
 Training resumes where the script makes it (e.g. with
-`keras.callbacks.BackupAndRestore`); the launcher exits 0 as soon as one
+`keras_gpu.BackupAndRestore`, which one worker writes; Keras' own races
+when several workers write it); the launcher exits 0 as soon as one
 attempt succeeds, and with the last failure's status when none did. A
 SIGINT, SIGTERM or SIGHUP to the launcher is forwarded to every worker's
 process group with the same escalation, and the launcher exits with
@@ -190,7 +191,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=(
             "when a worker fails, stop every worker and start all of them again on new ports, at most R times "
             f"(default: 0); workers read the attempt number from {ENV_RESTART_COUNT} and resume from their own "
-            "checkpoints, e.g. keras.callbacks.BackupAndRestore"
+            "checkpoints, e.g. keras_gpu.BackupAndRestore (Keras' own races in multi-worker jobs)"
         ),
     )
     parser.add_argument(
@@ -219,7 +220,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `keras-gpu launch` and return its exit status."""
     if os.environ.get("KERAS_BACKEND", "tensorflow").strip() in ("", "tensorflow"):  # JAX workers need no TensorFlow
-        require_tensorflow("keras-gpu launch")
+        require_tensorflow("keras-gpu launch", also_on_jax=True)
     target, is_module, script_args = resolve_target(args)
     n = args.nproc
     max_restarts = getattr(args, "max_restarts", 0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -40,6 +41,7 @@ SUBCOMMANDS: tuple[str, ...] = (
 """Import paths of the subcommand modules, in the order `--help` lists them."""
 
 _PROG = "keras-gpu"
+_EXIT_BROKEN_PIPE = 128 + 13  # as a process that SIGPIPE ends, the way `head`'s writers end
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,9 +78,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `keras-gpu` with `argv` (default `sys.argv[1:]`) and return the exit status.
 
     Usage errors print one line to stderr and return 2; `--help` and
-    `--version` return 0. Messages from the `keras_gpu` logger go to stderr
-    while the command runs.
+    `--version` return 0. When the reader of stdout goes away (a pipe into
+    `head`), the command stops quietly and returns 141, the status of a
+    process that SIGPIPE ends (rich's tables stop the same way, with status
+    1). Messages from the `keras_gpu` logger go to stderr while the command
+    runs.
     """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return status
+    except BrokenPipeError:  # the reader went away (`keras-gpu report DIR --json | head`): stop quietly
+        _discard_stdout()
+        return _EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -98,6 +113,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved_level)
+
+
+def _discard_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so that Python's flush at exit raises nothing more."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _attach_log_handler(logger: logging.Logger) -> logging.Handler:

@@ -80,7 +80,7 @@ def _num(stats: SeriesStats | None, key: str = "mean", fmt: str = "{:,.1f}") -> 
 
 
 def render(report: Report, console: Any = None) -> None:
-    """Render a :func:`keras_gpu.output.reader.read_report` result as tables."""
+    """Render a `keras_gpu.output.reader.read_report` result as tables."""
     from rich.console import Console
 
     if console is None:

@@ -7,9 +7,9 @@ keras-gpu scale --replicas 1,2,4 --cpu --json -m mypackage.train
 
 The script runs unchanged once per configuration (every worker count with
 every replica count), on TensorFlow or JAX (`KERAS_BACKEND`); see
-:mod:`keras_gpu.cli._scale_run` for how a configuration is run and
-:mod:`keras_gpu.hooks.scale_window` for what is measured in it, and
-:mod:`keras_gpu.meters.scale_table` for speed-up, efficiency and the cause.
+`keras_gpu.cli._scale_run` for how a configuration is run and
+`keras_gpu.hooks.scale_window` for what is measured in it, and
+`keras_gpu.meters.scale_table` for speed-up, efficiency and the cause.
 """
 
 from __future__ import annotations

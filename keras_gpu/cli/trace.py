@@ -3,7 +3,7 @@
 PATH is an `.xplane.pb` file, or a directory (a run, its `plugins/profile/`,
 or a log dir) whose traces are each read, oldest first. Traces written by
 keras-gpu's `StepTimeLogger` and traces a user captured with TensorFlow's or
-JAX's profiler read alike (:func:`keras_gpu.meters.step_time.analyze`): the step count
+JAX's profiler read alike (`keras_gpu.meters.step_time.analyze`): the step count
 and mean step time, input, compute, communication and other per step, each
 GPU's (or TPU core's) compute, communication and transfer time, the slowest
 input stage, notes (a trace without step markers says so, and how its window
@@ -136,7 +136,7 @@ def _ms(seconds: float) -> str:
 
 
 def render(result: dict[str, Any]) -> None:
-    """Print one trace's breakdown (an :func:`analyze_path` entry) as text."""
+    """Print one trace's breakdown (an `analyze_path` entry) as text."""
     step = result["step_sec"]
     share = (lambda s: f"{100 * s / step:.0f}%") if step > 0 else (lambda s: "-")
     steps = result["steps"]

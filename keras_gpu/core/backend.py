@@ -1,10 +1,11 @@
 """Which Keras backend trains, and every per-backend fact the callbacks need, in one place.
 
-The callbacks (`keras_gpu.callbacks()`, `ThroughputLogger`, `MemoryLogger`)
-run on the TensorFlow, JAX and PyTorch backends of Keras 3; TensorFlow is
-needed only on the TensorFlow backend and for the TensorFlow-only parts
-(`make_strategy`, `configure_devices`, `PlacementLogger`, `keras-gpu
-launch`), which call :func:`require_tensorflow`. Everything here reads the
+The callbacks (`keras_gpu.callbacks()`, `ThroughputLogger`, `MemoryLogger`,
+`StepTimeLogger`, ...) run on the TensorFlow, JAX and PyTorch backends of
+Keras 3; `make_strategy`, `configure_devices` and `keras-gpu launch` on
+TensorFlow and JAX. TensorFlow is needed only on the TensorFlow backend and
+for the TensorFlow-only parts (`plan_strategy`, `PlacementLogger`), which
+call `require_tensorflow`. Everything here reads the
 backend lazily: importing this module imports no backend.
 
 Per backend:
@@ -24,7 +25,7 @@ matmul dtype (float32)         TF32 while TF32 execution   TF32 unless the defau
 =============================  ==========================  ==========================  ==========================
 
 A model's FLOPs and its GPUs' peak FLOP/s are counted from these facts in
-:mod:`keras_gpu.meters.model_flops`. Device names use TensorFlow's form
+`keras_gpu.meters.model_flops`. Device names use TensorFlow's form
 (`/device:GPU:0`) everywhere, so tags (`GPU_0`) and tables read the same
 whichever backend trained.
 """
@@ -38,7 +39,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from keras_gpu.core.cluster import ClusterInfo
+from keras_gpu.core.cluster_info import ClusterInfo
 
 __all__ = [
     "INSTALL_HINT",
@@ -47,6 +48,7 @@ __all__ = [
     "allocator_memory",
     "allocators",
     "compute_dtype",
+    "device_name",
     "name",
     "num_replicas",
     "physical_gpus",
@@ -100,25 +102,40 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def require_tensorflow(feature: str) -> None:
+def require_tensorflow(feature: str, *, also_on_jax: bool = False) -> None:
     """Raise one clear `ImportError` when `feature` is used without TensorFlow installed.
+
+    The message says the fix for the backend selected: install TensorFlow,
+    or, for a feature that also works on JAX (`also_on_jax`) called on
+    another backend (PyTorch), select TensorFlow or JAX.
 
     Args:
         feature: What the user called, e.g. `"keras_gpu.make_strategy()"`.
+        also_on_jax: Whether `feature` works on Keras' JAX backend too
+            (`make_strategy`, `configure_devices`, `keras-gpu launch`).
 
     Raises:
-        ImportError: TensorFlow is not installed, naming the install line.
+        ImportError: TensorFlow is not installed, naming the fix.
     """
-    if not tensorflow_installed():
+    if tensorflow_installed():
+        return
+    current = selected()
+    if also_on_jax and current not in ("tensorflow", "jax"):
         raise ImportError(
-            f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
-            f"build: {INSTALL_HINT}. The callbacks (keras_gpu.callbacks(), ThroughputLogger, "
-            "MemoryLogger) work without it on the JAX and PyTorch backends."
+            f"{feature} works on Keras' TensorFlow and JAX backends, not on {current!r}: set KERAS_BACKEND=jax, "
+            f"or install TensorFlow ({INSTALL_HINT}) and set KERAS_BACKEND=tensorflow. Received: backend={current!r}"
         )
+    jax_too = " (or set KERAS_BACKEND=jax, where it works without TensorFlow)" if also_on_jax else ""
+    raise ImportError(
+        f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
+        f"build: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
+        "ThroughputLogger, MemoryLogger, StepTimeLogger, ModelCheckpoint, BackupAndRestore, Heartbeat) works "
+        "on the JAX and PyTorch backends, and make_strategy(), configure_devices() and keras-gpu launch work on JAX."
+    )
 
 
 def require_tensorflow_backend(feature: str) -> None:
-    """Like :func:`require_tensorflow`, and also raise when Keras runs on another backend.
+    """Like `require_tensorflow`, and also raise when Keras runs on another backend.
 
     Raises:
         ImportError: TensorFlow is not installed.
@@ -228,8 +245,14 @@ def torch_device(model: Any) -> Any:
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
-def _tf_name(kind: str, index: int) -> str:
-    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU", "tpu": "TPU"}.get(kind.lower(), kind.upper())
+def device_name(kind: str, index: int) -> str:
+    """A device's name in TensorFlow's form (`/device:GPU:0`), as keras-gpu names devices on every backend.
+
+    Args:
+        kind: The platform or device type (`"cuda"`, `"gpu"`, `"rocm"`, `"cpu"`, `"tpu"`, ...).
+        index: The device's index.
+    """
+    kind = {"cuda": "GPU", "gpu": "GPU", "rocm": "GPU", "cpu": "CPU", "tpu": "TPU"}.get(kind.lower(), kind.upper())
     return f"/device:{kind}:{index}"
 
 
@@ -246,10 +269,10 @@ def replica_devices(model: Any) -> tuple[str, ...]:
 
         return tuple(topology.replica_devices(strategy(model)))
     if backend == "jax":
-        return tuple(_tf_name(d.platform, d.id) for d in _jax_devices(model))
+        return tuple(device_name(d.platform, d.id) for d in _jax_devices(model))
     if backend == "torch":
         device = torch_device(model)
-        return (_tf_name(device.type, device.index or 0),)
+        return (device_name(device.type, device.index or 0),)
     return ("/device:CPU:0",)
 
 
@@ -329,7 +352,7 @@ def replica_gpus(model: Any) -> list[tuple[int, str]]:
 
 
 def compute_dtype(model: Any) -> str:
-    """The dtype the model's matmuls run in, as a key of the peak table of :mod:`keras_gpu.meters.flops`.
+    """The dtype the model's matmuls run in, as a key of the peak table of `keras_gpu.meters.flops`.
 
     `mixed_float16` gives `"float16"`, `mixed_bfloat16` `"bfloat16"`. float32
     gives `"tf32"` where the backend runs float32 matmuls as TF32 on GPUs
@@ -392,7 +415,7 @@ def allocators(model: Any) -> list[Allocator]:
     """The distinct allocators behind this process's replica devices.
 
     Logical CPU devices share one allocator, logged once as `CPU_0`. Which
-    ones keep statistics is found by reading them (:func:`allocator_memory`).
+    ones keep statistics is found by reading them (`allocator_memory`).
     """
     backend = name()
     devices = replica_devices(model)

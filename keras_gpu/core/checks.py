@@ -42,7 +42,7 @@ def must(name: str, requirement: str, value: Any) -> str:
 
 
 def fail(name: str, requirement: str, value: Any, error: type[Exception] = ValueError) -> NoReturn:
-    """Raise `error` with the message :func:`must` builds; a `TypeError` also names the type received."""
+    """Raise `error` with the message `must` builds; a `TypeError` also names the type received."""
     message = must(name, requirement, value)
     if error is TypeError:
         message = f"{message[:-1]} (type {type(value).__name__})."
@@ -90,23 +90,28 @@ def check_positive(
     """`value` unchanged when it is a positive, finite number (an int >= 1 with `integer`), at least `minimum`.
 
     Raises:
-        ValueError: anything else (wrong types included), except None with `allow_none`.
+        TypeError: not a number (bools, strings and None without `allow_none`
+            included), or not an int with `integer`.
+        ValueError: a number out of range (zero, negative, infinite, NaN or
+            below `minimum`).
     """
     if value is None and allow_none:
         return None
-    ok = _is_int(value) if integer else _is_number(value)
-    if ok and not integer:
+    what = "a positive integer" if integer else "a positive, finite number"
+    if minimum > 0 and not integer:
+        what += f" of at least {minimum:g}"
+    requirement = f"be {what}{' or None' if allow_none else ''}"
+    if not (_is_int(value) if integer else _is_number(value)):
+        fail(name, requirement, value, TypeError)
+    if integer:
+        ok = value >= max(minimum, 1)
+    else:
         try:
             ok = minimum <= float(value) < math.inf and value > 0
         except OverflowError:  # an int beyond the float range
             ok = False
-    elif ok:
-        ok = value >= max(minimum, 1)
     if not ok:
-        what = "a positive integer" if integer else "a positive, finite number"
-        if minimum > 0 and not integer:
-            what += f" of at least {minimum:g}"
-        fail(name, f"be {what}{' or None' if allow_none else ''}", value)
+        fail(name, requirement, value)
     return value
 
 
@@ -114,18 +119,20 @@ def check_seconds(name: str, value: Any, *, allow_none: bool = False) -> float |
     """`value` as a float when it is a positive, finite number of seconds (or None with `allow_none`).
 
     Raises:
-        ValueError: anything else (wrong types included).
+        TypeError: not a number (bools, strings and None without `allow_none` included).
+        ValueError: a number that is not positive and finite.
     """
     if value is None and allow_none:
         return None
-    ok = _is_number(value)
-    if ok:
-        try:
-            ok = 0 < float(value) < math.inf
-        except OverflowError:
-            ok = False
+    requirement = f"be a positive, finite number of seconds{' or None' if allow_none else ''}"
+    if not _is_number(value):
+        fail(name, requirement, value, TypeError)
+    try:
+        ok = 0 < float(value) < math.inf
+    except OverflowError:
+        ok = False
     if not ok:
-        fail(name, f"be a positive, finite number of seconds{' or None' if allow_none else ''}", value)
+        fail(name, requirement, value)
     return float(value)
 
 
@@ -186,7 +193,7 @@ def check_keywords(function: str, options: Mapping[str, Any], declared: Sequence
     """Refuse a keyword in `options` that `function` does not declare, as Python would, naming those it takes.
 
     For a public function that takes `**options` and declares them once,
-    as the fields of a dataclass (see :func:`declared_signature`).
+    as the fields of a dataclass (see `declared_signature`).
 
     Args:
         function: The function's name, for the message.

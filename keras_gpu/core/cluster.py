@@ -1,13 +1,13 @@
 """Where a multi-worker cluster comes from: TF_CONFIG, SLURM or an explicit host list.
 
-:func:`resolve_cluster` turns one of those sources into a validated
-:class:`ClusterInfo`. Validation happens here, before any strategy exists, so
+`resolve_cluster` turns one of those sources into a validated
+`ClusterInfo`. Validation happens here, before any strategy exists, so
 that bad cluster input fails fast with a `ValueError` instead of leaving a
 worker waiting for peers that will never arrive. Its keyword arguments, which
 `plan_strategy` and `make_strategy` share, are declared once, as
-:class:`ClusterOptions`, and checked when one is built.
+`ClusterOptions`, and checked when one is built.
 
-The helpers :func:`is_chief` and :func:`worker_index` answer the two questions
+The helpers `is_chief` and `worker_index` answer the two questions
 callbacks ask most: "do I write the shared artefacts?" and "which worker am I?".
 The record lives in `keras_gpu.core.cluster_info`, the SLURM parsing in
 `keras_gpu.core.slurm`, and the check that every task was given the same
@@ -41,14 +41,12 @@ __all__ = [
     "TaskNotInClusterError",
     "check_cluster_agreement",
     "cluster_difference",
-    "is_chief",
     "resolve_cluster",
     "task_info",
-    "worker_index",
 ]
 
 SOURCES = ("auto", "tf_config", "slurm", "explicit")
-"""Accepted values of the ``source`` argument of :func:`resolve_cluster`."""
+"""Accepted values of the ``source`` argument of `resolve_cluster`."""
 
 _HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
 _RPC_LAYER = re.compile(r"^[a-z][a-z0-9+]*$")
@@ -68,11 +66,11 @@ class TaskNotInClusterError(ValueError):
 
 @dataclass(frozen=True)
 class ClusterOptions:
-    """Where to find the cluster: the keyword arguments of :func:`resolve_cluster`, each checked once, here.
+    """Where to find the cluster: the keyword arguments of `resolve_cluster`, each checked once, here.
 
     `keras_gpu.plan_strategy` and `keras_gpu.make_strategy` take the same
     keywords (`source` is their `cluster_source`); each builds one
-    `ClusterOptions` where the values enter. See :func:`resolve_cluster` for
+    `ClusterOptions` where the values enter. See `resolve_cluster` for
     what each field means. `cluster`, `task_index` and `task_type` are
     checked against the source when it is resolved, since they apply to an
     explicit cluster only.
@@ -103,7 +101,7 @@ class ClusterOptions:
         check_bool("slurm_assign_gpus", self.slurm_assign_gpus)
 
     def resolve(self) -> ClusterInfo:
-        """The validated :class:`ClusterInfo` these options describe (see :func:`resolve_cluster`)."""
+        """The validated `ClusterInfo` these options describe (see `resolve_cluster`)."""
         env = _Environ(os.environ if self.environ is None else self.environ)
         source, cluster, task_index = self.source, self.cluster, self.task_index
         if source == "auto":
@@ -153,12 +151,12 @@ def resolve_cluster(source: str = "auto", **options: Any) -> ClusterInfo:
             one; with no GPU the cluster is resolved without GPU assignment.
         slurm_assign_gpus: For SLURM: let TensorFlow's resolver set
             `CUDA_VISIBLE_DEVICES` so that each task on a node sees only its
-            own GPUs. Only :func:`make_strategy` turns this on, because it
+            own GPUs. Only `make_strategy` turns this on, because it
             changes the process environment.
         environ: The environment to read (default `os.environ`).
 
     Returns:
-        The validated :class:`ClusterInfo`.
+        The validated `ClusterInfo`.
 
     Raises:
         ValueError: The cluster description is malformed, names an unknown
@@ -185,7 +183,7 @@ def resolve_cluster(source: str = "auto", **options: Any) -> ClusterInfo:
 
 
 _KEYWORDS = tuple(f.name for f in fields(ClusterOptions))
-"""The keywords of :func:`resolve_cluster`: `ClusterOptions`' fields, declared there once."""
+"""The keywords of `resolve_cluster`: `ClusterOptions`' fields, declared there once."""
 
 resolve_cluster.__signature__ = declared_signature(  # type: ignore[attr-defined]
     resolve_cluster, ClusterOptions, positional=("source",)
@@ -350,39 +348,3 @@ def task_info(strategy: Any = None) -> ClusterInfo:
         except ValueError:
             pass
     return ClusterInfo(source="local")
-
-
-def is_chief(strategy: Any = None) -> bool:
-    """Whether this process is the chief: the one that writes shared artefacts.
-
-    True for a single process, for the `"chief"` task, and for worker 0 of a
-    cluster without a chief task.
-
-    Example:
-        A process with no TF_CONFIG and no multi-worker strategy is the chief;
-        the second worker of a cluster is not:
-
-        >>> import keras_gpu
-        >>> keras_gpu.is_chief()
-        True
-        >>> keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1).is_chief
-        False
-    """
-    return task_info(strategy).is_chief
-
-
-def worker_index(strategy: Any = None) -> int:
-    """This process's rank among the training processes (0 when single or chief).
-
-    Example:
-        A single process is rank 0; with a chief, worker 0 is rank 1:
-
-        >>> import keras_gpu
-        >>> keras_gpu.worker_index()
-        0
-        >>> cluster = {"chief": ["node0:2222"], "worker": ["node1:2222"]}
-        >>> keras_gpu.resolve_cluster(cluster=cluster, task_index=0).worker_index
-        1
-    """
-    index = task_info(strategy).worker_index
-    return 0 if index is None else index

@@ -2,9 +2,9 @@
 
 A task whose cluster description differs from its peers' (a 'chief' in one
 TF_CONFIG and not another, different worker lists) can create its strategy
-and then fail, or hang, in the first collective. :func:`check_cluster_agreement`
+and then fail, or hang, in the first collective. `check_cluster_agreement`
 compares the descriptions through TensorFlow's coordination service right
-after the strategy exists; :func:`cluster_difference` says in words how two
+after the strategy exists; `cluster_difference` says in words how two
 descriptions differ.
 """
 

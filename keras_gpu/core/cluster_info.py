@@ -1,6 +1,6 @@
 """The cluster description record: which tasks a multi-worker job has, and this process's place in it.
 
-:class:`ClusterInfo` is what :func:`keras_gpu.core.cluster.resolve_cluster`
+`ClusterInfo` is what `keras_gpu.core.cluster.resolve_cluster`
 returns from TF_CONFIG, SLURM or an explicit host list, and what the
 strategies, callbacks and writers read: the chief, the rank, the number of
 training processes.
@@ -29,7 +29,7 @@ class ClusterInfo:
 
     Attributes:
         source: Where it came from: `"tf_config"`, `"slurm"`, `"explicit"`,
-            `"strategy"` (read back from a strategy by :func:`task_info`), or
+            `"strategy"` (read back from a strategy by `task_info`), or
             `"local"` when no cluster is configured (a single process).
         cluster: Task type to the tuple of its `host:port` addresses.
         task_type: This process's task type (`"chief"`, `"worker"`, ...).

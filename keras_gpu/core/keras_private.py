@@ -131,14 +131,14 @@ def set_train_step(model: Any, step: Callable[[Any], Any]) -> None:
     """Replace `model.train_step` on this instance by `step`.
 
     Keras' `make_train_function` calls `self.train_step` when it traces, so
-    the next train function built uses `step`; call :func:`drop_train_function`
+    the next train function built uses `step`; call `drop_train_function`
     so that one is built.
     """
     model.train_step = step
 
 
 def patched_train_step(model: Any) -> Any:
-    """The `train_step` set on this instance (by :func:`set_train_step`), or None where the class's is in use."""
+    """The `train_step` set on this instance (by `set_train_step`), or None where the class's is in use."""
     return vars(model).get("train_step")
 
 

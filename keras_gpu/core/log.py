@@ -9,11 +9,11 @@ handler, or the `keras_gpu` logger gets one, the application decides where
 the records go and the fallback stays silent. Set the level of the
 `keras_gpu` logger to WARNING to hide the INFO lines.
 
-Messages meant to appear once appear once per process (:func:`log_once`,
-:func:`process_once`), however many `fit` calls and callback instances there
+Messages meant to appear once appear once per process (`log_once`,
+`process_once`), however many `fit` calls and callback instances there
 are. A message that tells the user what to pass names the call they wrote
-(:func:`call_with`): `keras_gpu.callbacks(batch_size=...)` for callbacks the
-factory made (:func:`made_by_factory`), `ThroughputLogger(batch_size=...)`
+(`call_with`): `keras_gpu.callbacks(batch_size=...)` for callbacks the
+factory made (`made_by_factory`), `ThroughputLogger(batch_size=...)`
 for one built by hand.
 """
 
@@ -60,7 +60,7 @@ if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
         logger.setLevel(logging.INFO)
 
 class Once:
-    """Logs each message key once within one scope: the process (:func:`log_once`), or one object.
+    """Logs each message key once within one scope: the process (`log_once`), or one object.
 
     A callback that should repeat a hint for each new instance keeps its own
     `Once()`; thread-safe.
@@ -98,7 +98,7 @@ def log_once(level: int, key: str, msg: str, *args: object) -> bool:
 
 
 def process_once() -> Once:
-    """The process's scope of :func:`log_once`, for a callback whose hints appear once per process."""
+    """The process's scope of `log_once`, for a callback whose hints appear once per process."""
     return _process
 
 

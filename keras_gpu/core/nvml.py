@@ -3,22 +3,22 @@
 Importing this module neither imports `pynvml` nor touches a GPU. The work is
 done in modules of one concept each:
 
-* :mod:`keras_gpu.core.nvml_session`: the one place that calls `pynvml`:
+* `keras_gpu.core.nvml_session`: the one place that calls `pynvml`:
   NVML started once, lazily, under a lock, and shut down at exit, and the
   error policy every query goes through (a failed query returns `None`;
   NVML failing for good turns monitoring off; training goes on).
-  :func:`available`, :func:`unavailable_reason`, :func:`driver_version`,
-  :func:`device_count`.
-* :mod:`keras_gpu.core.nvml_index`: TensorFlow's GPU index to NVML's,
+  `available`, `unavailable_reason`, `driver_version`,
+  `device_count`.
+* `keras_gpu.core.nvml_index`: TensorFlow's GPU index to NVML's,
   following `CUDA_VISIBLE_DEVICES` (integers, `GPU-` UUIDs or prefixes,
-  `MIG-` instances). :func:`tf_to_nvml_index`.
-* :mod:`keras_gpu.core.nvml_readings`: what NVML reads: :class:`GpuInfo`
-  (:func:`static_info`), :class:`GpuSample` (:func:`sample`),
-  :func:`memory_total_bytes`, :func:`process_memory_bytes`, with garbage
+  `MIG-` instances). `tf_to_nvml_index`.
+* `keras_gpu.core.nvml_readings`: what NVML reads: `GpuInfo`
+  (`static_info`), `GpuSample` (`sample`),
+  `memory_total_bytes`, `process_memory_bytes`, with garbage
   values discarded.
-* :mod:`keras_gpu.core.nvml_sampler`: :class:`GpuSampler` samples on a daemon
+* `keras_gpu.core.nvml_sampler`: `GpuSampler` samples on a daemon
   thread and keeps, per window, the count, sum and maximum of each metric per
-  GPU; :meth:`GpuSampler.drain` returns the window's :class:`WindowStat` and
+  GPU; `GpuSampler.drain` returns the window's `WindowStat` and
   starts a new window.
 """
 

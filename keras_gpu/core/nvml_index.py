@@ -17,7 +17,7 @@ default on machines whose GPUs are all the same model):
 
 The variable is read when a mapping is asked for; CUDA reads it once, when
 the process first uses the GPU, so changing it afterwards makes the mapping
-wrong. NVML is reached through :mod:`keras_gpu.core.nvml_session`.
+wrong. NVML is reached through `keras_gpu.core.nvml_session`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""What NVML reads about a GPU: its fixed facts (:class:`GpuInfo`) and one reading of every metric (:class:`GpuSample`).
+"""What NVML reads about a GPU: its fixed facts (`GpuInfo`) and one reading of every metric (`GpuSample`).
 
-NVML is reached through :mod:`keras_gpu.core.nvml_session` (its error policy
+NVML is reached through `keras_gpu.core.nvml_session` (its error policy
 applies: a metric NVML cannot give is `None`) and TensorFlow's GPU index is
-mapped by :mod:`keras_gpu.core.nvml_index`. Garbage values (negative,
+mapped by `keras_gpu.core.nvml_index`. Garbage values (negative,
 utilisation above 100 %, temperature above 200 C, memory used above the
 card's total, ...) are discarded, with one WARNING per metric and device.
 """
@@ -49,7 +49,7 @@ METRICS: tuple[str, ...] = (
     "temperature_c",
     "sm_clock_mhz",
 )
-"""The fields of :class:`GpuSample`, which are also the metric names of a sampler window."""
+"""The fields of `GpuSample`, which are also the metric names of a sampler window."""
 
 
 class GpuInfo(NamedTuple):

@@ -47,10 +47,10 @@ class GpuSampler:
     such as a training loop makes no NVML call at all. It stops when any of
     these happens:
 
-    * :meth:`stop` is called;
+    * `stop` is called;
     * `alive()` returns False (the owner is gone, e.g. the `fit` that
       started it has ended without calling back), checked before each sample;
-    * nobody called :meth:`drain` for `max_idle_s` seconds (a heartbeat:
+    * nobody called `drain` for `max_idle_s` seconds (a heartbeat:
       an owner that stopped draining is presumed gone);
     * NVML fails for good (GPU lost, driver gone), or is not available, or
       none of `indices` is a visible GPU.
@@ -60,7 +60,7 @@ class GpuSampler:
             for how they map to NVML), or `None` for every GPU visible to this process.
         interval_s: Seconds between samples.
         alive: Optional callable returning False once the owner is gone.
-        max_idle_s: Seconds without a :meth:`drain` after which the thread
+        max_idle_s: Seconds without a `drain` after which the thread
             stops by itself, or `None` for no such limit.
 
     Raises:
@@ -156,8 +156,8 @@ class GpuSampler:
         """The window since the previous drain, and start a new one.
 
         Returns:
-            TensorFlow GPU index -> metric name (see :data:`METRICS`) ->
-            :class:`WindowStat`. Metrics without a valid sample in the
+            TensorFlow GPU index -> metric name (see `METRICS`) ->
+            `WindowStat`. Metrics without a valid sample in the
             window are absent.
         """
         self._last_drain = time.monotonic()

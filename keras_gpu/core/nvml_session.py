@@ -5,7 +5,7 @@ This is the one place that calls the `nvidia-ml-py` package (imported as
 query, and shut down at interpreter exit (stopping running samplers first).
 Importing this module neither imports `pynvml` nor touches a GPU.
 
-**Error policy.** Every query goes through :func:`call`, which never raises
+**Error policy.** Every query goes through `call`, which never raises
 into the caller; a failed query returns `None` ("not available"):
 
 * `NVMLError_NotSupported`, `NVMLError_FunctionNotFound` or
@@ -15,7 +15,7 @@ into the caller; a failed query returns `None` ("not available"):
   `NVMLError_DriverNotLoaded`, `NVMLError_LibraryNotFound`,
   `NVMLError_ResetRequired`, `NVMLError_LibRmVersionMismatch` or
   `NVMLError_GpuNotFound` after a successful start means NVML cannot be
-  trusted any more: every later query returns `None`, :func:`available`
+  trusted any more: every later query returns `None`, `available`
   becomes False, running samplers stop, with one WARNING. Training goes on.
 * Any other NVML error (a timeout, no data yet, ...) skips that one sample,
   with one WARNING per metric, device and error.
@@ -96,7 +96,7 @@ class Device(NamedTuple):
 
 
 class _State:
-    """Everything the session remembers; replaced as a whole by :func:`reset_for_tests`."""
+    """Everything the session remembers; replaced as a whole by `reset_for_tests`."""
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
@@ -297,13 +297,13 @@ def available() -> bool:
     """Whether NVML works in this process (initialising it on first call).
 
     False when `pynvml` cannot be imported, `nvmlInit` fails (no driver, no
-    library), or NVML broke during the run; :func:`unavailable_reason` says why.
+    library), or NVML broke during the run; `unavailable_reason` says why.
     """
     return _ensure() is not None
 
 
 def unavailable_reason() -> str | None:
-    """Why :func:`available` is False, or `None` when NVML works."""
+    """Why `available` is False, or `None` when NVML works."""
     _ensure()
     return _state.reason
 

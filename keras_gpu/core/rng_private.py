@@ -7,7 +7,7 @@ legacy `tf.keras.backend.random_normal(shape)` takes `np.random.randint(...)`
 each time it is traced, `keras.random.normal(shape)` without a seed advances
 Keras' global `SeedGenerator`, and a call on PyTorch advances torch's
 generator. Any of these left advanced would change the noise that training
-then draws. :func:`preserved_random_state` saves all of it and restores it,
+then draws. `preserved_random_state` saves all of it and restores it,
 so that training is bit-identical with and without keras-gpu.
 
 What is saved (each only where its library is already imported; nothing is

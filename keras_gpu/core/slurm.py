@@ -2,7 +2,7 @@
 
 Pure parsing of the step's variables (hostlists such as `node[01-03,7]`,
 tasks-per-node forms such as `2(x3),1`) plus the layout TensorFlow's SLURM
-resolver makes of them. :func:`keras_gpu.core.cluster.resolve_cluster` turns
+resolver makes of them. `keras_gpu.core.cluster.resolve_cluster` turns
 the layout into a validated `ClusterInfo`; the JAX strategy reuses the
 parsing.
 """
@@ -114,8 +114,8 @@ def slurm_layout(
 
     Args:
         env: The environment holding the step's `SLURM_*` variables.
-        port_base: The first port on each node (checked by :func:`check_port_base`).
-        gpus_per_task: GPUs per task (checked by :func:`check_gpus_per_task`);
+        port_base: The first port on each node (checked by `check_port_base`).
+        gpus_per_task: GPUs per task (checked by `check_gpus_per_task`);
             `None` reads the node's GPU count.
         assign_gpus: Let the resolver set `CUDA_VISIBLE_DEVICES` to this task's GPUs.
 

@@ -3,14 +3,14 @@
 One home for three facts that the callbacks and the placement report all
 need, so that one run labels one device the same way everywhere:
 
-* **Replica devices** (:func:`replica_devices`): this worker's replica devices
+* **Replica devices** (`replica_devices`): this worker's replica devices
   of a strategy, in replica order. A strategy without a device list (the
   default strategy) runs on the first logical GPU, else on the CPU.
-* **Device names** (:func:`parse_device`): one parser for TensorFlow's device
+* **Device names** (`parse_device`): one parser for TensorFlow's device
   strings (`/job:worker/replica:0/task:1/device:GPU:0`, `/device:CPU:0`,
   `/gpu:0`, `GPU:0`, `/physical_device:GPU:3`), with the labels built from it
-  (:func:`device_label` for tags, :func:`short_device` for tables).
-* **Logical to physical GPUs** (:func:`gpu_layout`, :func:`physical_gpus`):
+  (`device_label` for tags, `short_device` for tables).
+* **Logical to physical GPUs** (`gpu_layout`, `physical_gpus`):
   TensorFlow numbers logical GPUs in the order of the visible physical GPUs,
   each split into its configured number of logical devices.
 
@@ -161,7 +161,7 @@ def replica_devices(strategy: Any) -> tuple[str, ...]:
     """This worker's replica devices of `strategy`, in replica order (never empty).
 
     The strategy's own device list; for a strategy without one (the default
-    strategy, `None`), the one :func:`default_device`. Initialises
+    strategy, `None`), the one `default_device`. Initialises
     TensorFlow's runtime (as building a strategy does).
     """
     return _tf.strategy_devices(strategy) or (default_device(),)
@@ -208,7 +208,7 @@ def logical_to_physical(layout: Sequence[tuple[int, int]], logical: Iterable[int
 
     Args:
         layout: For each visible physical GPU in order, `(physical index,
-            number of logical devices on it)` (see :func:`gpu_layout`).
+            number of logical devices on it)` (see `gpu_layout`).
             TensorFlow numbers logical GPUs in that order.
         logical: Logical GPU indices; those out of range are left out.
     """
@@ -225,7 +225,7 @@ def logical_gpu_order(layout: Sequence[tuple[int, int]]) -> list[int]:
 
     Args:
         layout: `(physical index, logical devices on it)` per visible physical
-            GPU, in order (see :func:`gpu_layout`).
+            GPU, in order (see `gpu_layout`).
     """
     return [physical for physical, count in layout for _ in range(max(count, 1))]
 
@@ -240,15 +240,15 @@ def trace_gpu_replicas(
     `CUDA_VISIBLE_DEVICES=4,6`, the process's GPUs 0 and 1), which is also how
     TensorFlow numbers its physical GPUs (`/physical_device:GPU:k`) whatever
     `tf.config.set_visible_devices` hides. A replica on logical GPU `k` runs on
-    the physical GPU :func:`logical_gpu_order` gives for `k`; logical GPUs
+    the physical GPU `logical_gpu_order` gives for `k`; logical GPUs
     split from one physical GPU share its plane, so it maps to each of their
     replicas. Devices that are not GPUs, and logical GPUs outside the layout,
     are left out.
 
     Args:
         devices: This worker's replica devices in replica order (TensorFlow
-            device names, as :func:`replica_devices` gives them).
-        layout: TensorFlow's GPU layout (:func:`gpu_layout`); `None` where
+            device names, as `replica_devices` gives them).
+        layout: TensorFlow's GPU layout (`gpu_layout`); `None` where
             each logical GPU is its own device (JAX, PyTorch).
     """
     order = logical_gpu_order(layout) if layout is not None else None
@@ -265,7 +265,7 @@ def trace_gpu_replicas(
 
 
 def physical_gpus(logical: Iterable[int]) -> list[int]:
-    """The physical GPUs behind this process's logical GPU indices (see :func:`logical_to_physical`)."""
+    """The physical GPUs behind this process's logical GPU indices (see `logical_to_physical`)."""
     logical = list(logical)
     return logical_to_physical(gpu_layout(), logical) if logical else []
 

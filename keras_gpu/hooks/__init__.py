@@ -1,1 +1,1 @@
-"""The hooks: Keras callbacks (thin: they time and count, and feed the meters and the writer), the step probe, and the `keras_gpu.callbacks()` factory (:mod:`keras_gpu.hooks.factory`)."""
+"""The hooks: Keras callbacks (thin: they time and count, and feed the meters and the writer), the step probe, and the `keras_gpu.callbacks()` factory (`keras_gpu.hooks.factory`)."""

@@ -79,7 +79,7 @@ class RunOptions:
     """The options every logging callback shares, checked: where the runs go and which workers write one.
 
     Declared once for `keras_gpu.callbacks()` and the callbacks it builds:
-    each checks them with :meth:`checked` (the factory before it builds any
+    each checks them with `checked` (the factory before it builds any
     callback, so a bad value fails in its name).
     """
 
@@ -158,7 +158,7 @@ _fit_clock = _FitClock()
 class LoggingCallback(keras.callbacks.Callback):
     """Base class: resolves this worker's run directory and holds the shared writer per `fit`.
 
-    Subclasses call :meth:`_open` from `on_train_begin` and :meth:`_close`
+    Subclasses call `_open` from `on_train_begin` and `_close`
     from `on_train_end`.
 
     Every callback checks its arguments, also when `keras_gpu.callbacks()`
@@ -183,7 +183,7 @@ class LoggingCallback(keras.callbacks.Callback):
 
         Returns `None`, and writes nothing, on a worker other than the chief
         when per-worker runs are off: by `per_worker_runs=False`, or by
-        default in jobs of more than :data:`PER_WORKER_RUNS_MAX` workers.
+        default in jobs of more than `PER_WORKER_RUNS_MAX` workers.
         """
         if self._writer is not None:  # a previous fit ended without on_train_end (interrupted)
             self._close()
@@ -223,7 +223,7 @@ class LoggingCallback(keras.callbacks.Callback):
         self._leave_fit()
 
     def _leave_fit(self) -> None:
-        """This callback's part of the fit is over (see :meth:`_at_fit_end`)."""
+        """This callback's part of the fit is over (see `_at_fit_end`)."""
         _fit_clock.leave(self.model, self)
 
     def _at_fit_end(self, fn: Callable[[float], None]) -> None:

@@ -54,6 +54,11 @@ class BackupAndRestore(ChiefWrites, keras.callbacks.BackupAndRestore):
     new one; an unreadable backup is moved aside (to `<backup_dir>-unreadable`) with
     one warning, and training starts from the beginning.
 
+    Raises:
+        TypeError: `backup_dir` is not a path (as Keras' own).
+        ValueError: As Keras' own: `backup_dir` is empty, or `save_freq` is
+            neither `"epoch"`, `False` nor an int.
+
     Attributes:
         writes_backup: Whether this process writes (and at the end deletes)
             the backup; `None` before training begins.

@@ -32,6 +32,11 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
     leaves the previous file or the new one. Saving reads each variable's local copy and runs
     no collective, so the chief never waits for its peers while it writes.
 
+    Raises:
+        ValueError: As Keras' own: a `filepath` that does not end in `.keras`
+            (`.weights.h5` with `save_weights_only=True`), or a `save_freq`
+            that is neither `"epoch"` nor an int.
+
     Attributes:
         writes_checkpoints: Whether this process writes checkpoints; `None`
             before training begins.

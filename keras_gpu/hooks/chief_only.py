@@ -24,7 +24,7 @@ class ChiefWrites:
 
     List it before the Keras callback class in the bases. Whether this
     process is the chief is read from the model when training begins
-    (`backend.task_info`) and held in :attr:`chief_writes`; the hooks
+    (`backend.task_info`) and held in `chief_writes`; the hooks
     `on_train_batch_end`, `on_epoch_end` and `on_train_end` then run Keras'
     own on the chief, inside `backend.writing_alone()` so that saving runs
     no collective, and do nothing elsewhere. `on_train_begin` runs on every

@@ -4,8 +4,8 @@ Add the recommended set to a `fit` call you already have::
 
     model.fit(x, y, callbacks=keras_gpu.callbacks("runs/exp1"))
 
-or pick single callbacks: :class:`ThroughputLogger`, :class:`MemoryLogger`,
-:class:`PlacementLogger`, :class:`StepTimeLogger` (also importable from
+or pick single callbacks: `ThroughputLogger`, `MemoryLogger`,
+`PlacementLogger`, `StepTimeLogger` (also importable from
 `keras_gpu.hooks.factory`). Each worker of a cluster writes its own run
 (`log_dir/train` for the chief, `log_dir/worker_k/train` for worker k), so one
 `tensorboard --logdir log_dir` shows them all.
@@ -48,7 +48,7 @@ def callbacks(
 ) -> list[keras.callbacks.Callback]:
     """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
 
-    The per-batch hooks of :class:`ThroughputLogger` and :class:`StepTimeLogger`
+    The per-batch hooks of `ThroughputLogger` and `StepTimeLogger`
     store the batch index and compare it with the next batch end that has
     work (the clock is read only there); memory is sampled on a background thread and placement is
     analysed once per traced training step. It works beside
@@ -57,11 +57,11 @@ def callbacks(
 
     Args:
         log_dir: TensorBoard log directory, shared by every worker of a job.
-        throughput: Include :class:`ThroughputLogger`.
-        memory: Include :class:`MemoryLogger`.
-        placement: Include :class:`PlacementLogger` (TensorFlow backend only;
+        throughput: Include `ThroughputLogger`.
+        memory: Include `MemoryLogger`.
+        placement: Include `PlacementLogger` (TensorFlow backend only;
             on the others it is left out with one INFO line).
-        step_time: Include :class:`StepTimeLogger`: a step-time breakdown
+        step_time: Include `StepTimeLogger`: a step-time breakdown
             (input, compute, communication, other) measured on a few traced
             steps after warm-up and then every `profile_every_s`; in
             multi-worker TensorFlow jobs, on every step by a probe in the
@@ -95,6 +95,12 @@ def callbacks(
     Returns:
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
         your own.
+
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `batch_size="64"`, a
+            `log_dir` that is not a path, a switch that is not a bool).
+        ValueError: A number is out of range (zero, negative, infinite), the
+            `log_dir` is empty, or every callback is switched off.
 
     Example:
         >>> import tempfile

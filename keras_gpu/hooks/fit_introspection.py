@@ -1,6 +1,6 @@
 """The running `fit`, found on the Python stack: what it feeds, and whether it is still running.
 
-This is keras-gpu's one stack walker (:func:`walk_stack`). :class:`FitWatch`
+This is keras-gpu's one stack walker (`walk_stack`). `FitWatch`
 tells background threads whether the `fit` that started them still runs.
 The rest describes what the running `fit` feeds: batch size, batches per
 pass, the short last batch.
@@ -18,10 +18,10 @@ adapter:
 * other inputs (generators, `PyDataset`, ...) report nothing.
 
 Where nothing tells the batch size before the batches come, JAX and PyTorch
-count the batches themselves: :func:`count_batches` wraps the running
+count the batches themselves: `count_batches` wraps the running
 `fit`'s epoch iterator so that every batch its train function takes adds
 its size (the first dimension of its first array: shape metadata, no
-device sync) to a :class:`BatchCounter`. TensorFlow's train function takes
+device sync) to a `BatchCounter`. TensorFlow's train function takes
 its batches inside the compiled step; there `keras_gpu.hooks.step_probe` counts.
 
 This reads private Keras state through `keras_gpu.core.keras_private`: everything is wrapped
@@ -64,7 +64,7 @@ class FitData:
         steps_per_execution: The model's `steps_per_execution`.
         x_spec: The (nested) `tf.TensorSpec` of the model input `x`, or `None`.
         x_shapes: The model input `x` of array data as a nested structure of
-            :class:`ArrayInput` (batch dimension `None`), read without
+            `ArrayInput` (batch dimension `None`), read without
             TensorFlow; `None` for other data.
         num_batches: Steps Keras runs per epoch (its epoch iterator's
             `num_batches`), or `None` where it stops at the data's end.
@@ -121,7 +121,7 @@ class FitWatch:
     """Tells whether the `fit` call that started a run is still on its thread's stack.
 
     Keras does not call `on_train_end` when `fit` raises, so background
-    threads cannot wait for it. :meth:`capture`, called from `on_train_begin`,
+    threads cannot wait for it. `capture`, called from `on_train_begin`,
     records the frame of the enclosing `fit` (or, when the hook is called by
     hand, of the first caller outside Keras and keras-gpu) and the thread
     running it; the run is alive while that frame is on that thread's stack.
@@ -259,7 +259,7 @@ def inspect_fit(model: Any) -> FitData | None:
     `on_train_begin`).
 
     Returns:
-        A :class:`FitData` (fields it cannot know are `None`), or `None` when
+        A `FitData` (fields it cannot know are `None`), or `None` when
         no running `fit` on `model` is found. Never raises.
     """
     try:

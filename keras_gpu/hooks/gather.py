@@ -1,7 +1,7 @@
 """One small all-gather of a row of numbers per worker, through the strategy's own collectives.
 
 For the cluster view, where its rows cannot ride on a training step's
-gradient all-reduce (:mod:`keras_gpu.hooks.row_ride`): the fit's last row,
+gradient all-reduce (`keras_gpu.hooks.row_ride`): the fit's last row,
 which no step follows, or every row of a step that carries none. Each
 worker of a multi-worker job hands in a row of floats at the same training
 step, and every worker gets back all rows, row k from worker k. It runs on the strategy's collectives (an `all_gather`

@@ -50,7 +50,7 @@ class MemoryLogger(LoggingCallback):
     on (TensorFlow: the model's distribution strategy, with logical CPU
     devices sharing one allocator, logged once as `CPU_0`; JAX: the devices
     of the `keras.distribution`, else the default device; PyTorch: the
-    model's device; see :mod:`keras_gpu.core.backend`), from TensorFlow's
+    model's device; see `keras_gpu.core.backend`), from TensorFlow's
     `get_memory_info`, JAX's `Device.memory_stats()` or PyTorch's
     `torch.cuda.memory_allocated` / `max_memory_allocated`. It is read on the
     background thread while training runs, so a reading includes the step's

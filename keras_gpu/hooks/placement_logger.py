@@ -98,6 +98,13 @@ class PlacementLogger(LoggingCallback):
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.
 
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `max_rows=2.5`, or a
+            `log_dir` that is not a path).
+        ValueError: `max_rows` is below 1, or the `log_dir` is empty.
+        ImportError: TensorFlow is not installed.
+        RuntimeError: Keras runs on another backend than TensorFlow.
+
     Attributes:
         report: The latest `keras_gpu.meters.placement_report.PlacementReport`, or `None`.
         analysis_count: Analyses this instance made (captures of a newly

@@ -3,7 +3,7 @@
 With `--hang-timeout SECONDS`, the launcher gives worker `i` the environment
 variable `KERAS_GPU_PROGRESS_FILE` (a path of its own) and watches that file.
 Inside the worker, `keras_gpu.Heartbeat` counts finished batches (train, test
-and predict) in memory, and a daemon thread of :class:`ProgressWriter`
+and predict) in memory, and a daemon thread of `ProgressWriter`
 rewrites the file a few times per timeout with the count, the call, epoch
 and batch the worker is in, and where its main thread is. The training
 thread only sets ints: it does no I/O and no device work. Workers started by
@@ -333,7 +333,7 @@ _shared_lock = threading.Lock()
 
 
 def writer_from_env(environ: Mapping[str, str] | None = None) -> ProgressWriter | None:
-    """This process's one :class:`ProgressWriter`, started, when the launcher asked for one; else `None`."""
+    """This process's one `ProgressWriter`, started, when the launcher asked for one; else `None`."""
     global _shared
     env = os.environ if environ is None else environ
     path = env.get(ENV_PROGRESS_FILE, "").strip()

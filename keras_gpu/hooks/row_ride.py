@@ -7,7 +7,7 @@ gradient all-reduce runs anyway. So each worker *publishes* its row into a
 small variable on its first local replica's device (one host-to-device copy
 per publish), and every training step adds a `(workers, 2 * width)` tensor to
 the optimizer's batched gradient all-reduce
-(:func:`keras_gpu.setup.keras_compat.add_to_gradient_all_reduce`): the
+(`keras_gpu.setup.keras_compat.add_to_gradient_all_reduce`): the
 worker's first replica fills its own slot with the published row, every
 other slot and every other replica holds zeros, so the sum is every worker's
 row, exactly. The sum lands in a second variable on the same device; a
@@ -17,7 +17,7 @@ after a publish. Per step that is a few tiny ops inside the step and
 no device sync, no host transfer.
 
 Only where the all-reduce has two members
-(:func:`keras_gpu.hooks.step_time_cluster.rides_exactly`): the rows lengthen
+(`keras_gpu.hooks.step_time_cluster.rides_exactly`): the rows lengthen
 the pack, which moves a ring all-reduce's chunk boundaries and so the order
 in which each gradient element's terms are added; with two members each
 element is one addition, the same in any order.
@@ -27,7 +27,7 @@ split when published into a high and a low float32 half (`x = hi + lo`),
 which keeps a float64 to about 1e-14 relative; the halves are added when the
 rows are read. A step
 whose dense gradients are not all float32 or all float64 carries nothing
-(:attr:`RowRide.rode` stays `False`), and the caller gathers another way.
+(`RowRide.rode` stays `False`), and the caller gathers another way.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class RowRide:
         )
 
     def gate(self, replica: Any, tensor: Any) -> None:
-        """While tracing `replica` (:func:`keras_gpu.hooks.in_step.replica_id`), its carried rows wait for `tensor`.
+        """While tracing `replica` (`keras_gpu.hooks.in_step.replica_id`), its carried rows wait for `tensor`.
 
         Keyed by the replica, not the thread: a `LossScaleOptimizer` applies
         the gradients from replica threads of their own (a `merge_call`).

@@ -2,7 +2,7 @@
 
 Keras-free, so the worker bootstrap can read it before the script chooses
 its backend. The callback that measures the window is
-:class:`keras_gpu.hooks.scale_window.ScaleWindow`.
+`keras_gpu.hooks.scale_window.ScaleWindow`.
 """
 
 from __future__ import annotations

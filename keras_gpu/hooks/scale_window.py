@@ -11,7 +11,7 @@ trains long enough it:
   between an epoch's last batch end and the next epoch's start (validation,
   epoch-end callbacks), and their samples;
 * splits the step on TensorFlow with keras-gpu's step probe
-  (:mod:`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
+  (`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
   into input, compute, communication and other; on JAX, where the step is
   one compiled program, into input (the host's wait for each batch), the
   device's time (compute and communication together) and other;

@@ -12,26 +12,26 @@ compiled step:
   arrived);
 * `t1`: the gradients are ready, just before the optimizer's all-reduce
   (which waits for the stamp: through the tensor the cluster view's rows
-  add to its pack, :mod:`keras_gpu.hooks.row_ride`, or else an identity
+  add to its pack, `keras_gpu.hooks.row_ride`, or else an identity
   per gradient);
 * `t2`: the step is done (gradients reduced, variables updated, metrics).
 
 So per step: *compute* `t1 - t0`; *waiting in the reductions* `t2 - t1` (a
 fast worker waits here for the slowest); the *gap* `t0 - t2` of the previous
 step: host work between steps (Keras' loop, callbacks) and the wait for the
-input. A Python timestamp at the batch's start (:meth:`StepProbe.batch_begin`,
+input. A Python timestamp at the batch's start (`StepProbe.batch_begin`,
 just before Keras calls the train function) splits the gap into host time
 (before the call) and input time (inside the function, before `t0`) where
 each call runs one step.
 
 The sums stay in small host variables, added to inside the step (no
-collective, no device sync, no host transfer per step); :meth:`StepProbe.read`
+collective, no device sync, no host transfer per step); `StepProbe.read`
 copies them out once per window. The probe wraps `model.train_step` (a
 custom override included) and `model.optimizer.apply`, so a user's `fit`
 does not change; install it before `fit` builds its train function (a
 callback's `set_model`), and the train function Keras builds runs the probed
 step, whatever else wraps that function later. XLA cannot compile `tf.timestamp()`, so a model compiled
-with `jit_compile=True` is not probed (:func:`install` returns `None`).
+with `jit_compile=True` is not probed (`install` returns `None`).
 
 A probe made with `timing=False` only counts: one integer add of (1, the
 batch size) per replica to a two-element variable, no timestamp, no identity
@@ -110,7 +110,7 @@ class ProbeWindow:
 
     @property
     def measured_input_sec(self) -> float:
-        """:attr:`input_sec`, 0 where it is `nan` (then held in the host time)."""
+        """`input_sec`, 0 where it is `nan` (then held in the host time)."""
         return 0.0 if self.input_sec != self.input_sec else self.input_sec
 
     @property
@@ -138,7 +138,7 @@ def install(model: Any, local_replicas: int, timing: bool = True) -> StepProbe |
     same model reuses the probe and the traced function, so a later `fit`
     pays no retrace. A counting probe (`timing=False`) asked for timing
     becomes a timing probe (the train function is built anew once); a timing
-    probe asked only to count stays as it is. :func:`unavailable_reason` says
+    probe asked only to count stays as it is. `unavailable_reason` says
     why a model cannot be probed.
     """
     if unavailable_reason(model, timing) is not None:
@@ -246,7 +246,7 @@ class StepProbe:
     def counts(self) -> tuple[int, int]:
         """Steps and samples since the probe was made (one small copy): this worker's, every local replica's batch.
 
-        A running total that :meth:`read` does not disturb, so several readers
+        A running total that `read` does not disturb, so several readers
         can share the probe, each keeping its own last value.
         """
         counted_steps, counted_samples = (int(v) for v in self._count.numpy())
@@ -334,7 +334,7 @@ class StepProbe:
     def _mark_gradients_ready(self, grads: Any) -> Any:
         """Stamp `t1` once every gradient exists, and make the all-reduce wait for the stamp.
 
-        Where the rows' ride (:attr:`ride`) carries a tensor in the
+        Where the rows' ride (`ride`) carries a tensor in the
         all-reduce's pack, that tensor waits for `t1`, and with it the
         dense gradients' packed all-reduce: one dependency (with
         `CommunicationOptions(bytes_per_pack=...)` splitting the pack, the
@@ -364,7 +364,7 @@ class StepProbe:
         epoch is a multiple of the steps per execution; the previous step's
         end before such a call is where the host's time begins (Keras' loop,
         the callbacks), up to the call's Python timestamp
-        (:meth:`batch_begin`). The check clock's seconds at `t0`, less those
+        (`batch_begin`). The check clock's seconds at `t0`, less those
         at the previous step, are the cross-worker check's part of the gap.
         """
         import tensorflow as tf
@@ -399,7 +399,7 @@ class StepProbe:
 
 
 def window(delta: list[list[float]], calls: float, call_time: float) -> ProbeWindow | None:
-    """Per-step means of summed rows (one per local replica, :data:`FIELDS`) and Python call times.
+    """Per-step means of summed rows (one per local replica, `FIELDS`) and Python call times.
 
     Each step's own part is the first replica's span from its batch to its
     step's end: the slowest replica's compute, and the rest in the

@@ -1,12 +1,12 @@
 """The cluster view of `StepTimeLogger` in a multi-worker TensorFlow fit: the step probe's windows, gathered from every worker.
 
-:class:`ClusterSchedule` decides, in counts of the fit's steps (alike on
+`ClusterSchedule` decides, in counts of the fit's steps (alike on
 every worker), when every worker shares what its step probe
-(:mod:`keras_gpu.hooks.step_probe`) measured since the last share: on the
-gradient all-reduce of the next step (:mod:`keras_gpu.hooks.row_ride`), or
+(`keras_gpu.hooks.step_probe`) measured since the last share: on the
+gradient all-reduce of the next step (`keras_gpu.hooks.row_ride`), or
 by an all-gather; the rows become a
-:class:`keras_gpu.meters.cluster_view.ClusterSummary`.
-:func:`log_cluster` is the chief's end-of-fit line.
+`keras_gpu.meters.cluster_view.ClusterSummary`.
+`log_cluster` is the chief's end-of-fit line.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ class ClusterSchedule:
 
     Every decision is a count of this fit's steps, so every worker shares its
     row at the same steps. A row rides on the next training step's gradient
-    all-reduce where the step carries `ride` (:mod:`keras_gpu.hooks.row_ride`:
+    all-reduce where the step carries `ride` (`keras_gpu.hooks.row_ride`:
     no collective of its own; every worker reads the rows at the next batch
     end); otherwise, and for the fit's last row (no step follows it), every
     worker all-gathers the rows with `gather` at once.
 
     Args:
         probe: The step probe installed in the model's train step.
-        gather: The all-gather of one row per worker (:class:`keras_gpu.hooks.gather.RowGather`).
+        gather: The all-gather of one row per worker (`keras_gpu.hooks.gather.RowGather`).
         replicas: `(tag label, device)` per local replica.
         first_step: The global step this fit starts from.
         ride: The rows' ride on the gradient all-reduce (`None`: gather every time).
@@ -117,7 +117,7 @@ class ClusterSchedule:
             self.next_batch = self.gather_at - self.base - 1
 
     def batch_end(self, batch: int) -> bool:
-        """At the end of `batch`: start the first window after the fit's first step; whether to call :meth:`at_batch_end`."""
+        """At the end of `batch`: start the first window after the fit's first step; whether to call `at_batch_end`."""
         self.last_batch = batch
         if batch < self.next_batch:
             return False
@@ -135,7 +135,7 @@ class ClusterSchedule:
         return False
 
     def at_batch_end(self, write: Write | None, once: Once) -> list[View]:
-        """Where :meth:`batch_end` said so: the view the step just done carried, and this worker's row when due."""
+        """Where `batch_end` said so: the view the step just done carried, and this worker's row when due."""
         views = self._collect(once)
         if self.gather_at is not None and self.step_of(self.last_batch) >= self.gather_at:
             views += self._share(write, once)
@@ -143,7 +143,7 @@ class ClusterSchedule:
         return views
 
     def at_epoch_end(self, write: Write | None, once: Once) -> list[View]:
-        """At an epoch's end (before :meth:`epoch_end`): this worker's row, when enough steps went by."""
+        """At an epoch's end (before `epoch_end`): this worker's row, when enough steps went by."""
         views = self._collect(once)
         if self.due_at_epoch_end():
             views += self._share(write, once)
@@ -195,7 +195,7 @@ class ClusterSchedule:
         return self._view(step, [row[:-1] if row[-1] == seq else stale for row in rows])
 
     def _take_row(self, write: Write | None) -> tuple[int, list[float]]:
-        """This worker's window since the last share as a row (:data:`ROW_FIELDS`), with its proposed period."""
+        """This worker's window since the last share as a row (`ROW_FIELDS`), with its proposed period."""
         step = self.step_of(self.last_batch)
         now = time.perf_counter()
         steps, elapsed = step - self.gathered_at, now - self.t_window
@@ -241,11 +241,11 @@ class ClusterSchedule:
 def install_probe(model: Any, workers: int, worker: int) -> step_probe.StepProbe | None:
     """Put what the cluster view measures into `model`'s training step, before `fit` builds its train function.
 
-    The step probe (with the distributed iterator's check clock, :mod:`keras_gpu.setup.iterator_check_private`,
+    The step probe (with the distributed iterator's check clock, `keras_gpu.setup.iterator_check_private`,
     under the multi-worker strategy), and its rows' ride on the gradient all-reduce
-    (:attr:`StepProbe.ride <keras_gpu.hooks.step_probe.StepProbe>`, `None`
+    (`StepProbe.ride`, `None`
     where the optimizer has no such all-reduce). `None` where the step
-    cannot be probed (:func:`keras_gpu.hooks.step_probe.unavailable_reason`).
+    cannot be probed (`keras_gpu.hooks.step_probe.unavailable_reason`).
     """
     from keras_gpu.setup.iterator_check_private import attach_clock
     from keras_gpu.setup.keras_compat import KerasMultiWorkerMirroredStrategy

@@ -4,7 +4,7 @@ On JAX a training step is one compiled program: its compute and its
 collectives (the gradient all-reduce, waiting for slower processes
 included) cannot be told apart from the host. So each process measures,
 on the host and without the profiler, three parts of each call of Keras'
-train function (:class:`StepClock`):
+train function (`StepClock`):
 
 * **host**: from the end of one call to the start of the next (Keras' loop
   and the callbacks), within an epoch;
@@ -23,10 +23,10 @@ that overrides `on_train_batch_end`, `StepTimeLogger` itself, makes Keras
 convert the logs to Python floats at every batch end), so no wait is added,
 and that wait is counted as device time rather than host time.
 
-The rows are shared by :class:`keras_gpu.hooks.step_time_cluster.ClusterSchedule`
+The rows are shared by `keras_gpu.hooks.step_time_cluster.ClusterSchedule`
 at the same points as on TensorFlow (epoch ends, and every 30 s by a count of
 steps every process adopts), through one all-gather JAX offers
-(:class:`JaxRowGather`), never on the per-batch path.
+(`JaxRowGather`), never on the per-batch path.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class JaxRowGather:
 
 
 def install_clock(model: Any) -> StepClock | None:
-    """Time `model.train_function` (built by `fit` before `on_train_begin`) with a new :class:`StepClock`.
+    """Time `model.train_function` (built by `fit` before `on_train_begin`) with a new `StepClock`.
 
     A clock left on the model by a `fit` that raised is taken off first.
     `None` where the model has no train function to time.
@@ -201,7 +201,7 @@ def install_clock(model: Any) -> StepClock | None:
 
 
 def remove_clock(model: Any) -> None:
-    """Put back the train function :func:`install_clock` timed (nothing where it is not timed)."""
+    """Put back the train function `install_clock` timed (nothing where it is not timed)."""
     function = getattr(model, "train_function", None)
     while function is not None and getattr(function, _MARK, False):
         function = function.__wrapped__

@@ -1,8 +1,8 @@
 """`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, other), sampled from profiler traces.
 
-The trace schedule and the parser thread are in :mod:`keras_gpu.hooks.step_time_trace`,
-the cluster view of multi-worker jobs in :mod:`keras_gpu.hooks.step_time_cluster`;
-the tag values come from :mod:`keras_gpu.output.step_time_tags`.
+The trace schedule and the parser thread are in `keras_gpu.hooks.step_time_trace`,
+the cluster view of multi-worker jobs in `keras_gpu.hooks.step_time_cluster`;
+the tag values come from `keras_gpu.output.step_time_tags`.
 """
 
 from __future__ import annotations
@@ -80,16 +80,16 @@ class StepTimeLogger(LoggingCallback):
     axis of `ThroughputLogger` (the optimizer's iterations when `fit` began,
     plus the steps `fit` has run): the `step_time/` group of the
     [tag reference](../tags.md#step_time), with each tag's unit and meaning
-    (:mod:`keras_gpu.meters.step_time` says how each instant is attributed).
+    (`keras_gpu.meters.step_time` says how each instant is attributed).
 
     At the end of `fit` one INFO line gives the last breakdown and the hints
     that follow from it ("input-bound: 62% of each step waits for input"),
-    and :attr:`last` holds it. Where the profiler is not available or fails,
+    and `last` holds it. Where the profiler is not available or fails,
     one warning says so and training goes on.
 
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step
-    (:mod:`keras_gpu.hooks.step_probe`: `tf.timestamp()` where the worker's own
+    (`keras_gpu.hooks.step_probe`: `tf.timestamp()` where the worker's own
     forward and backward pass starts, where its gradients are ready for the
     all-reduce, and where the step ends) sums each worker's compute, its
     waiting in the reductions, and the host and input time between steps.
@@ -101,7 +101,7 @@ class StepTimeLogger(LoggingCallback):
     worker has a batch, a wait for the others, is `communication_sec`)
     and shares its figures. In a job of two replicas in all they ride on
     the next training step's gradient all-reduce
-    (:mod:`keras_gpu.hooks.row_ride`: no collective of its own; each sum is
+    (`keras_gpu.hooks.row_ride`: no collective of its own; each sum is
     one exact addition, so training is unchanged), and at the next batch end
     the chief logs the cluster view, on the step where the window ended; the
     fit's last window, which no step follows, is all-gathered once at the
@@ -117,11 +117,11 @@ class StepTimeLogger(LoggingCallback):
 
     The end-of-fit line on the chief, and the `cluster/verdict` text, name
     the straggler with its part (a straggler must be clear in most gathers:
-    see :func:`keras_gpu.meters.cluster_view.verdict_over`) and a worker
+    see `keras_gpu.meters.cluster_view.verdict_over`) and a worker
     slowed 1.5x or more against its own best window.
 
     **Multi-process JAX jobs** get the same cluster view, measured on the
-    host (:mod:`keras_gpu.hooks.step_time_cluster_jax`): each process's host
+    host (`keras_gpu.hooks.step_time_cluster_jax`): each process's host
     time between calls of the train function, its own input wait, and the
     rest of the call as device time (one compiled program: compute, the
     collectives and the wait for the other processes, not told apart), all
@@ -156,14 +156,20 @@ class StepTimeLogger(LoggingCallback):
     `fit` never waits for a trace to be stopped or parsed: one still pending when
     `fit` ends is finished on the parser's thread, which then writes its
     points and logs the end-of-fit line (before the interpreter exits, at the
-    latest); :meth:`wait` waits for it.
+    latest); `wait` waits for it.
+
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `max_traces="5"`, or
+            a `log_dir` that is not a path).
+        ValueError: A number is out of range (a negative `profile_every_s`,
+            a count below 1), or the `log_dir` is empty.
 
     Attributes:
-        last: The last :class:`keras_gpu.meters.step_time.StepTime`, or `None`
+        last: The last `keras_gpu.meters.step_time.StepTime`, or `None`
             (read after `fit`, it waits for the fit's traces).
         traces: Breakdowns logged in this `fit`, oldest first (as `last`).
         cluster: In multi-worker jobs (TensorFlow, JAX), every worker's rows at each share
-            (:class:`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
+            (`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
 
     Example:
@@ -220,7 +226,7 @@ class StepTimeLogger(LoggingCallback):
 
     @property
     def traces(self) -> list[steptime.StepTime]:
-        """The breakdowns of the current or last `fit`, oldest first (after `fit`, as :attr:`last`)."""
+        """The breakdowns of the current or last `fit`, oldest first (after `fit`, as `last`)."""
         out = self._settled()
         return [] if out is None else out.traces
 
@@ -230,7 +236,7 @@ class StepTimeLogger(LoggingCallback):
         `fit` does not wait for them: a trace still stopping or being parsed
         when `fit` ends is finished on background threads, its points written
         and the end-of-fit line logged when it is ready (and before the
-        interpreter exits). Reading :attr:`last` or :attr:`traces` after `fit`
+        interpreter exits). Reading `last` or `traces` after `fit`
         waits too. Call it before starting a profiler of your own right after
         `fit`: the backend's profiler is one per process.
 
@@ -524,14 +530,18 @@ def check_profile_every_s(value: Any, *, allow_none: bool = False) -> float | No
     """`value` as a float when it is a positive, finite number of seconds, or 0 for no tracing (or None with `allow_none`).
 
     Raises:
-        ValueError: anything else (wrong types included).
+        TypeError: not a number (bools and strings included).
+        ValueError: a negative, infinite or NaN number.
     """
     if value is None and allow_none:
         return None
+    requirement = "be a positive, finite number of seconds, or 0 to turn tracing off"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        fail("profile_every_s", requirement, value, TypeError)
     try:
-        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        seconds = float(value)
     except OverflowError:  # an int beyond the float range
         seconds = math.nan
     if not 0 <= seconds < math.inf:
-        fail("profile_every_s", "be a positive, finite number of seconds, or 0 to turn tracing off", value)
+        fail("profile_every_s", requirement, value)
     return seconds or StepTimeLogger.NO_TRACING  # -0.0 too

@@ -1,9 +1,9 @@
 """The traces of `StepTimeLogger`: when a fit traces (its schedule, in steps), the backend's profiler, and the parser thread.
 
-:class:`TraceSchedule` starts the backend's profiler at a batch end, marks
+`TraceSchedule` starts the backend's profiler at a batch end, marks
 each traced step, and ends the trace at a later batch end; the finished trace
-becomes a :class:`TraceJob`, which :class:`TraceParser` hands to one
-background thread to read (:func:`read_trace`). The profiler stops on a
+becomes a `TraceJob`, which `TraceParser` hands to one
+background thread to read (`read_trace`). The profiler stops on a
 thread of its own (collecting and writing a trace takes about 0.5 s per 10 MB
 on TensorFlow, 1 s per 6 MB on JAX here), which the training thread never waits for. Every target is a count of the fit's training
 steps, so every worker of a job traces the same steps.
@@ -77,7 +77,7 @@ class Profiler:
     """Start and stop one backend's profiler, writing XSpace traces under `run_dir/plugins/profile/`.
 
     `mark(n)` is the step marker for the step that starts at global step `n`
-    (:func:`keras_gpu.meters.step_time.step_marker`): a context manager, entered and
+    (`keras_gpu.meters.step_time.step_marker`): a context manager, entered and
     exited on the training thread.
     """
 

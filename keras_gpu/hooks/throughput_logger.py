@@ -1,10 +1,10 @@
 """`ThroughputLogger`: samples/s, steps/s, per-replica rates, TFLOP/s and MFU in TensorBoard.
 
-The callback times and feeds :class:`keras_gpu.meters.throughput.ThroughputMeter`,
+The callback times and feeds `keras_gpu.meters.throughput.ThroughputMeter`,
 and writes its records under their tags (the one place a window or an epoch's
-times become `throughput/*` and `time/*` values; :mod:`keras_gpu.output.tag_records`
+times become `throughput/*` and `time/*` values; `keras_gpu.output.tag_records`
 reads them back). What it meters each `fit` with (the data schedule, the sample
-counter, the FLOPs) is settled once per fit by :mod:`keras_gpu.hooks.throughput_setup`.
+counter, the FLOPs) is settled once per fit by `keras_gpu.hooks.throughput_setup`.
 """
 
 from __future__ import annotations
@@ -39,40 +39,24 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart. The steady rates leave out the
     first execution and every execution that compiled a new batch shape
-    (:mod:`keras_gpu.hooks.throughput_setup`). One point per window, on the
+    (`keras_gpu.hooks.throughput_setup`). One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when
     training ends): the `throughput/` and `time/` groups of the
     [tag reference](../tags.md#throughput), with each tag's unit and meaning.
     TFLOP/s needs the FLOPs per sample and MFU the peak FLOP/s: known for a
-    GPU in the table of :mod:`keras_gpu.meters.flops`, or given as
+    GPU in the table of `keras_gpu.meters.flops`, or given as
     `peak_flops`.
 
     Samples are counted exactly, including a short last batch, batches split
     unevenly over replicas, and `steps_per_execution > 1`, for every input
-    `fit` takes, without `batch_size=`:
-
-    * arrays, and `tf.data` datasets with a static batch dimension: from the
-      running `fit`'s data (batch size, batches, the short last batch);
-    * anything else on TensorFlow (`tf.data` with a dynamic batch,
-      generators, `PyDataset`): Keras' own count, nothing added to the step.
-      Keras' default `train_step` adds each replica's batch size to its loss
-      tracker's `count` (:class:`keras_gpu.setup.keras_compat.KerasSampleCount`);
-      it is read once per window and at the epoch's last batch end, before
-      validation or a callback's `evaluate` resets it. It is a float32: a
-      count reset within an epoch by another callback, or past 2**24 samples
-      per replica and epoch, stops samples/s for the rest of that `fit` with
-      one warning, and the model's next `fit` counts in the step instead;
-    * on TensorFlow where Keras' count cannot be read (a model with its own
-      `train_step`, epochs whose length only the data decides): a counting
-      probe in the training step (:mod:`keras_gpu.hooks.step_probe` with
-      `timing=False`: one integer add of (1, batch size) per replica, read
-      once per window; the same probe that measures multi-worker jobs, never
-      a second one);
-    * anything else on JAX and PyTorch (generators, `PyDataset`, a PyTorch
-      `DataLoader`): the batches the train function takes from `fit`'s
-      epoch iterator, counted on the host by their first dimension.
+    `fit` takes, without `batch_size=`: from the running `fit`'s data where it
+    says the batch size (arrays, `tf.data` with a static batch dimension);
+    else on TensorFlow from Keras' own count, or a counting probe in the
+    training step where that count cannot be read; on JAX and PyTorch from the
+    batches `fit`'s epoch iterator yields. How each is read, and its limits:
+    [the callbacks](../callbacks.md#throughputlogger).
 
     In a multi-worker TensorFlow job each worker's count (Keras' or the
     probe's) holds its own replicas' samples; the global count is that times the number of workers,
@@ -89,7 +73,7 @@ class ThroughputLogger(LoggingCallback):
 
     Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
-    only; see :mod:`keras_gpu.meters.flops`). Each worker logs its own view to its own
+    only; see `keras_gpu.meters.flops`). Each worker logs its own view to its own
     run directory. The training thread pays a store and a comparison
     per batch; everything else happens once per window, and a point is handed
     to the writer's background thread.
@@ -99,7 +83,7 @@ class ThroughputLogger(LoggingCallback):
     wall-clock rates over the whole run and the time of the `fit` (from the
     first keras-gpu callback's `on_train_begin` to the last one's
     `on_train_end`, so the end-of-fit work of every keras-gpu callback
-    counts; logged when the last one ends), and :attr:`summary` holds the
+    counts; logged when the last one ends), and `summary` holds the
     numbers.
 
     Args:
@@ -127,9 +111,15 @@ class ThroughputLogger(LoggingCallback):
             progress bar, `CSVLogger` and any callback after this one in the
             list (W&B's, MLflow's) record them.
 
+    Raises:
+        TypeError: An argument has the wrong type (e.g. `batch_size="64"`, or
+            a `log_dir` that is not a path).
+        ValueError: A number is out of range, the `log_dir` is empty, or both
+            `every_n_steps` and `every_s` are given.
+
     Attributes:
         summary: After `fit`: totals and mean rates (see
-            :meth:`keras_gpu.meters.throughput.ThroughputMeter.summary`).
+            `keras_gpu.meters.throughput.ThroughputMeter.summary`).
 
     Example:
         >>> import tempfile

@@ -1,30 +1,30 @@
 """What `ThroughputLogger` meters a `fit` with, settled once per fit: the data schedule, the sample counter, the FLOPs.
 
 Never per batch. Each part gives the callback one thing for its
-:class:`~keras_gpu.meters.throughput.ThroughputMeter`; where a number cannot
+`ThroughputMeter`; where a number cannot
 be had, one hint (once per process) names the argument to pass.
 
-* The data schedule (:func:`fit_schedule`): from
-  :func:`~keras_gpu.hooks.fit_introspection.inspect_fit`'s
-  :class:`~keras_gpu.hooks.fit_introspection.FitData`, overridden by the
+* The data schedule (`fit_schedule`): from
+  `inspect_fit`'s
+  `FitData`, overridden by the
   callback's `batch_size=` and `samples_per_epoch=`.
-* The sample counter (:func:`choose_counter`), where the batch size is not
+* The sample counter (`choose_counter`), where the batch size is not
   known before `fit` runs: running totals `(steps, samples)` of the fit, all
   workers' samples, read once per window. The first source that applies:
-  on TensorFlow Keras' own count (:class:`KerasCount` over
-  :class:`keras_gpu.setup.keras_compat.KerasSampleCount`), which needs an
+  on TensorFlow Keras' own count (`KerasCount` over
+  `keras_gpu.setup.keras_compat.KerasSampleCount`), which needs an
   epoch whose length Keras knows; on TensorFlow otherwise the counting probe
-  in the training step (:mod:`keras_gpu.hooks.step_probe` with
-  `timing=False`), installed by :func:`install_probe` before `fit` builds its
+  in the training step (`keras_gpu.hooks.step_probe` with
+  `timing=False`), installed by `install_probe` before `fit` builds its
   train function; on JAX and PyTorch the batches the train function takes
   from `fit`'s epoch iterator
-  (:func:`keras_gpu.hooks.fit_introspection.count_batches`). What each costs
+  (`keras_gpu.hooks.fit_introspection.count_batches`). What each costs
   and where it is exact: the `ThroughputLogger` docstring.
-* Training FLOPs per sample (:func:`flops_per_sample`) and the replicas'
-  summed peak FLOP/s (:func:`peak_flops_total`), for `throughput/tflops_per_sec`
+* Training FLOPs per sample (`flops_per_sample`) and the replicas'
+  summed peak FLOP/s (`peak_flops_total`), for `throughput/tflops_per_sec`
   and `throughput/mfu`.
 * The backend's own signal that the training thread compiled
-  (:func:`watch_compiles`), for leaving compiles out of the steady rate where
+  (`watch_compiles`), for leaving compiles out of the steady rate where
   the samples are counted.
 
 Compiles. A batch shape new to the fit (a generator's short last batch, a dynamic
@@ -98,7 +98,7 @@ def fit_schedule(
     caller: object,
     once: Once,
 ) -> DataSchedule:
-    """The :class:`~keras_gpu.meters.throughput_records.DataSchedule` of the running fit.
+    """The `DataSchedule` of the running fit.
 
     Args:
         model: The model in `fit`.
@@ -253,12 +253,12 @@ def choose_counter(
 
     Args:
         model: The model in `fit`.
-        data: What :func:`keras_gpu.hooks.fit_introspection.inspect_fit` found.
+        data: What `keras_gpu.hooks.fit_introspection.inspect_fit` found.
         workers: Workers in the job (each counts its own replicas' samples).
         probe_only: Never Keras' own count (benchmarks compare the two).
 
     Returns:
-        A :class:`KerasCount`, the probe's counts, JAX/PyTorch's batch
+        A `KerasCount`, the probe's counts, JAX/PyTorch's batch
         counter, or `None`.
     """
     if backend.name() != "tensorflow":
@@ -283,22 +283,22 @@ def count_in_step_next(model: Any) -> None:
 
 
 class KerasCount:
-    """This fit's running samples from Keras' own per-epoch count (a :class:`KerasSampleCount`).
+    """This fit's running samples from Keras' own per-epoch count (a `KerasSampleCount`).
 
     Called as a meter's counter: `(None, samples)` (Keras' batch index counts
     the steps), all workers' samples (this worker's times the workers, as
     with the probe). Keras resets its count before each epoch: each epoch's
-    reads are deltas from the read in :meth:`epoch_begin`, and the read at
-    the epoch's last batch end (:meth:`epoch_end`) holds until the next
+    reads are deltas from the read in `epoch_begin`, and the read at
+    the epoch's last batch end (`epoch_end`) holds until the next
     epoch. A count reset within the epoch (by a callback before this one)
     or past the float's exact range gives `None`: samples not logged from
-    then on (:attr:`lost_reason` says why).
+    then on (`lost_reason` says why).
 
     Args:
         source: Keras' count of the model in `fit`.
         workers: Workers in the job.
         num_batches: Steps Keras runs per epoch: the count is read at the
-            batch end of index :attr:`last_index`.
+            batch end of index `last_index`.
     """
 
     def __init__(self, source: KerasSampleCount, workers: int, num_batches: int) -> None:
@@ -386,7 +386,7 @@ def peak_flops_total(
         devices: This worker's replica devices.
         num_replicas: Replicas of all workers.
         given: The user's `peak_flops` of one replica's device, which
-            overrides the table of :mod:`keras_gpu.meters.flops`.
+            overrides the table of `keras_gpu.meters.flops`.
         caller: The callback, named in the hint.
         once: Scope of the hint.
     """
@@ -426,9 +426,9 @@ JAX_COMPILE_EVENTS = "/jax/core/compile/"
 
 
 class CompileWatch:
-    """Counts the compile events the backend sends on one thread, from :meth:`start` to :meth:`close`.
+    """Counts the compile events the backend sends on one thread, from `start` to `close`.
 
-    :attr:`count` only grows; a reader compares it with the value it last
+    `count` only grows; a reader compares it with the value it last
     saw. `on_compile` is called on the compiling thread after each event:
     it must do O(1) work (the caller sets its next batch-end check there).
 
@@ -481,7 +481,7 @@ class CompileWatch:
 
 
 def watch_compiles(on_compile: Callable[[], None]) -> CompileWatch | None:
-    """A started :class:`CompileWatch` of the calling thread where the backend signals its compiles, else `None`.
+    """A started `CompileWatch` of the calling thread where the backend signals its compiles, else `None`.
 
     Only JAX does (see the module's docstring). Call it on the training
     thread (a callback's `on_train_begin`) and close the watch when `fit`

@@ -4,7 +4,7 @@ Plain Python. In synchronous data-parallel training every worker waits for
 the slowest one inside the collectives, so every worker logs the same rate;
 what differs is how much of each step a worker is *busy* (its own compute,
 its own input wait and its host time between steps: see
-:attr:`keras_gpu.hooks.step_probe.ProbeWindow.busy_sec`) and how much it waits
+`keras_gpu.hooks.step_probe.ProbeWindow.busy_sec`) and how much it waits
 for the others (the all-reduce, the distributed iterator's check). The
 worker with the most busy time per step is the one the others wait for, and
 the *imbalance* is how long the others wait for it: its busy time minus the
@@ -16,10 +16,10 @@ part (compute, input, host) where it differs from the others' median.
 Each worker is also held against its own best window (`cluster/slowdown`):
 a worker that turns slow is named even where every worker slowed alike.
 
-Each worker contributes one row (:data:`ROW_FIELDS`) at a step every worker
+Each worker contributes one row (`ROW_FIELDS`) at a step every worker
 reaches (see `StepTimeLogger`; the rows ride on a training step's gradient
 all-reduce, or an all-gather): what its step probe
-(:mod:`keras_gpu.hooks.step_probe`) measured since the last share. A worker with
+(`keras_gpu.hooks.step_probe`) measured since the last share. A worker with
 nothing measured sends a row of NaN ("not available"); a field it cannot
 measure (an input wait not told from the host time) is NaN alone.
 """
@@ -73,7 +73,7 @@ class GatherFacts:
         slowest_worker: Index of the worker with the most busy time per step.
         imbalance: Its busy time minus the median of the other workers', over
             its step time: the share of each step the others wait for it.
-        part: The part of its busy time (:data:`PARTS`) that exceeds the
+        part: The part of its busy time (`PARTS`) that exceeds the
             other workers' median of the same part the most (`None`: not
             known, a run logged before parts were).
         part_sec: Its seconds per step in that part.
@@ -105,7 +105,7 @@ class GatherFacts:
 
 @dataclass(frozen=True)
 class ClusterSummary(GatherFacts):
-    """The workers' breakdowns at one gather (:class:`GatherFacts`, and the spreads and rows).
+    """The workers' breakdowns at one gather (`GatherFacts`, and the spreads and rows).
 
     Attributes:
         workers: Workers in the job.
@@ -114,7 +114,7 @@ class ClusterSummary(GatherFacts):
             workers, in seconds per step.
         rows: `{worker index: {field: value}}` of the reporting workers.
 
-    :func:`keras_gpu.output.step_time_tags.cluster_values` gives its `cluster/*` scalars.
+    `keras_gpu.output.step_time_tags.cluster_values` gives its `cluster/*` scalars.
     """
 
     workers: int = 0
@@ -135,11 +135,11 @@ class Verdict:
             median of its clear gathers), or the median of all gathers where
             none is named; `None` without gathers.
         part, part_sec, part_median_sec: The straggler's part
-            (:data:`PARTS`) and its seconds per step against the others'
+            (`PARTS`) and its seconds per step against the others'
             median (medians over its clear gathers of that part).
         slowed_worker, slowdown: The worker with the largest ratio of a
             window's busy time to its own best, where it is at least
-            :data:`SLOWDOWN_NAMED`.
+            `SLOWDOWN_NAMED`.
     """
 
     straggler: int | None = None
@@ -192,7 +192,7 @@ def summarize_rows(rows: Sequence[Sequence[float]], best: dict[int, float] | Non
     """The summary of one gather's rows (row k is worker k's); `None` when no worker reported.
 
     Args:
-        rows: One row per worker (:data:`ROW_FIELDS`).
+        rows: One row per worker (`ROW_FIELDS`).
         best: Each worker's lowest busy time per step in the fit's windows
             so far, updated here (`None`: no slowdown is tracked).
     """
@@ -247,12 +247,12 @@ def verdict_over(gathers: Sequence[GatherFacts]) -> Verdict:
     """The verdict over a fit's gathers (oldest first).
 
     A straggler is named only when it is the slowest worker in a clear
-    gather (:attr:`GatherFacts.clear`) in more than half of all gathers: a
+    gather (`GatherFacts.clear`) in more than half of all gathers: a
     single noisy gather names nobody. Its imbalance, part and part times are
     the medians over those gathers (the part: the one most of them show).
     Without a straggler, the imbalance is the median of all gathers. A worker
     is named as slowed where a gather's slowdown is at least
-    :data:`SLOWDOWN_NAMED` (the largest such gather's).
+    `SLOWDOWN_NAMED` (the largest such gather's).
     """
     if not gathers:
         return Verdict()

@@ -23,9 +23,9 @@ The model is traced once, forward only, with `training=False`, for one sample
 input signature, so a later `fit` on the same model does not trace again.
 The input signature is the training data's, else the model's symbolic inputs,
 else the shapes a subclassed model was built with. Where no count is possible,
-:func:`failure` says why. The count on the JAX and PyTorch backends, with the
+`failure` says why. The count on the JAX and PyTorch backends, with the
 same convention, and the peak FLOP/s of the GPUs a model trains on are in
-:mod:`keras_gpu.meters.model_flops`.
+`keras_gpu.meters.model_flops`.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def peak_flops(device_name: str, dtype: str = "float32") -> float | None:
             `"NVIDIA A100-SXM4-80GB"`. Matching ignores case, vendor words and
             punctuation. MIG slices return `None` (pass the slice's peak
             yourself).
-        dtype: One of :data:`DTYPES`.
+        dtype: One of `DTYPES`.
 
     Returns:
         FLOP/s (not TFLOP/s), or `None` for an unknown GPU or a dtype the GPU
@@ -165,7 +165,7 @@ def peak_flops(device_name: str, dtype: str = "float32") -> float | None:
 
     Raises:
         TypeError: `device_name` is not a string.
-        ValueError: `dtype` is not one of :data:`DTYPES`.
+        ValueError: `dtype` is not one of `DTYPES`.
     """
     if not isinstance(device_name, str):
         raise TypeError(f"`device_name` must be a string. Received: device_name={device_name!r}")
@@ -182,7 +182,7 @@ def peak_flops(device_name: str, dtype: str = "float32") -> float | None:
 
 
 def compute_dtype(model: Any) -> str:
-    """The dtype a model's matmuls run in, as a key of the peak table (see :func:`keras_gpu.core.backend.compute_dtype`)."""
+    """The dtype a model's matmuls run in, as a key of the peak table (see `keras_gpu.core.backend.compute_dtype`)."""
     return backend.compute_dtype(model)
 
 
@@ -195,7 +195,7 @@ _counted = PerModel()  # forward FLOPs per model and input signature (None: unco
 
 
 def failure(model: Any) -> str:
-    """Why :func:`forward_flops` last returned None for `model`, in a few words."""
+    """Why `forward_flops` last returned None for `model`, in a few words."""
     return _counted.failure(model)
 
 
@@ -209,7 +209,7 @@ class _UncountableError(Exception):
 
 
 def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
-    """Training FLOPs per sample: 3 x :func:`forward_flops`; `None` when uncountable."""
+    """Training FLOPs per sample: 3 x `forward_flops`; `None` when uncountable."""
     forward = forward_flops(model, input_spec)
     return None if forward is None else 3.0 * forward
 
@@ -332,7 +332,7 @@ def random_ops(model: Any, input_spec: Any = None) -> list[str] | None:
 
     Args:
         model: A built Keras model.
-        input_spec: As for :func:`forward_flops`.
+        input_spec: As for `forward_flops`.
     """
     try:
         signature, _ = _signature(model, input_spec)

@@ -1,6 +1,6 @@
 """What each line of a GPU plane in a profiler trace holds, and what its time counts as.
 
-A `/device:GPU:k` plane of an XSpace (:mod:`keras_gpu.meters.xspace`) has two sorts
+A `/device:GPU:k` plane of an XSpace (`keras_gpu.meters.xspace`) has two sorts
 of lines. **Streams** (`Stream #142(Compute)`, `Stream #135(MemcpyH2D)`,
 ROCm's `Stream #3(MemcpyOther)`, or just `Stream #7`) hold what the device
 really ran: kernels and copies, each once. CUDA names its copies
@@ -13,12 +13,12 @@ and nested. Adding them to busy time would count each kernel several times.
 
 A `/device:TPU:k` plane has no streams: its `XLA Ops` line holds the HLO
 ops as the TPU core ran them, each once, and is what counts
-(:data:`TPU_LINE_KINDS`, :data:`TPU_EVENT_KINDS`); `XLA Modules`,
+(`TPU_LINE_KINDS`, `TPU_EVENT_KINDS`); `XLA Modules`,
 `Async XLA Ops` (the spans of asynchronous ops, which overlap the ops) and
 `XLA TraceMe` are views again.
 
-:data:`LINE_KINDS` names each line kind and what it counts for;
-:data:`EVENT_KINDS` names what an event on a stream is. Both are read in
+`LINE_KINDS` names each line kind and what it counts for;
+`EVENT_KINDS` names what an event on a stream is. Both are read in
 order; the first match wins.
 """
 

@@ -1,5 +1,5 @@
 """The input stage with the most self time, named from a trace's tf.data iterator events, or from the Python
-data iterator's reads (:mod:`keras_gpu.meters.python_input`)."""
+data iterator's reads (`keras_gpu.meters.python_input`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ _BUFFER_STAGES = frozenset({"Root", "Prefetch", "MemoryCacheImpl", "Cache"})
 _ASYNC_STAGE = re.compile(r"^(Parallel|LegacyParallel|MapAndBatch|Prefetch|DataService)")
 #: The stage named where Keras' data iterator read the input in Python and the trace does not show through what.
 PYTHON_INPUT = "Python input"
-#: The stage named for each source of a Python read (:data:`keras_gpu.meters.python_input.SOURCES`); a
+#: The stage named for each source of a Python read (`keras_gpu.meters.python_input.SOURCES`); a
 #: `PyDataset` read on the training thread is named after its function (`"PyDataset __getitem__"`).
 PYTHON_STAGES = {
     "PyDataset workers": "PyDataset workers",
@@ -52,13 +52,13 @@ def input_stage(
     `__getitem__` on the training thread (path: the function,
     `"data.py:10 __getitem__"`), a generator (its function), the wait for a
     `PyDataset`'s workers, array slicing, a `tf.data` or `DataLoader`
-    iterator (:data:`PYTHON_STAGES`), else `"Python input"`.
+    iterator (`PYTHON_STAGES`), else `"Python input"`.
 
     Args:
         iterators: The host plane's `Iterator::...` events.
         steps: Steps in the trace (the time is divided by it).
         python_input: The data iterator's reads in Python
-            (:func:`keras_gpu.meters.python_input.data_reads`).
+            (`keras_gpu.meters.python_input.data_reads`).
     """
     iterators = list(iterators)
     by_path: dict[str, list[Span]] = {}

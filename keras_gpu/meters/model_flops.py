@@ -1,13 +1,13 @@
 """A model's training FLOPs per sample and the peak FLOP/s of its GPUs, on every Keras backend.
 
-The same convention on every backend (that of :mod:`keras_gpu.meters.flops`):
+The same convention on every backend (that of `keras_gpu.meters.flops`):
 matmul-like ops only, a multiply-add is 2 FLOPs, training is 3 x the forward
 pass, so MFU means the same thing on all three.
 
 =============================  ====================================================
 backend                        how the forward FLOPs are counted
 =============================  ====================================================
-TensorFlow                     the traced graph (:mod:`keras_gpu.meters.flops`)
+TensorFlow                     the traced graph (`keras_gpu.meters.flops`)
 JAX                            the forward pass's jaxpr: `dot_general` and
                                convolution equations (traced, never run or
                                compiled; `scan` bodies count once per iteration)
@@ -16,7 +16,7 @@ PyTorch                        `torch.utils.flop_counter.FlopCounterMode` over o
 =============================  ====================================================
 
 The backend's facts (which backend, the replicas' GPUs, the model's device)
-come from :mod:`keras_gpu.core.backend`. Importing this module imports no
+come from `keras_gpu.core.backend`. Importing this module imports no
 backend.
 """
 
@@ -38,13 +38,13 @@ __all__ = ["flops_failure", "gpu_peak_flops", "training_flops_per_sample"]
 
 
 def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
-    """Summed peak FLOP/s (the table of :mod:`keras_gpu.meters.flops`) of the distinct GPUs under this process's replicas.
+    """Summed peak FLOP/s (the table of `keras_gpu.meters.flops`) of the distinct GPUs under this process's replicas.
 
     Replicas on logical GPUs that share one physical GPU count it once.
 
     Args:
         model: The model being trained.
-        dtype: A key of the peak table (see :func:`keras_gpu.core.backend.compute_dtype`).
+        dtype: A key of the peak table (see `keras_gpu.core.backend.compute_dtype`).
 
     Returns:
         `(peak, names)`: the GPUs' product names, and their summed peak in
@@ -62,9 +62,9 @@ def gpu_peak_flops(model: Any, dtype: str) -> tuple[float | None, list[str]]:
 
 
 def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | None:
-    """Training FLOPs per sample (3 x forward), or None; :func:`flops_failure` then says why.
+    """Training FLOPs per sample (3 x forward), or None; `flops_failure` then says why.
 
-    TensorFlow: the traced graph count of :mod:`keras_gpu.meters.flops`
+    TensorFlow: the traced graph count of `keras_gpu.meters.flops`
     (`input_spec` is its `tf.TensorSpec` structure). JAX and PyTorch: see the
     module docs; the input shapes are `input_spec`'s (a nested structure of
     anything with `shape` and `dtype`: the training data's, so that a
@@ -89,7 +89,7 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
 
 
 def flops_failure(model: Any) -> str:
-    """Why :func:`training_flops_per_sample` returned None for `model`, in a few words."""
+    """Why `training_flops_per_sample` returned None for `model`, in a few words."""
     if backend.name() == "tensorflow":
         return flops.failure(model)
     return _counted.failure(model)
@@ -164,7 +164,7 @@ class _Input(NamedTuple):
 
 
 def _input_structure(model: Any, batch: int) -> Any:
-    """The model's input as a nested structure of :class:`_Input`, with batch size `batch`.
+    """The model's input as a nested structure of `_Input`, with batch size `batch`.
 
     Raises:
         _UncountedError: The model has no known input shapes, or one of them has a
@@ -187,7 +187,7 @@ def _input_structure(model: Any, batch: int) -> Any:
 
 
 def _data_structure(spec: Any, batch: int) -> Any:
-    """The training data's input (leaves with `shape` and `dtype`) as a structure of :class:`_Input`."""
+    """The training data's input (leaves with `shape` and `dtype`) as a structure of `_Input`."""
     if isinstance(spec, dict):
         return {k: _data_structure(v, batch) for k, v in spec.items()}
     if isinstance(spec, (list, tuple)):
@@ -224,7 +224,7 @@ def _first(inputs: Any) -> _Input:
 
 
 def _map_inputs(fn: Any, inputs: Any) -> Any:
-    """`inputs` with every :class:`_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
+    """`inputs` with every `_Input` replaced by `fn(input)` (dicts, lists and tuples kept)."""
     if isinstance(inputs, _Input):
         return fn(inputs)
     if isinstance(inputs, dict):

@@ -7,7 +7,7 @@ strategy and the model's variables) into a
 `keras_gpu.output.placement_markdown` renders as Markdown tables. The names
 of those two modules are importable from here too.
 
-The analysis (:func:`analyze_ops`) is plain proto walking, testable on
+The analysis (`analyze_ops`) is plain proto walking, testable on
 hand-built protos. Definitions:
 
 * **Ops per device**: nodes of the placed partition graphs, by the device the
@@ -25,7 +25,7 @@ hand-built protos. Definitions:
   already lives in host memory, e.g. a shape, so nothing crosses the bus).
 * **CPU fallbacks**: only when the replicas run on accelerators (or any op of
   the step ran on one): ops placed on a CPU device whose type is not in
-  :data:`HOST_BOUND_OPS` and does not match the input-pipeline pattern
+  `HOST_BOUND_OPS` and does not match the input-pipeline pattern
   (`Iterator`, `Dataset`, `Optional*`). Excluded because they belong on the
   host by nature or do no work per step: function arguments and results
   (`_Arg`, `_Retval`, `_DeviceArg`, `_DeviceRetval`), control-only nodes
@@ -181,14 +181,14 @@ def analyze_ops(function_graphs: Sequence[Any], replica_devices: Sequence[str] =
 
     Args:
         function_graphs: `RunMetadata.FunctionGraphs` protos of the step (see
-            :func:`step_function_graphs`).
+            `step_function_graphs`).
         replica_devices: The strategy's replica devices on this worker; when
             any of them is an accelerator, ops on a CPU are checked for
             fallbacks. With none given, the graph itself decides: any op on an
             accelerator turns the check on.
 
     Returns:
-        The :class:`OpPlacement`. Definitions are in the module docstring.
+        The `OpPlacement`. Definitions are in the module docstring.
     """
     ops_per_device: Counter[str] = Counter()
     compute_per_device: Counter[str] = Counter()

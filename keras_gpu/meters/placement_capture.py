@@ -20,7 +20,7 @@ Two facts, checked on TensorFlow 2.21, shape the capture:
   function instantiated afterwards is still recorded, and the protos pile up
   in the eager context until someone exports them. The graph-collection
   switch (`enable_graph_collection` / `disable_graph_collection`) records the
-  same placed partition graphs and does turn off, so :func:`capture_graphs`
+  same placed partition graphs and does turn off, so `capture_graphs`
   uses it.
 
 The captured graphs are analysed by `keras_gpu.meters.placement`.
@@ -44,7 +44,7 @@ STEP_MARKER_OPS: frozenset[str] = frozenset(
 
 
 class GraphCapture:
-    """What :func:`capture_graphs` collected.
+    """What `capture_graphs` collected.
 
     Attributes:
         run_metadata: The exported `RunMetadata` proto (set when the block

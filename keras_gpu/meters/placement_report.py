@@ -1,10 +1,10 @@
 """The typed record of a placement analysis, and its `placement.json` file.
 
-:class:`PlacementReport` is what `keras_gpu.meters.placement` builds for one
+`PlacementReport` is what `keras_gpu.meters.placement` builds for one
 traced training step: the strategy, the variables and where the step's ops
 ran (definitions of ops, copies, CPU fallbacks and XLA clusters are in that
 module's docstring). This module holds the records, their JSON form
-(:meth:`PlacementReport.to_dict` / :meth:`PlacementReport.from_dict`), their
+(`PlacementReport.to_dict` / `PlacementReport.from_dict`), their
 scalar summaries and the file's atomic writer and reader. The Markdown tables
 are rendered by `keras_gpu.output.placement_markdown`.
 """
@@ -97,7 +97,7 @@ class OpPlacement:
         ops_per_device: Placed nodes per device (full device name).
         compute_ops_per_device: The same without host-bound and bookkeeping
             ops (`keras_gpu.meters.placement.is_host_bound`).
-        transfers: Every cross-device transfer (see :class:`Transfer`).
+        transfers: Every cross-device transfer (see `Transfer`).
         fallbacks_checked: Whether the replicas (or any op) ran on an
             accelerator, so that CPU ops count as fallbacks.
         cpu_fallbacks: Ops that ran on a CPU while the replicas run on
@@ -211,9 +211,9 @@ class PlacementReport:
 
     Attributes:
         step: Global step (optimizer iterations) when it was taken.
-        strategy: See :class:`StrategyInfo`.
-        variables: See :class:`VariableInfo`, model variables first.
-        ops: See :class:`OpPlacement`; `None` when ops were not captured.
+        strategy: See `StrategyInfo`.
+        variables: See `VariableInfo`, model variables first.
+        ops: See `OpPlacement`; `None` when ops were not captured.
         ops_unavailable_reason: Why `ops` is `None`.
     """
 
@@ -266,7 +266,7 @@ class PlacementReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlacementReport:
-        """Rebuild a report from :meth:`to_dict` output (e.g. a loaded `placement.json`).
+        """Rebuild a report from `to_dict` output (e.g. a loaded `placement.json`).
 
         Raises:
             ValueError: `data` is not a keras-gpu placement report.
@@ -358,7 +358,7 @@ def write_json(report: PlacementReport, path: str) -> None:
 
 
 def read_json(path: str) -> PlacementReport:
-    """Load a `placement.json` written by :func:`write_json`."""
+    """Load a `placement.json` written by `write_json`."""
     with open(path, encoding="utf-8") as f:
         return PlacementReport.from_dict(json.load(f))
 

@@ -4,14 +4,14 @@ JAX's profiler records Python's calls on the `python` line of the host plane:
 a Python function as `$file.py:LINE name`, a C function as `$module name`
 (`$builtins next`). A `next()` call is the input only where Keras' data
 iterator makes it: its caller is Keras' trainer or epoch iterator
-(:data:`DATA_ITERATOR_CALLER`: the JAX trainer's `iterator_step` and its
+(`DATA_ITERATOR_CALLER`: the JAX trainer's `iterator_step` and its
 epoch iterator's `__next__`). Every other `next()` is not input: the one in
 `contextlib`'s `__exit__` that stops `jax.profiler.trace` (seconds long),
 the ones in JAX's argument binding (`inspect.Signature._bind`), the user's
 own.
 
 What a data-iterator `next()` read is named from the Keras data adapter
-frame under it (:data:`SOURCES`), with the user's own function it called
+frame under it (`SOURCES`), with the user's own function it called
 (a `PyDataset`'s `__getitem__`, a generator), so a hint can say what was
 measured and what fits it.
 """
@@ -54,7 +54,7 @@ class PythonRead(NamedTuple):
 
     Attributes:
         span: When it ran, picoseconds on the trace's clock.
-        source: What it read through (a name of :data:`SOURCES`), or `None`
+        source: What it read through (a name of `SOURCES`), or `None`
             where no adapter frame is under it (the epoch iterator's own step).
         function: The user's function it called (`"data.py:10 __getitem__"`,
             `"data.py:3 gen"`), the longest Python frame the adapter's frame
@@ -86,7 +86,7 @@ def data_reads(events: Iterable[xspace.TraceEvent]) -> list[PythonRead]:
 
 
 def _read(ordered: list[xspace.TraceEvent], i: int) -> PythonRead:
-    """The read of the `next()` at `ordered[i]`: the adapter frame under it (the first in :data:`SOURCES`
+    """The read of the `next()` at `ordered[i]`: the adapter frame under it (the first in `SOURCES`
     order), and, for a `PyDataset` read on this thread or a generator, the user's function it called."""
     top = ordered[i]
     found: dict[str, int] = {}

@@ -1,7 +1,7 @@
 """The rows of a scaling study (`keras-gpu scale`): speed-up, efficiency, and why a row falls short of linear.
 
-Plain Python over what each configuration's run measured (:class:`RunResult`):
-:func:`build_rows` turns the runs into :class:`ScaleRow` s, each compared with
+Plain Python over what each configuration's run measured (`RunResult`):
+`build_rows` turns the runs into `ScaleRow` s, each compared with
 the first one.
 
 * **speed-up** is the row's samples/s over the first row's;
@@ -150,7 +150,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class ScaleRow:
-    """One row of the table; :meth:`as_dict` gives exactly :data:`ROW_KEYS`."""
+    """One row of the table; `as_dict` gives exactly `ROW_KEYS`."""
 
     result: RunResult
     samples_per_sec: float
@@ -159,7 +159,7 @@ class ScaleRow:
     cause: str
 
     def as_dict(self) -> dict[str, object]:
-        """The row with the keys of :data:`ROW_KEYS` (seconds per step; `None` where not measured)."""
+        """The row with the keys of `ROW_KEYS` (seconds per step; `None` where not measured)."""
         r = self.result
         parts = r.parts or {}
         return {

@@ -1,7 +1,7 @@
 """What a step-time breakdown suggests: the bottleneck hints and the slow replica.
 
 The slowest input stage as Markdown (the `step_time/input_stage` text
-summary) is output: :mod:`keras_gpu.output.step_time_text`.
+summary) is output: `keras_gpu.output.step_time_text`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ SLOW_REPLICA_SHARE = 0.1
 def slow_replica(replicas: Sequence[ReplicaTime], step_sec: float) -> tuple[int, float] | None:
     """`(index, ratio)` of a replica whose compute time is clearly above the others' median, else `None`.
 
-    Clearly: at least :data:`SLOW_REPLICA_RATIO` times the median of the
-    others, and longer by at least :data:`SLOW_REPLICA_SHARE` of the step. The
+    Clearly: at least `SLOW_REPLICA_RATIO` times the median of the
+    others, and longer by at least `SLOW_REPLICA_SHARE` of the step. The
     second condition keeps small, real differences quiet, such as the
     cross-replica work (summing gradients, aggregating metrics) that a
     mirrored strategy runs on its first device.
@@ -50,7 +50,7 @@ def slow_replica(replicas: Sequence[ReplicaTime], step_sec: float) -> tuple[int,
 
 
 #: What to try for the slowest input stage, by its name (first match; the last matches all). The Python
-#: stages (:data:`keras_gpu.meters.input_stages.PYTHON_STAGES`, JAX's traces) come first, by their whole
+#: stages (`keras_gpu.meters.input_stages.PYTHON_STAGES`, JAX's traces) come first, by their whole
 #: name; then tf.data's stages (TensorFlow's traces), where a `PyDataset` or a generator is the `Generator`
 #: stage of `from_generator`.
 _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -121,7 +121,7 @@ def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list
     """Hints that follow from the measurement, each naming its number; empty when none does.
 
     An input-bound hint names the input stage with the most self time
-    (:attr:`StepTime.input_stage`) and what to try for it; a
+    (`StepTime.input_stage`) and what to try for it; a
     communication-bound one says when host-device copies are most of it.
     """
     hints = []

@@ -1,6 +1,6 @@
-"""The step-time breakdown as a record: :class:`StepTime`, and the per-replica, per-device and input-stage figures in it.
+"""The step-time breakdown as a record: `StepTime`, and the per-replica, per-device and input-stage figures in it.
 
-Plain data, in seconds per step; :func:`keras_gpu.meters.step_time.analyze`
+Plain data, in seconds per step; `keras_gpu.meters.step_time.analyze`
 measures it from a trace, the step probe from timestamps inside the step.
 """
 

@@ -1,12 +1,12 @@
 """Where a training step's time goes, measured from a profiler trace.
 
-Plain Python over an XSpace (see :mod:`keras_gpu.meters.xspace`), as TensorFlow's and
-JAX's profilers write it. :func:`analyze` takes the trace of a few training
+Plain Python over an XSpace (see `keras_gpu.meters.xspace`), as TensorFlow's and
+JAX's profilers write it. `analyze` takes the trace of a few training
 steps and splits each step's time into four parts that add up to it:
 
 * **input**: the step waited for the input pipeline (`tf.data` `GetNext`
   calls, `IteratorGetNext` ops, and on JAX the `next()` of Keras' data
-  iterator, :mod:`keras_gpu.meters.python_input`) while no device computed
+  iterator, `keras_gpu.meters.python_input`) while no device computed
   or communicated;
 * **compute**: at least one replica device ran a model op, a kernel, or a
   compiled (XLA) program;
@@ -23,8 +23,8 @@ communication, input that is active then, so the parts never add up to more
 than the step.
 
 **The window and the step count.** Where the trace marks its steps, the
-breakdown uses the marks and says so (:attr:`StepTime.step_source`): host
-step markers (events named :data:`STEP_MARKER` with a `step_num` stat, on
+breakdown uses the marks and says so (`StepTime.step_source`): host
+step markers (events named `STEP_MARKER` with a `step_num` stat, on
 any host thread, as `tf.profiler.experimental.Trace("train", step_num=n,
 _r=1)` and JAX's `StepTraceAnnotation` write them) bound the window from the
 first marked step's start to the last one's end, and nothing outside it
@@ -37,7 +37,7 @@ traced step from one batch end to the next, so its window holds exactly the
 traced steps: the time after an epoch's last batch end (Keras' epoch-end
 work, stopping a `PyDataset`'s workers, epoch-end callbacks) is never in it.
 
-**GPU planes** are read line by line (:mod:`keras_gpu.meters.gpu_lines`): kernels on
+**GPU planes** are read line by line (`keras_gpu.meters.gpu_lines`): kernels on
 the streams are compute, NCCL kernels and device-to-device copies are
 communication, host-device copies are transfers (communication in the four
 parts, and their own figure per device), and derived lines (`Steps`,
@@ -49,18 +49,18 @@ asynchronous copies (`copy-start`, `copy-done`) transfers.
 **Per replica**, compute and communication are the busy time of that
 replica's work, attributed by where it really ran: on GPUs by the device's
 own timeline, mapped to replicas by `gpu_replicas` (see
-:func:`keras_gpu.core.topology.trace_gpu_replicas`); on CPU devices by the
+`keras_gpu.core.topology.trace_gpu_replicas`); on CPU devices by the
 replica's name scope (`replica_k/`, and `update_k/` for the variable updates
 a mirrored strategy runs on replica k). Ops outside any replica scope, and
 compiled programs, whose ops carry no scope, count for replica 0. A GPU that
-did work but maps to no replica is named in :attr:`StepTime.notes`.
+did work but maps to no replica is named in `StepTime.notes`.
 
-The work is split by concept: the record (:mod:`keras_gpu.meters.step_record`),
-reading the trace (:mod:`keras_gpu.meters.step_trace`), the input stage
-(:mod:`keras_gpu.meters.input_stages`) and the hints
-(:mod:`keras_gpu.meters.step_hints`); their public names are importable from
+The work is split by concept: the record (`keras_gpu.meters.step_record`),
+reading the trace (`keras_gpu.meters.step_trace`), the input stage
+(`keras_gpu.meters.input_stages`) and the hints
+(`keras_gpu.meters.step_hints`); their public names are importable from
 here too. The slowest input stage as Markdown is output
-(:mod:`keras_gpu.output.step_time_text`).
+(`keras_gpu.output.step_time_text`).
 """
 
 from __future__ import annotations
@@ -128,12 +128,12 @@ def analyze(
 ) -> StepTime:
     """The step-time breakdown of a trace of `steps` training steps that took `wall_sec`.
 
-    Where the trace marks its steps (:func:`trace_steps`), the marks give the
-    step count and the window instead, and :attr:`StepTime.step_source` says
+    Where the trace marks its steps (`trace_steps`), the marks give the
+    step count and the window instead, and `StepTime.step_source` says
     so: nothing outside the marked steps counts.
 
     Args:
-        space: An XSpace message (:func:`keras_gpu.meters.xspace.load`).
+        space: An XSpace message (`keras_gpu.meters.xspace.load`).
         steps: Training steps the trace covers; `None`: the executions of the
             step function in the trace, else 1.
         wall_sec: Their wall time, measured by the caller around the trace;
@@ -141,7 +141,7 @@ def analyze(
         num_replicas: This worker's replicas.
         gpu_replicas: For GPU traces, `{GPU index in the trace: local replica
             index, or several for logical GPUs sharing one device}`
-            (:func:`keras_gpu.core.topology.trace_gpu_replicas`); by default the
+            (`keras_gpu.core.topology.trace_gpu_replicas`); by default the
             GPUs that ran kernels, in index order, run replicas 0, 1, ...
         steps_per_mark: Training steps in each marked step: Keras'
             `steps_per_execution`, where each mark holds one call of the
@@ -244,7 +244,7 @@ def _result(
     notes: tuple[str, ...],
     on_gpu: bool,
 ) -> StepTime:
-    """Assemble the :class:`StepTime` from the intervals of each part, per step."""
+    """Assemble the `StepTime` from the intervals of each part, per step."""
     compute = union_length(parts["compute"])
     busy = union_length(parts["compute"] + parts["communication"])
     everything = union_length(parts["compute"] + parts["communication"] + parts["input"])

@@ -1,11 +1,11 @@
 """Reading a profiler trace's planes for the step-time breakdown: ops by kind, the host and GPU timelines, step marks.
 
-Plain Python over an XSpace (:mod:`keras_gpu.meters.xspace`). The host plane's
+Plain Python over an XSpace (`keras_gpu.meters.xspace`). The host plane's
 events are sorted into compute, communication and input intervals (per
 replica by name scope), the GPU planes' line by line
-(:mod:`keras_gpu.meters.gpu_lines`); host step markers (:data:`STEP_MARKER`)
-and GPU `Steps` lines give the steps a trace marks (:func:`trace_steps`).
-:func:`keras_gpu.meters.step_time.analyze` turns what is read here into the
+(`keras_gpu.meters.gpu_lines`); host step markers (`STEP_MARKER`)
+and GPU `Steps` lines give the steps a trace marks (`trace_steps`).
+`keras_gpu.meters.step_time.analyze` turns what is read here into the
 breakdown.
 """
 
@@ -103,7 +103,7 @@ def step_marker(step_num: int) -> tuple[str, dict[str, int]]:
 
     `tf.profiler.experimental.Trace(name, **stats)` (TensorFlow) and
     `jax.profiler.StepTraceAnnotation(name, step_num=step_num)` (JAX) around a
-    step write it; :func:`trace_steps` reads it back, as xprof does.
+    step write it; `trace_steps` reads it back, as xprof does.
     """
     if isinstance(step_num, bool) or not isinstance(step_num, int) or step_num < 0:
         raise ValueError(f"`step_num` must be a non-negative integer. Received: step_num={step_num!r}")
@@ -242,7 +242,7 @@ def _outermost(spans: list[Span]) -> list[Span]:
 
 
 def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
-    """Every `/device:GPU:k` plane, read line by line (see :mod:`keras_gpu.meters.gpu_lines`); in a trace
+    """Every `/device:GPU:k` plane, read line by line (see `keras_gpu.meters.gpu_lines`); in a trace
     without GPU planes, every `/device:TPU:k` plane (its `XLA Ops` line), by index alike."""
     gpus: dict[int, GpuEvents] = {}
     planes = {name: topology.parse_device(name) for name in by_name}
@@ -274,7 +274,7 @@ def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
 def trace_steps(space: Any) -> TraceSteps | None:
     """The steps a trace marks, or `None` when it marks none.
 
-    Host step markers (:func:`step_marker`) win: one window from the first
+    Host step markers (`step_marker`) win: one window from the first
     marked step's start to the last one's end, so the time between steps
     counts. Else the GPU planes' `Steps` lines: each device's own window per
     step, and as the step's window the longest of them (a step ends when its

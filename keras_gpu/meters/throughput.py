@@ -1,10 +1,10 @@
 """The throughput meter: logging windows, exact sample counts, rates, FLOP/s and MFU.
 
-Plain Python, no TensorFlow. A :class:`ThroughputMeter` is fed batch indices
+Plain Python, no TensorFlow. A `ThroughputMeter` is fed batch indices
 and timestamps by the `ThroughputLogger` callback (or by a test with a fake
-clock) and answers with :class:`~keras_gpu.meters.throughput_records.Window`
+clock) and answers with `Window`
 records holding exact counts and rates; `fit`'s batches are its
-:class:`~keras_gpu.meters.throughput_records.DataSchedule`.
+`DataSchedule`.
 
 Where the batch size is not known before `fit` runs (a `tf.data` pipeline
 with a dynamic batch, a generator, a `PyDataset`, a PyTorch `DataLoader`), a
@@ -17,13 +17,13 @@ counts samples only gives `None` steps: Keras' batch index then counts them
 
 Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
-phase's wall time (the conventions: :mod:`keras_gpu.meters.throughput_records`).
+phase's wall time (the conventions: `keras_gpu.meters.throughput_records`).
 Executions that compiled are left out of the steady rate like the first
-(:mod:`keras_gpu.meters.throughput_compiles`): a batch shape new to the fit
+(`keras_gpu.meters.throughput_compiles`): a batch shape new to the fit
 makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
 knows the batch sizes, the execution that runs the short last batch is known
 in advance; with a counter, the caller says which executions compiled, from
-the backend's own signal (:mod:`keras_gpu.hooks.throughput_setup`).
+the backend's own signal (`keras_gpu.hooks.throughput_setup`).
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class ThroughputMeter(CompileLeaveOut):
     """Turns batch-end indices and timestamps into exact windows and rates.
 
     The caller (the callback) compares each batch end against
-    :attr:`next_batch` and :attr:`next_time` itself and calls
-    :meth:`execution_end` only when one is reached (the callback reads the
+    `next_batch` and `next_time` itself and calls
+    `execution_end` only when one is reached (the callback reads the
     clock only at batch ends it chose, see `ThroughputLogger`), so the
     per-batch cost stays a store and a comparison.
 
@@ -212,7 +212,7 @@ class ThroughputMeter(CompileLeaveOut):
     def execution_end(
         self, batch: int, t: float, prev_batch: int = -1, prev_t: float = 0.0
     ) -> list[Window | FirstExecution]:
-        """Handle a batch end that reached :attr:`next_batch` or :attr:`next_time`.
+        """Handle a batch end that reached `next_batch` or `next_time`.
 
         Args:
             batch: Keras' `batch` argument: index of the execution's last step.
@@ -222,8 +222,8 @@ class ThroughputMeter(CompileLeaveOut):
             prev_t: Time of the previous execution's batch hook.
 
         Returns:
-            What to log: a :class:`FirstExecution` for the first execution of
-            an epoch, and any :class:`Window` that closed.
+            What to log: a `FirstExecution` for the first execution of
+            an epoch, and any `Window` that closed.
         """
         if not self._in_epoch:
             return []
@@ -267,7 +267,7 @@ class ThroughputMeter(CompileLeaveOut):
             last_t: Time of that execution's batch hook (the end of the
                 training phase, before validation).
             epoch_steps: The exact number of steps the epoch ran, when the
-                caller knows it (only consulted when :attr:`DataSchedule.exact_steps`
+                caller knows it (only consulted when `DataSchedule.exact_steps`
                 is False); the last execution's count is corrected to match,
                 within what is possible (it ran between 1 and
                 `steps_per_execution` steps).
@@ -305,7 +305,7 @@ class ThroughputMeter(CompileLeaveOut):
             self._epoch.validation_t0 = t
 
     def validation_end(self, t: float) -> None:
-        """Validation that :meth:`validation_begin` started ends at `t`."""
+        """Validation that `validation_begin` started ends at `t`."""
         epoch = self._epoch
         if epoch is not None and epoch.validation_t0 is not None:
             epoch.validation_sec += max(0.0, t - epoch.validation_t0)
@@ -350,9 +350,9 @@ class ThroughputMeter(CompileLeaveOut):
         return times
 
     def epoch_rates(self) -> EpochRates | None:
-        """The rates of the epoch whose training phase :meth:`epoch_end` just closed, for Keras' epoch `logs`.
+        """The rates of the epoch whose training phase `epoch_end` just closed, for Keras' epoch `logs`.
 
-        Known at the epoch's end, before :meth:`epoch_close` (which waits for
+        Known at the epoch's end, before `epoch_close` (which waits for
         the next epoch's start to time the epoch-end work). `None` when no
         epoch has ended since it began or its training phase ran no step.
         """
@@ -396,10 +396,10 @@ class ThroughputMeter(CompileLeaveOut):
           first executions included;
         * `steady_steps_per_sec`, `steady_samples_per_sec`: the same with the
           first execution of each epoch left out, over the closed epochs
-          (:func:`steady_rate`);
+          (`steady_rate`);
         * `train_seconds`, `validation_seconds`, `other_seconds`: training
           phases, and validation and the rest summed over closed epochs (see
-          :meth:`epoch_close`); `first_step_sec`: one per epoch;
+          `epoch_close`); `first_step_sec`: one per epoch;
         * `num_replicas`, `flops_per_sample`, `peak_flops`.
 
         Unknown values are `None`.
@@ -520,7 +520,7 @@ class ThroughputMeter(CompileLeaveOut):
         self._schedule_window()
 
     def _schedule_window(self) -> None:
-        """Set :attr:`next_batch` / :attr:`next_time` for the open window."""
+        """Set `next_batch` / `next_time` for the open window."""
         self.next_batch = self._win_batch + self.every_n_steps if self.every_n_steps is not None else _INF
         self.next_time = self._win_t + self.every_s if self.every_s is not None else _INF
 
@@ -544,7 +544,7 @@ class ThroughputMeter(CompileLeaveOut):
         return Window(self.step, steps, samples, seconds, **dataclasses.asdict(self._rates(steps, samples, seconds)))
 
     def _rates(self, steps: int, samples: int | None, seconds: float) -> Rates:
-        """Rates over `seconds` (:func:`~keras_gpu.meters.throughput_records.window_rates`), samples if counted."""
+        """Rates over `seconds` (`window_rates`), samples if counted."""
         return window_rates(
             steps,
             samples if self.counts_samples else None,

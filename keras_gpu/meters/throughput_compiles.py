@@ -4,10 +4,10 @@ A batch shape new to the fit makes JAX trace and compile the train step
 again (and XLA compile on TensorFlow with `jit_compile=True`; without it,
 Keras 3.15 traces its train function once, on the iterator, whatever the
 batch shape). Where the data schedule knows the batch sizes, the meter predicts the
-execution that runs a new size (:attr:`CompileLeaveOut.compile_watch`); with
+execution that runs a new size (`CompileLeaveOut.compile_watch`); with
 a counter, the caller tells it from the backend's own signal
-(:mod:`keras_gpu.hooks.throughput_setup`) with
-:meth:`CompileLeaveOut.execution_compiled`. Either way, the execution's time,
+(`keras_gpu.hooks.throughput_setup`) with
+`CompileLeaveOut.execution_compiled`. Either way, the execution's time,
 steps and samples go with the first execution's (`time/first_step_sec`).
 """
 
@@ -19,7 +19,7 @@ __all__ = ["CompileLeaveOut"]
 
 
 class CompileLeaveOut:
-    """The part of :class:`~keras_gpu.meters.throughput.ThroughputMeter` that leaves compiles out of the steady rate."""
+    """The part of `ThroughputMeter` that leaves compiles out of the steady rate."""
 
     if TYPE_CHECKING:
         _acc_batch: int
@@ -45,7 +45,7 @@ class CompileLeaveOut:
         Where the epoch is one pass over data with a short last batch that this
         fit has not run yet, the execution that runs it compiles (JAX; XLA on
         TensorFlow with `jit_compile=True`); the caller times the batch end before it
-        and passes it to :meth:`epoch_end`, which leaves that execution out of
+        and passes it to `epoch_end`, which leaves that execution out of
         the steady rate.
         """
         sched = self.schedule
@@ -65,7 +65,7 @@ class CompileLeaveOut:
         """Account for the steps up to `batch` (its batch end at `t`) without closing a window.
 
         It reads the counter: call it where that is cheap (on the host). It
-        marks where an execution that compiles next starts (:meth:`execution_compiled`).
+        marks where an execution that compiles next starts (`execution_compiled`).
         """
         if self._in_epoch and not self._first_pending and self.exact_steps and batch > self._acc_batch:
             self._add_to_window(*self._advance(batch))
@@ -77,7 +77,7 @@ class CompileLeaveOut:
         Their time, steps and samples go with the first execution's
         (`time/first_step_sec`), out of the steady rate: exactly the one that
         compiled where the batch end before it was accounted for
-        (:meth:`account`). Call it before :meth:`execution_end` at that batch
+        (`account`). Call it before `execution_end` at that batch
         end. Nothing for the first execution (left out already), or where
         steps are known only later.
         """

@@ -1,9 +1,9 @@
 """What the throughput meter reads and writes: the data schedule, its windows and epochs, and the rates over them.
 
-Plain Python, no TensorFlow. :class:`~keras_gpu.meters.throughput.ThroughputMeter`
-counts `fit`'s batches from a :class:`DataSchedule` and answers with
-:class:`Window`, :class:`FirstExecution`, :class:`EpochTimes` and
-:class:`EpochRates` records. How Keras feeds batches:
+Plain Python, no TensorFlow. `ThroughputMeter`
+counts `fit`'s batches from a `DataSchedule` and answers with
+`Window`, `FirstExecution`, `EpochTimes` and
+`EpochRates` records. How Keras feeds batches:
 
 * every step processes one batch of `batch_size` samples (the global batch, all
   replicas on all workers), except the last batch of a pass over finite data,
@@ -17,10 +17,10 @@ counts `fit`'s batches from a :class:`DataSchedule` and answers with
 
 Rates measure wall-clock time. An epoch's training phase runs from the
 epoch's start to the end of its last training step; validation and
-epoch-end work fall outside it (:class:`EpochTimes`). The first execution of
+epoch-end work fall outside it (`EpochTimes`). The first execution of
 each epoch (tracing, warm-up, iterator creation) is reported on its own
-(:class:`FirstExecution`) and the steady-state rates leave it out; over
-several epochs the steady rate is :func:`steady_rate`, the one figure of the
+(`FirstExecution`) and the steady-state rates leave it out; over
+several epochs the steady rate is `steady_rate`, the one figure of the
 end-of-fit line and `keras-gpu report`.
 
 FLOPs: multiply-add counts as 2 FLOPs; `flops_per_sample` is the *training*
@@ -151,7 +151,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Rates:
-    """Rates over some steps and samples and the wall time they took (see :class:`Window` for each field)."""
+    """Rates over some steps and samples and the wall time they took (see `Window` for each field)."""
 
     steps_per_sec: float
     samples_per_sec: float | None = None
@@ -265,7 +265,7 @@ def steady_rate(epochs: Iterable[tuple[float | None, float]]) -> float | None:
     """The steady-state rate over several epochs, from each epoch's `(steady rate, steady seconds)`.
 
     What the steady phases counted (steps or samples) over the seconds they
-    took: each epoch's rate weighted by its :attr:`EpochTimes.steady_sec`, so
+    took: each epoch's rate weighted by its `EpochTimes.steady_sec`, so
     a long epoch counts for more than a short one. Epochs without a steady
     rate are left out; `None` when none has one.
     """

@@ -82,7 +82,7 @@ _ONEOFS = {"XStat": ("value", ("double_value", "uint64_value", "int64_value", "s
 
 @functools.lru_cache(maxsize=1)
 def _xspace_class() -> Any:
-    """The `XSpace` message class, built once from :data:`_SCHEMA` in a private pool."""
+    """The `XSpace` message class, built once from `_SCHEMA` in a private pool."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     proto = descriptor_pb2.FileDescriptorProto(name="keras_gpu/xspace.proto", package=_PACKAGE, syntax="proto3")
@@ -133,7 +133,7 @@ def load(path: str | os.PathLike) -> Any:
 
     Raises:
         OSError: When the file cannot be read.
-        ValueError: When it does not parse (see :func:`parse`); the message names the file.
+        ValueError: When it does not parse (see `parse`); the message names the file.
     """
     with open(path, "rb") as f:
         data = f.read()
@@ -181,8 +181,8 @@ def events(
     """Every event of a plane, line by line.
 
     Args:
-        plane: An XPlane (see :func:`planes`).
-        stats: Also read each event's stats (:attr:`TraceEvent.stats`).
+        plane: An XPlane (see `planes`).
+        stats: Also read each event's stats (`TraceEvent.stats`).
         lines: Only the lines whose name this returns true for (default: all).
     """
     names = {entry.key: entry.value.name for entry in plane.event_metadata}

@@ -1,7 +1,7 @@
 """Memory readings as tag values: the one place an allocator, host or NVML reading becomes `memory/*` and `gpu/*`.
 
 The reader turns the same tags back into records
-(:mod:`keras_gpu.output.tag_records`).
+(`keras_gpu.output.tag_records`).
 """
 
 from __future__ import annotations

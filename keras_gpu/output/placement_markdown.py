@@ -1,7 +1,7 @@
 """Markdown tables of a placement report, for TensorBoard's Text dashboard.
 
 The analysis (`keras_gpu.meters.placement`) builds a `PlacementReport`; this module
-only renders it. `keras_gpu.PlacementLogger` calls :func:`render` for the text
+only renders it. `keras_gpu.PlacementLogger` calls `render` for the text
 it writes; anyone else who wants the tables calls it the same way.
 """
 

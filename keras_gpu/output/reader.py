@@ -2,18 +2,18 @@
 
 Reads what the callbacks wrote (TensorBoard event files and `placement.json`)
 under a log directory, for a finished or a running job, without TensorFlow.
-:func:`read_report` returns the records of
-:mod:`keras_gpu.output.report_records` (built from the tags by
-:mod:`keras_gpu.output.tag_records`); :func:`summarize` returns the same as
+`read_report` returns the records of
+`keras_gpu.output.report_records` (built from the tags by
+`keras_gpu.output.tag_records`); `summarize` returns the same as
 plain, JSON-serialisable data. `keras-gpu report` renders it as tables.
 
 Means are weighted by time: a rate's mean is the mean over the windows
 weighted by each window's wall time (so samples/s is samples over seconds),
-a steady rate's mean is :func:`keras_gpu.meters.throughput_records.steady_rate` over the
+a steady rate's mean is `keras_gpu.meters.throughput_records.steady_rate` over the
 epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a step-time
 part's mean is weighted by the steps each trace covered.
 Every hint names the measurement it follows from
-(:mod:`keras_gpu.output.report_hints`).
+(`keras_gpu.output.report_hints`).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def read_run(log_dir: str, run: str) -> RunSummary:
 def read_report(log_dir: str) -> Report:
     """The records of every run under `log_dir` that holds a measurement, and the hints.
 
-    Per run (:class:`~keras_gpu.output.report_records.RunSummary`): its
+    Per run (`RunSummary`): its
     worker, time-weighted rate statistics per `throughput/*` tag, totals of
     the per-epoch `time/` tags, the step-time breakdown over all traces
     (seconds per step, shares, per replica, and the slowest input stage),
@@ -204,7 +204,7 @@ def read_report(log_dir: str) -> Report:
 
 
 def summarize(log_dir: str) -> dict[str, Any]:
-    """:func:`read_report` as plain, JSON-serialisable data: what `keras-gpu report --json` prints.
+    """`read_report` as plain, JSON-serialisable data: what `keras-gpu report --json` prints.
 
     Returns:
         `{"log_dir", "runs": [...], "cluster", "hints"}`: per run its worker,

@@ -1,7 +1,7 @@
 """The report of a run as records: what `keras-gpu report` reads back from the event files, typed.
 
-:func:`keras_gpu.output.reader.read_report` returns a :class:`Report`, one
-:class:`RunSummary` per run directory; :mod:`keras_gpu.output.tag_records`
+`keras_gpu.output.reader.read_report` returns a `Report`, one
+`RunSummary` per run directory; `keras_gpu.output.tag_records`
 builds each part from the tags. Each record's `as_dict()` is its part of
 `keras-gpu report --json` (plain, JSON-serialisable data).
 
@@ -40,7 +40,7 @@ class SeriesStats:
 
     Attributes:
         mean: The mean; for a rate, weighted by the time each point covers
-            where that is known (see :attr:`seconds`).
+            where that is known (see `seconds`).
         median: The median of the points.
         max: The largest point.
         last: The last point.
@@ -95,7 +95,7 @@ class Throughput:
         return any(getattr(self, f.name) is not None for f in dataclasses.fields(self))
 
     def as_dict(self) -> dict[str, dict[str, float]]:
-        """The logged rates only, each as :meth:`SeriesStats.as_dict`."""
+        """The logged rates only, each as `SeriesStats.as_dict`."""
         return _present(self)
 
 
@@ -128,7 +128,7 @@ class StepTimeSummary:
         step: The breakdown (`source="report"`, `steps`: traced steps in all),
             with the input stage the traces name for the most steps.
         traces: How many traces it is made of.
-        replica_labels: Per replica in :attr:`StepTime.replicas`, its tag
+        replica_labels: Per replica in `StepTime.replicas`, its tag
             label (`<global index>_<DEV>_<n>`).
     """
 
@@ -151,7 +151,7 @@ class StepTimeSummary:
         return names
 
     def as_dict(self) -> dict[str, Any]:
-        """:meth:`StepTime.as_dict` with `traces`, `shares` and `replica_labels`."""
+        """`StepTime.as_dict` with `traces`, `shares` and `replica_labels`."""
         out = self.step.as_dict()
         out["traces"] = self.traces
         out["shares"] = self.shares
@@ -166,7 +166,7 @@ class ClusterReport:
     Attributes:
         gathers: Gathers with both the slowest worker and the imbalance.
         verdict: The straggler with its part, and a worker slowed against
-            its own best (:func:`keras_gpu.meters.cluster_view.verdict_over`):
+            its own best (`keras_gpu.meters.cluster_view.verdict_over`):
             the same verdict as the end-of-fit line.
         workers_reporting: Workers that reported at the last gather, `None`
             where not logged.
@@ -210,7 +210,7 @@ class MemorySummary:
         allocator_peak_bytes: Per device label, the allocator's peak (bytes),
             for devices whose allocator counted something.
         allocator_uncounted: Per device label whose allocator counted no byte,
-            why (see :func:`keras_gpu.output.tag_records.uncounted_allocator`).
+            why (see `keras_gpu.output.tag_records.uncounted_allocator`).
         gpus: Per GPU index, per NVML metric (the tag's name after
             `gpu/{gpu}/`), the statistics of its points.
         host_rss_peak_bytes: The process' peak resident set size (bytes),
@@ -226,7 +226,7 @@ class MemorySummary:
         return bool(self.allocator_peak_bytes or self.allocator_uncounted or self.gpus or self.host_rss_peak_bytes)
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field, the statistics as :meth:`SeriesStats.as_dict`."""
+        """Every field, the statistics as `SeriesStats.as_dict`."""
         return {
             "allocator_peak_bytes": dict(self.allocator_peak_bytes),
             "allocator_uncounted": dict(self.allocator_uncounted),

@@ -63,7 +63,7 @@ def headers() -> list[tuple[str, str]]:
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows (with a `devices` entry beside :data:`ROW_KEYS`) as a Markdown table."""
+    """The rows (with a `devices` entry beside `ROW_KEYS`) as a Markdown table."""
     lines = [
         "| " + " | ".join(title for _, title in _HEADERS) + " |",
         "|" + "---|" * len(_HEADERS),
@@ -108,7 +108,7 @@ def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: 
 
 
 def read_rows(log_dir: str | os.PathLike) -> list[dict[str, Any]] | None:
-    """The study's rows under `log_dir` (each with `devices` and :data:`ROW_KEYS`), or `None` where there is none."""
+    """The study's rows under `log_dir` (each with `devices` and `ROW_KEYS`), or `None` where there is none."""
     path = os.path.join(os.fspath(log_dir), SCALE_RUN, ROWS_FILE)
     try:
         with open(path, encoding="utf-8") as f:

@@ -1,12 +1,12 @@
 """The step-time breakdown and the cluster view as tag values: the one place their records become scalars.
 
-:func:`step_time_values` turns a :class:`keras_gpu.meters.step_record.StepTime`
-into the `step_time/*` scalars, :func:`cluster_values` a
-:class:`keras_gpu.meters.cluster_view.ClusterSummary` into the `cluster/*`
-ones (names and units in :mod:`keras_gpu.output.tags`). `StepTimeLogger`
-writes them; :mod:`keras_gpu.output.tag_records` reads them back into records
-through the same tables (:data:`STEP_PARTS`, :data:`REPLICA_PARTS`,
-:data:`CLUSTER_SPREADS`).
+`step_time_values` turns a `keras_gpu.meters.step_record.StepTime`
+into the `step_time/*` scalars, `cluster_values` a
+`keras_gpu.meters.cluster_view.ClusterSummary` into the `cluster/*`
+ones (names and units in `keras_gpu.output.tags`). `StepTimeLogger`
+writes them; `keras_gpu.output.tag_records` reads them back into records
+through the same tables (`STEP_PARTS`, `REPLICA_PARTS`,
+`CLUSTER_SPREADS`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from keras_gpu.output import tags
 
 __all__ = ["CLUSTER_FACTS", "CLUSTER_SPREADS", "REPLICA_PARTS", "SPREAD_STATS", "STEP_PARTS", "cluster_values", "step_time_values"]
 
-#: The breakdown's `step_time/*` tags, each with the :class:`StepTime` field it holds (seconds per step).
+#: The breakdown's `step_time/*` tags, each with the `StepTime` field it holds (seconds per step).
 STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.STEP_SEC, "step_sec"),
     (tags.STEP_INPUT_SEC, "input_sec"),
@@ -29,13 +29,13 @@ STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.STEP_OTHER_SEC, "other_sec"),
 )
 #: A replica's `step_time/replica_{replica}/*` tags, each with the
-#: :class:`~keras_gpu.meters.step_record.ReplicaTime` field it holds (compute first).
+#: `ReplicaTime` field it holds (compute first).
 REPLICA_PARTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.REPLICA_COMPUTE_SEC, "compute_sec"),
     (tags.REPLICA_COMMUNICATION_SEC, "communication_sec"),
 )
-#: A gather's facts (:class:`keras_gpu.meters.cluster_view.GatherFacts` fields) logged as plain scalars,
-#: the slowest worker first; the part is logged as its index in :data:`PARTS`.
+#: A gather's facts (`keras_gpu.meters.cluster_view.GatherFacts` fields) logged as plain scalars,
+#: the slowest worker first; the part is logged as its index in `PARTS`.
 CLUSTER_FACTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.CLUSTER_SLOWEST_WORKER, "slowest_worker"),
     (tags.CLUSTER_IMBALANCE, "imbalance"),
@@ -44,9 +44,9 @@ CLUSTER_FACTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.CLUSTER_EXCESS_SEC, "excess_sec"),
     (tags.CLUSTER_SPREAD_SEC, "spread_sec"),
 )
-#: The statistics of a spread across workers, in the order of :class:`ClusterSummary`'s triples.
+#: The statistics of a spread across workers, in the order of `ClusterSummary`'s triples.
 SPREAD_STATS = ("min", "median", "max")
-#: The cluster view's spreads: each :class:`ClusterSummary` field, with its tags in :data:`SPREAD_STATS` order.
+#: The cluster view's spreads: each `ClusterSummary` field, with its tags in `SPREAD_STATS` order.
 CLUSTER_SPREADS: tuple[tuple[str, tuple[tags.Tag, tags.Tag, tags.Tag]], ...] = (
     ("busy", (tags.CLUSTER_BUSY_MIN, tags.CLUSTER_BUSY_MEDIAN, tags.CLUSTER_BUSY_MAX)),
     ("input", (tags.CLUSTER_INPUT_MIN, tags.CLUSTER_INPUT_MEDIAN, tags.CLUSTER_INPUT_MAX)),
@@ -81,7 +81,7 @@ def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float
 
 def cluster_values(summary: ClusterSummary) -> dict[str, float]:
     """The `cluster/*` scalars of one gather: the slowest worker (an index), the imbalance (a fraction),
-    the workers reporting (a count), the slowest worker's part and its excess (:data:`CLUSTER_FACTS`), the
+    the workers reporting (a count), the slowest worker's part and its excess (`CLUSTER_FACTS`), the
     slowdown against each worker's own best (where tracked), and the busy, input and communication seconds
     per step across the workers (min, median, max; a spread no worker measured is left out)."""
     out = {

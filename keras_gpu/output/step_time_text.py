@@ -1,8 +1,8 @@
 """The step-time text summary: the slowest input stage as Markdown, written and read back in this one place.
 
-`StepTimeLogger` writes :func:`input_stage_markdown` as the
-`step_time/input_stage` text summary (:data:`keras_gpu.output.tags.STEP_INPUT_STAGE`);
-`keras-gpu report` reads it back with :func:`read_input_stage_markdown`.
+`StepTimeLogger` writes `input_stage_markdown` as the
+`step_time/input_stage` text summary (`keras_gpu.output.tags.STEP_INPUT_STAGE`);
+`keras-gpu report` reads it back with `read_input_stage_markdown`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def input_stage_markdown(step: StepTime) -> str | None:
     function that read the data, its self time per batch
     in ms, the input share of the step), then the input-bound hint where the
     step is input-bound. `StepTimeLogger` writes it as the
-    `step_time/input_stage` text summary; :func:`read_input_stage_markdown`
+    `step_time/input_stage` text summary; `read_input_stage_markdown`
     reads it back.
     """
     stage = step.input_stage
@@ -43,7 +43,7 @@ def input_stage_markdown(step: StepTime) -> str | None:
 
 
 def read_input_stage_markdown(text: str) -> InputStage | None:
-    """The :class:`~keras_gpu.meters.step_record.InputStage` that :func:`input_stage_markdown` wrote (its
+    """The `InputStage` that `input_stage_markdown` wrote (its
     time per batch in seconds); `None` for any other text."""
     rows = text.splitlines()
     if len(rows) < 3 or rows[0].strip() not in (_STAGE_HEADER, _OLD_HEADER):

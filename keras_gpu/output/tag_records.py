@@ -1,16 +1,16 @@
 """The tags read back into records: the one place `keras-gpu report` turns logged series into typed data.
 
-The counterpart of :mod:`keras_gpu.output.step_time_tags` (records to tags):
+The counterpart of `keras_gpu.output.step_time_tags` (records to tags):
 each function takes a run's series as
-:func:`keras_gpu.output.reader.read_scalars` and
-:func:`~keras_gpu.output.reader.read_texts` return them (`tag -> [(step,
+`keras_gpu.output.reader.read_scalars` and
+`read_texts` return them (`tag -> [(step,
 value), ...]`) and finds them through the tag objects of
-:mod:`keras_gpu.output.tags`, the step-time and cluster ones through the
+`keras_gpu.output.tags`, the step-time and cluster ones through the
 tables the writer uses.
 
 Means are weighted by time: a rate's mean is the mean over the windows
 weighted by each window's wall time (so samples/s is samples over seconds),
-a steady rate's mean is :func:`keras_gpu.meters.throughput_records.steady_rate` over
+a steady rate's mean is `keras_gpu.meters.throughput_records.steady_rate` over
 the epochs (the figure of `ThroughputLogger`'s end-of-fit line), and a
 step-time part's mean is weighted by the steps each trace covered.
 """
@@ -121,7 +121,7 @@ def read_throughput(scalars: Scalars) -> Throughput:
 
     A window's time is its steps (the global-step axis advances by them, from
     0 for the first window) over its steps/s. Steady-state rates, one point
-    per epoch, have their `mean` from :func:`keras_gpu.meters.throughput_records.steady_rate`,
+    per epoch, have their `mean` from `keras_gpu.meters.throughput_records.steady_rate`,
     each epoch weighted by its steady seconds (`time/train_sec -
     time/first_step_sec`, logged at the same step).
     """
@@ -214,7 +214,7 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
     """The chief's cluster view over every gather, the verdict over them; `None` without gathers logged.
 
     Each gather's facts come back from the tags they were logged under
-    (:data:`CLUSTER_FACTS`); a run logged before a fact had its tag gets the
+    (`CLUSTER_FACTS`); a run logged before a fact had its tag gets the
     neutral value (no part, no spread to stand clear of, no slowdown).
     """
     slowest = scalars.get(_tags.CLUSTER_SLOWEST_WORKER.name())

@@ -1,14 +1,14 @@
 """Every TensorBoard tag keras-gpu writes: its name, unit, meaning and chart, in one table.
 
-The callbacks build tag names with :meth:`Tag.name`, the custom-scalars
-layout groups them into charts with :func:`charts`, and `keras-gpu report`
-recognises them with :func:`match`. A tag with fields (`{device}`,
+The callbacks build tag names with `Tag.name`, the custom-scalars
+layout groups them into charts with `charts`, and `keras-gpu report`
+recognises them with `match`. A tag with fields (`{device}`,
 `{replica}`, `{gpu}`) stands for one series per device, replica or GPU.
 
 Field values:
 
 * `device`: a device label such as `GPU_0` or `CPU_0` (see
-  :func:`keras_gpu.core.topology.device_label`);
+  `keras_gpu.core.topology.device_label`);
 * `replica`: `<global replica index>_<device label>`, e.g. `1_GPU_1`;
 * `gpu`: a TensorFlow-style GPU index (`0`, `1`, ...).
 """
@@ -53,7 +53,7 @@ class Tag:
         pattern: The tag name, with `{field}` placeholders for families.
         unit: The unit of the values.
         meaning: What one point says; the docs' tag reference is generated from it.
-        callback: The callback that writes it (its backends: :attr:`backends`).
+        callback: The callback that writes it (its backends: `backends`).
         chart: `(category, title)` of its custom-scalars chart, or `None`.
         text: Whether it is a Markdown text summary rather than a scalar.
     """
@@ -67,12 +67,12 @@ class Tag:
 
     @property
     def backends(self) -> tuple[str, ...]:
-        """The Keras backends on which :attr:`callback` writes this tag (`tensorflow`, `jax`, `torch`)."""
+        """The Keras backends on which `callback` writes this tag (`tensorflow`, `jax`, `torch`)."""
         return _BACKENDS[self.callback]
 
     @property
     def fields(self) -> tuple[str, ...]:
-        """The placeholders in :attr:`pattern`, in order."""
+        """The placeholders in `pattern`, in order."""
         return tuple(_FIELD.findall(self.pattern))
 
     def name(self, **fields: object) -> str:

@@ -9,8 +9,8 @@ Layout, for a `log_dir` shared by every worker of a job:
 
 No two processes ever write the same file, and one `tensorboard --logdir
 log_dir` shows all of them. Within a process, every keras-gpu callback that
-writes to the same run directory shares one handle through :func:`acquire` /
-:func:`release`, and every handle for that directory writes into **one event
+writes to the same run directory shares one handle through `acquire` /
+`release`, and every handle for that directory writes into **one event
 file per process**: it is opened on first use, kept open across `fit` calls
 (flushed when each `fit` ends) and closed when the process exits. Several
 `fit` calls into one `log_dir` therefore append to one file, in order; per-fit
@@ -343,7 +343,7 @@ _registry_lock = threading.Lock()
 
 
 def acquire(path: str) -> SummaryWriter:
-    """The shared writer for `path`, creating it on first use; pair with :func:`release`."""
+    """The shared writer for `path`, creating it on first use; pair with `release`."""
     key = _key(path)
     with _registry_lock:
         writer, count = _registry.get(key, (None, 0))
@@ -354,7 +354,7 @@ def acquire(path: str) -> SummaryWriter:
 
 
 def release(writer: SummaryWriter) -> None:
-    """Give back a writer from :func:`acquire`; the last user flushes and closes it."""
+    """Give back a writer from `acquire`; the last user flushes and closes it."""
     key = _key(writer.path)
     with _registry_lock:
         current, count = _registry.get(key, (None, 0))

@@ -16,17 +16,17 @@ end before `startup_timeout`:
 Each such case leaves a task that can *see* the disagreement, because
 TensorFlow's server of every started task answers while it waits:
 
-- a short-lived watcher process (:class:`PeerWatch`, started just before the
+- a short-lived watcher process (`PeerWatch`, started just before the
   blocking call) asks each peer's server which task it is
   (`WorkerService/GetStatus`) and compares that with its own description;
 - a task whose port is taken asks the server that holds it
-  (:func:`explain_taken_port`); a task the leader refused knows it already
-  (:func:`report_refused`).
+  (`explain_taken_port`); a task the leader refused knows it already
+  (`report_refused`).
 
 That task stores a one-line description of the disagreement in its leader's
 coordination key-value store and cancels the leader's registration barrier:
 every task waiting there, the leader included, stops waiting at once.
-:func:`startup_guard` then raises the description as a `RuntimeError` on each
+`startup_guard` then raises the description as a `RuntimeError` on each
 of them. Only TensorFlow's own services are used (`keras_gpu.core.tf_private`); nothing
 new listens anywhere.
 

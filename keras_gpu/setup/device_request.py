@@ -49,7 +49,7 @@ class DeviceArguments:
     `configure_devices` takes `**arguments` and its `__signature__` lists
     these fields, with their types and defaults; every one defaults to
     `None`, "leave as is". What each means: `keras_gpu.configure_devices`.
-    :func:`parse_request` checks them.
+    `parse_request` checks them.
     """
 
     visible_gpus: Sequence[int] | Literal["all"] | None = None

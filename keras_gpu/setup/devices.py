@@ -138,12 +138,12 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
     given = DeviceArguments(**arguments)
     if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
         return jax_devices.configure_devices(given)
-    require_tensorflow("keras_gpu.configure_devices()")
+    require_tensorflow("keras_gpu.configure_devices()", also_on_jax=True)
     return _configure_tensorflow(given)
 
 
 _KEYWORDS = tuple(f.name for f in fields(DeviceArguments))
-"""The keywords of :func:`configure_devices`: `DeviceArguments`' fields, declared there once."""
+"""The keywords of `configure_devices`: `DeviceArguments`' fields, declared there once."""
 
 configure_devices.__signature__ = declared_signature(configure_devices, DeviceArguments)  # type: ignore[attr-defined]
 

@@ -6,7 +6,7 @@ across the workers how many replicas have one (TensorFlow's private
 `input_lib._calculate_replicas_with_values`, through `strategy.reduce`), so
 that every worker ends its epoch at the same step. A worker whose batch is
 ready early waits there for the slowest worker: that wait is
-synchronization, not input. :class:`IteratorCheckClock` stamps
+synchronization, not input. `IteratorCheckClock` stamps
 `tf.timestamp()` just before that all-reduce (once the local batch exists;
 the all-reduce waits for the stamp) and just after it, and sums the
 difference in a host variable: one add per fetched batch, no collective, no
@@ -14,7 +14,7 @@ host transfer. The step probe reads the sum once per window and moves the
 time from input to communication.
 
 Only the strategy's own `reduce` sees the call
-(:class:`keras_gpu.setup.keras_compat.KerasMultiWorkerMirroredStrategy`),
+(`keras_gpu.setup.keras_compat.KerasMultiWorkerMirroredStrategy`),
 and only where a clock was attached before the train function was traced.
 """
 

@@ -6,8 +6,8 @@ barrier that waits for every process of the job (up to its shutdown timeout,
 waits there for peers that are themselves blocked in a collective on it,
 and nothing ends for minutes.
 
-:func:`join_timeouts` gives `jax.distributed.initialize` shorter timeouts,
-and :func:`end_promptly_on_failure` makes a process whose script ended by an
+`join_timeouts` gives `jax.distributed.initialize` shorter timeouts,
+and `end_promptly_on_failure` makes a process whose script ended by an
 uncaught exception exit at once with status 1, before JAX's exit handler:
 its peers' next collective then fails (gloo: "Connection reset by peer")
 and they end too, or the coordination service notices the dead process

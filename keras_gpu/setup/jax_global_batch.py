@@ -5,7 +5,7 @@ its own rows of every global batch (`DataParallel(auto_shard_dataset=False)`),
 or a `tf.data.Dataset` it can shard (which needs TensorFlow). On TensorFlow's
 multi-worker strategy, by contrast, `model.fit(x, y, batch_size=GLOBAL)` with
 the same full arrays in every worker trains on global batches of `GLOBAL`
-samples. :class:`GlobalBatchDataParallel` gives JAX that meaning, so one
+samples. `GlobalBatchDataParallel` gives JAX that meaning, so one
 script runs unchanged on both:
 
 - Input: every process reads the same global batch (the same data in the same
@@ -17,7 +17,7 @@ script runs unchanged on both:
   slice, nothing is sent between processes. Keras itself passes no
   `global_shape` (it treats each process's batch as its share), so its
   `distribute_data_input` is wrapped; the wrapper acts only while a
-  :class:`GlobalBatchDataParallel` is Keras' distribution.
+  `GlobalBatchDataParallel` is Keras' distribution.
 - `predict` (and `predict_on_batch`): each step's outputs are sharded over
   all processes, and Keras' final `np.concatenate` cannot read the shards of
   other processes ("Fetching value for `jax.Array` that spans non-addressable
@@ -30,8 +30,8 @@ uneven arrays): a batch that does not raises a `ValueError` naming the sizes.
 Reading every global batch in every process costs each process the whole
 input pipeline; for an expensive `PyDataset`, that work is repeated per process.
 
-Importing this module imports Keras and JAX; :func:`install` changes nothing
-until a :class:`GlobalBatchDataParallel` is in force.
+Importing this module imports Keras and JAX; `install` changes nothing
+until a `GlobalBatchDataParallel` is in force.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _replicated_predict(function: Any) -> Any:
 
 
 def _global_distribution() -> GlobalBatchDataParallel | None:
-    """The distribution in force when it is a multi-process :class:`GlobalBatchDataParallel`, else None."""
+    """The distribution in force when it is a multi-process `GlobalBatchDataParallel`, else None."""
     distribution = keras.distribution.distribution()
     if isinstance(distribution, GlobalBatchDataParallel) and distribution.num_processes > 1:
         return distribution

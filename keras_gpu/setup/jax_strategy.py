@@ -1,7 +1,7 @@
 """`make_strategy()` on Keras' JAX backend: a data-parallel distribution over one process or all of them.
 
-:func:`make_strategy` takes the arguments of `keras_gpu.make_strategy` and
-returns a :class:`JaxStrategy`, so that the same script runs on TensorFlow and
+`make_strategy` takes the arguments of `keras_gpu.make_strategy` and
+returns a `JaxStrategy`, so that the same script runs on TensorFlow and
 on JAX:
 
 ```python
@@ -22,7 +22,7 @@ joined (the script called `keras.distribution.initialize()`) is used as it
 is, after checking that it agrees with the cluster description. On CPUs
 JAX's collectives run over gloo; on GPUs JAX picks its own (NCCL).
 
-Training uses :class:`keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`:
+Training uses `keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`:
 `batch_size` is the global batch of all processes, and every process feeds
 the same data. Importing this module imports neither JAX nor Keras.
 """
@@ -34,7 +34,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from keras_gpu.core.cluster import ClusterInfo, ClusterOptions
 from keras_gpu.core.log import logger
@@ -49,7 +49,7 @@ from keras_gpu.setup.strategy_options import (
     strategy_signature,
 )
 
-__all__ = ["JaxStrategy", "make_strategy"]
+__all__ = ["JaxPlan", "JaxStrategy", "make_strategy", "plan_strategy"]
 
 _POLL_S = 0.5  # how often a task asks whether the coordinator is up
 _PLATFORMS = {"GPU": ("gpu", "cuda", "rocm"), "CPU": ("cpu",)}
@@ -61,7 +61,7 @@ class JaxStrategy:
     Attributes:
         kind: `"default"`, `"one_device"`, `"mirrored"` or `"multiworker"`.
         distribution: The `keras.distribution.Distribution` the scope sets
-            (a :class:`~keras_gpu.setup.jax_global_batch.GlobalBatchDataParallel`),
+            (a `GlobalBatchDataParallel`),
             or `None` for `"default"`.
         cluster: This process's place in the job (`cluster.worker_index`,
             `cluster.num_workers`, `cluster.is_chief`); a single local
@@ -121,7 +121,7 @@ class JaxStrategy:
 
 
 def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
-    """Build the :class:`JaxStrategy` for this process and log why in one INFO line.
+    """Build the `JaxStrategy` for this process and log why in one INFO line.
 
     Takes `keras_gpu.make_strategy`'s arguments. `kind="auto"` picks
     `"multiworker"` when the cluster has several training tasks (or the
@@ -147,7 +147,62 @@ def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
             within `startup_timeout`; or they were joined with another
             process count or rank than the cluster describes.
     """
-    arguments = keyword_arguments("make_strategy", kind, options)
+    options = _checked("make_strategy", kind, options)
+    kind, wanted = options.kind, options.wanted
+    info = _resolve(options.where)
+    if _trains_together(options, info):
+        timeout = options.startup_timeout
+        strategy = _multiworker(kind, info, DEFAULT_STARTUP_TIMEOUT if timeout is None else timeout)
+    else:
+        strategy = _local(kind, wanted, info)
+    logger.info("make_strategy: %s%s", "auto chose " if kind == "auto" else "", strategy.describe())
+    return strategy
+
+
+class JaxPlan(NamedTuple):
+    """What `make_strategy()` would build on JAX, decided by the same code but built and joined to nothing.
+
+    Attributes:
+        kind: `"default"`, `"one_device"`, `"mirrored"` or `"multiworker"`.
+        devices: This process's replica devices, as TensorFlow-style names.
+        cluster: This process's place in the job (as `JaxStrategy.cluster`).
+        reason: Why this kind was chosen, in words.
+    """
+
+    kind: str
+    devices: tuple[str, ...]
+    cluster: ClusterInfo
+    reason: str
+
+
+def plan_strategy(kind: str = "auto", **options: Any) -> JaxPlan:
+    """What `make_strategy` would build for these arguments, without building it (`keras-gpu env` shows it).
+
+    Lists the local devices (which starts JAX's backends in this process, so
+    a multi-process job can no longer be joined here), but joins no process
+    and sets no distribution.
+
+    Raises:
+        ValueError: As `make_strategy`: a bad argument, a missing device, or
+            a cluster JAX cannot train.
+        TypeError: An argument has the wrong type.
+        RuntimeError: The backend is not JAX, or the processes were joined
+            with another process count or rank than the cluster describes.
+    """
+    checked = _checked("plan_strategy", kind, options)
+    info = _resolve(checked.where)
+    import jax
+
+    if _trains_together(checked, info):
+        info, reason = _multiworker_cluster(checked.kind, info)
+        return JaxPlan("multiworker", tuple(_tf_name(d) for d in jax.local_devices()), info, reason)
+    chosen_kind, chosen, reason = _choose_local(checked.kind, checked.wanted, info, jax.local_devices())
+    return JaxPlan(chosen_kind, tuple(_tf_name(d) for d in chosen), ClusterInfo(source="local"), reason)
+
+
+def _checked(function: str, kind: str, options: Mapping[str, Any]) -> StrategyOptions:
+    """The checked options of `make_strategy` or `plan_strategy`; `RuntimeError` off the JAX backend."""
+    arguments = keyword_arguments(function, kind, options)
     from keras_gpu.core import backend
 
     current = backend.selected()
@@ -157,26 +212,27 @@ def make_strategy(kind: str = "auto", **options: Any) -> JaxStrategy:
             f"or KERAS_BACKEND=jax before importing keras. Received: backend={current!r}"
         )
     _reject_tensorflow_only(arguments)
-    options = StrategyOptions.from_keywords(arguments)
-    kind, wanted = options.kind, options.wanted
-    info = _resolve(options.where)
+    return StrategyOptions.from_keywords(arguments)
 
+
+def _trains_together(options: StrategyOptions, info: ClusterInfo) -> bool:
+    """Whether the options and the cluster (or an already joined JAX job) make a multi-worker strategy.
+
+    Raises:
+        ValueError: It is multi-worker, and `devices` was given.
+    """
     import jax
 
     joined = jax.distributed.is_initialized()
     together = (info.is_multi_worker and info.task_type != "evaluator") or (joined and jax.process_count() > 1)
-    if kind == "multiworker" or (kind == "auto" and together):
-        if wanted is not None:
-            raise ValueError(
-                "`devices` cannot be chosen for a multi-worker strategy: each process trains on all its devices. "
-                f"Limit them with configure_devices(visible_gpus=...) or CUDA_VISIBLE_DEVICES. Received: devices={options.devices!r}"
-            )
-        timeout = options.startup_timeout
-        strategy = _multiworker(kind, info, DEFAULT_STARTUP_TIMEOUT if timeout is None else timeout)
-    else:
-        strategy = _local(kind, wanted, info)
-    logger.info("make_strategy: %s%s", "auto chose " if kind == "auto" else "", strategy.describe())
-    return strategy
+    if not (options.kind == "multiworker" or (options.kind == "auto" and together)):
+        return False
+    if options.wanted is not None:
+        raise ValueError(
+            "`devices` cannot be chosen for a multi-worker strategy: each process trains on all its devices. "
+            f"Limit them with configure_devices(visible_gpus=...) or CUDA_VISIBLE_DEVICES. Received: devices={options.devices!r}"
+        )
+    return True
 
 
 def _reject_tensorflow_only(arguments: Mapping[str, Any]) -> None:
@@ -191,8 +247,9 @@ def _reject_tensorflow_only(arguments: Mapping[str, Any]) -> None:
     if given:
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         raise ValueError(
-            f"{', '.join(f'`{k}`' for k in given)} apply to TensorFlow's strategies only; on JAX, XLA chooses the "
-            "collectives, and a stuck peer is caught by `keras-gpu launch --hang-timeout`. Leave them out. "
+            f"{', '.join(f'`{k}`' for k in given)} {'applies' if len(given) == 1 else 'apply'} to TensorFlow's "
+            "strategies only; on JAX, XLA chooses the collectives, and a stuck peer is caught by `keras-gpu launch "
+            f"--hang-timeout`. Leave {'it' if len(given) == 1 else 'them'} out. "
             f"Received: {shown}"
         )
 
@@ -224,6 +281,20 @@ def _multiworker(kind: str, info: ClusterInfo, timeout: float) -> JaxStrategy:
 
     from keras_gpu.setup.jax_global_batch import GlobalBatchDataParallel
 
+    joined = jax.distributed.is_initialized()
+    info, reason = _multiworker_cluster(kind, info)
+    if joined:
+        if jax.process_count() > 1:
+            end_promptly_on_failure()
+    elif info.is_multi_worker:
+        _join(info, timeout)
+    return JaxStrategy("multiworker", GlobalBatchDataParallel(jax.devices()), info, reason)
+
+
+def _multiworker_cluster(kind: str, info: ClusterInfo) -> tuple[ClusterInfo, str]:
+    """A multi-worker strategy's cluster and reason, decided before joining; raises for a job JAX cannot train."""
+    import jax
+
     if info.task_type == "evaluator":
         raise ValueError(
             "kind='multiworker' was asked for, but this process is the cluster's evaluator, which does not train; "
@@ -241,16 +312,13 @@ def _multiworker(kind: str, info: ClusterInfo, timeout: float) -> JaxStrategy:
         if not info.is_multi_worker and count > 1:
             info = ClusterInfo("jax.distributed", {"worker": tuple(f"process_{i}" for i in range(count))}, "worker", index)
         reason = f"the {count} processes of this job were already joined"
-        if count > 1:
-            end_promptly_on_failure()
     elif info.is_multi_worker:
-        _join(info, timeout)
         reason = f"{info.source} describes {info.num_workers} training tasks"
     else:
         reason = "kind='multiworker' was asked for; no cluster of several tasks is configured, so this process trains alone"
     if kind == "multiworker" and info.is_multi_worker and not reason.startswith("the "):
         reason = "kind='multiworker' was asked for"
-    return JaxStrategy("multiworker", GlobalBatchDataParallel(jax.devices()), info, reason)
+    return info, reason
 
 
 _LATE = (
@@ -336,7 +404,20 @@ def _local(kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo) -> JaxS
 
     from keras_gpu.setup.jax_global_batch import GlobalBatchDataParallel
 
-    local = jax.local_devices()
+    kind, chosen, reason = _choose_local(kind, wanted, info, jax.local_devices())
+    if info.is_multi_worker and info.task_type != "evaluator":
+        logger.warning(
+            "The cluster from %s has %d training tasks, but kind=%r trains this process alone; use "
+            "kind='multiworker' (or 'auto') to train together.", info.source, info.num_workers, kind,
+        )
+    distribution = GlobalBatchDataParallel(chosen) if kind != "default" else None
+    return JaxStrategy(kind, distribution, ClusterInfo(source="local"), reason)
+
+
+def _choose_local(
+    kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo, local: list[Any]
+) -> tuple[str, list[Any], str]:
+    """The local kind, its devices among `local` and the reason, for `kind` and the wanted devices."""
     gpus = [d for d in local if d.platform in _PLATFORMS["GPU"]]
     if wanted is not None:
         chosen = [_find(name, local) for name in wanted]
@@ -362,13 +443,7 @@ def _local(kind: str, wanted: tuple[str, ...] | None, info: ClusterInfo) -> JaxS
         reason = f"kind={kind!r} was asked for"
         if kind == "one_device" and len(chosen) != 1:
             raise ValueError(f"kind='one_device' needs exactly one device. Received: devices={list(wanted or ())!r}")
-    if info.is_multi_worker and info.task_type != "evaluator":
-        logger.warning(
-            "The cluster from %s has %d training tasks, but kind=%r trains this process alone; use "
-            "kind='multiworker' (or 'auto') to train together.", info.source, info.num_workers, kind,
-        )
-    distribution = GlobalBatchDataParallel(chosen) if kind != "default" else None
-    return JaxStrategy(kind, distribution, ClusterInfo(source="local"), reason)
+    return kind, chosen, reason
 
 
 def _find(name: str, local: list[Any]) -> Any:
@@ -389,8 +464,10 @@ def _local_index(device: Any, local: list[Any]) -> int:
 
 
 def _tf_name(device: Any) -> str:
-    kind = "GPU" if device.platform in _PLATFORMS["GPU"] else device.platform.upper()
-    return f"/device:{kind}:{device.id}"
+    from keras_gpu.core.backend import device_name
+
+    return device_name(device.platform, device.id)
 
 
 make_strategy.__signature__ = strategy_signature(make_strategy)  # type: ignore[attr-defined]
+plan_strategy.__signature__ = strategy_signature(plan_strategy)  # type: ignore[attr-defined]

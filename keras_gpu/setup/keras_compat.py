@@ -6,7 +6,7 @@ reproduces the stock failure, so that the workaround can be removed once
 upstream is fixed.
 
 keras-team/keras#20585: Keras 3 `fit` with `MultiWorkerMirroredStrategy`
-    :class:`KerasMultiWorkerMirroredStrategy` carries the fix (see its docstring).
+    `KerasMultiWorkerMirroredStrategy` carries the fix (see its docstring).
     Stock failure: `tests/test_multiworker.py::test_stock_multiworker_strategy_still_fails_in_fit`.
 
 keras-team/keras#19246: training with `steps_per_execution > 1` and collective all-reduce
@@ -29,7 +29,7 @@ keras-team/keras#19246: training with `steps_per_execution > 1` and collective a
     - Mirrored strategies built by `keras_gpu.make_strategy` get an explicit
       cross-device ops object (`NcclAllReduce`, `HierarchicalCopyAllReduce` or
       `ReductionToOneDevice`), none of which uses call-time captures.
-    - :class:`KerasMultiWorkerMirroredStrategy` has no other all-reduce, so its
+    - `KerasMultiWorkerMirroredStrategy` has no other all-reduce, so its
       collectives that are traced inside control flow take their instance key
       at trace time instead (`keras_gpu.core.tf_private.collective_keys_fixed_in_control_flow`),
       the path TensorFlow itself takes outside eager mode. Every worker traces
@@ -38,7 +38,7 @@ keras-team/keras#19246: training with `steps_per_execution > 1` and collective a
       unchanged. Test: `tests/test_multiworker_hardening.py::
       test_steps_per_execution_4_matches_1_on_every_worker`.
 
-    Still affected, and only guarded by :func:`warn_steps_per_execution`: a
+    Still affected, and only guarded by `warn_steps_per_execution`: a
     stock `tf.distribute.MirroredStrategy` or `MultiWorkerMirroredStrategy`,
     and XLA-compiled models on GPU-only mirrored strategies or on the
     multi-worker strategy (not checked), where TensorFlow uses collectives
@@ -52,7 +52,7 @@ Per-batch values Keras reduces with `axis=0` under multi-worker
     replicas) otherwise. For a rank-1 log such as `Precision(thresholds=[0.3,
     0.5, 0.7])`, TensorFlow's `axis=0` also averages the three values into one
     number, so callbacks and the progress bar saw something a mirrored run
-    never gives. :class:`KerasMultiWorkerMirroredStrategy` reduces what Keras'
+    never gives. `KerasMultiWorkerMirroredStrategy` reduces what Keras'
     `reduce_per_replica` passes element-wise across replicas, as the mirrored
     path does. Test: `tests/test_multiworker_hardening.py::
     test_vector_metric_per_batch_logs_are_element_wise`.
@@ -66,7 +66,7 @@ Batches that do not split evenly over the replicas of every worker
     1-sample `evaluate` on 2 workers gives `[1, 8]` and `[0, 8]`; padded
     batches differ in length), it aborts with `Shape mismatch in the
     collective instance`, and every later collective of the process fails
-    (sometimes with a SIGSEGV). :class:`KerasMultiWorkerMirroredStrategy`
+    (sometimes with a SIGSEGV). `KerasMultiWorkerMirroredStrategy`
     answers that call with this worker's first local component of each value,
     with no collective; the values only serve to build the model. The steps
     themselves all-reduce gradients and metric states, whose shapes never
@@ -143,7 +143,7 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
       so `steps_per_execution > 1` trains (keras-team/keras#19246);
     - the distributed iterator's cross-worker check (does every worker have
       a batch?) is timed where a clock is attached
-      (:mod:`keras_gpu.setup.iterator_check_private`), so the step probe
+      (`keras_gpu.setup.iterator_check_private`), so the step probe
       counts that wait as synchronization, not input.
 
     Everything else, rank >= 1 values with any `axis` from any other caller
@@ -248,7 +248,7 @@ def steps_per_execution_affected(strategy: Any, *, jit_compile: bool = False) ->
     (collective) cross-device ops, and, when the model is XLA-compiled
     (`jit_compile=True` makes TensorFlow use collectives whatever the
     cross-device ops; not checked with the fix), a `MirroredStrategy` over GPUs
-    only or a :class:`KerasMultiWorkerMirroredStrategy`. Strategies from
+    only or a `KerasMultiWorkerMirroredStrategy`. Strategies from
     `keras_gpu.make_strategy` are not affected unless compiled with XLA.
 
     Args:
@@ -271,7 +271,7 @@ def warn_steps_per_execution(strategy: Any, steps_per_execution: int | None, *, 
     """Log, once per process, that `strategy` with `steps_per_execution > 1` hits keras-team/keras#19246.
 
     With an int `steps_per_execution > 1` and an affected strategy (see
-    :func:`steps_per_execution_affected`), logs one WARNING naming the issue
+    `steps_per_execution_affected`), logs one WARNING naming the issue
     and the workaround (`steps_per_execution=1`). With
     `steps_per_execution=None` (not known yet, as in `make_strategy`), logs
     one INFO note for an affected strategy instead. Callbacks call this again
@@ -338,10 +338,10 @@ class KerasSampleCount:
     `evaluate`, just after `on_test_begin`: a reader takes the counts
     within one epoch, and its last read before validation at the latest in
     `on_test_begin`. Under a strategy the variable is a sync-on-read sum;
-    :meth:`read` copies this worker's replicas' components one by one and
+    `read` copies this worker's replicas' components one by one and
     adds them on the host, never the strategy's cross-worker reduction (a
     collective). Anything else may reset the tracker within an epoch (a
-    callback calling `evaluate` or `reset_metrics`): :attr:`resets` counts
+    callback calling `evaluate` or `reset_metrics`): `resets` counts
     the calls of the tracker's `reset_state` (wrapped once, on the host; the
     resets run eagerly), so a reader knows its count was cut. The private
     attributes read here: `Model._loss_tracker`, Keras' TensorFlow

@@ -1,8 +1,8 @@
 """Guards that keep the start of a multi-worker job from waiting forever or failing without a name.
 
-Before TensorFlow (or JAX) starts this task's server, :func:`check_own_port`
+Before TensorFlow (or JAX) starts this task's server, `check_own_port`
 checks its port, so that a port held by another process fails at once and by
-name. :func:`bound_registration` bounds TensorFlow's wait for the cluster's
+name. `bound_registration` bounds TensorFlow's wait for the cluster's
 tasks; the messages name the tasks that never came up, or say that the tasks
 disagree on the cluster.
 """

@@ -3,7 +3,7 @@
 `waiting for worker:0 at 10.0.0.5:2222 (30 s of 600 s)`. On TensorFlow the
 line comes from the peer watcher process (`keras_gpu.setup.cluster_peers`),
 because TensorFlow holds the interpreter lock while it waits; on JAX from
-:class:`WaitNotes`, a daemon thread beside `jax.distributed.initialize`.
+`WaitNotes`, a daemon thread beside `jax.distributed.initialize`.
 `KERAS_GPU_WAIT_LOG_S` changes the interval (tests shorten it).
 """
 

@@ -1,9 +1,9 @@
 """`make_strategy()`: one call that picks and builds the right `tf.distribute` strategy.
 
-The decision is a pure function, :func:`plan_strategy`, so that it can be shown
-without building anything (`keras-gpu env` prints it). :func:`make_strategy`
+The decision is a pure function, `plan_strategy`, so that it can be shown
+without building anything (`keras-gpu env` prints it). `make_strategy`
 checks every argument once, as a
-:class:`~keras_gpu.setup.strategy_options.StrategyOptions`, plans with it,
+`StrategyOptions`, plans with it,
 then builds the strategy the plan names and logs one INFO line saying what it
 built and why. On Keras' JAX backend it hands over to
 `keras_gpu.setup.jax_strategy`.
@@ -62,10 +62,9 @@ __all__ = [
 def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
     """Build the `tf.distribute.Strategy` for this process and log why in one INFO line.
 
-    Takes `kind` and the keywords `StrategyOptions` declares (its
-    `__signature__` lists them, with their defaults); see :func:`plan_strategy`
-    for what each means and what `kind="auto"` picks. Every argument is
-    validated before anything is created.
+    Takes `kind` and the keywords below; see `plan_strategy` for what
+    `kind="auto"` picks. Every argument is validated before anything is
+    created.
 
     - `"mirrored"` always gets an explicit cross-device all-reduce (never
       TensorFlow's collective default), which keeps `steps_per_execution > 1`
@@ -94,6 +93,37 @@ def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
     On Keras' JAX backend it returns a `keras_gpu.setup.jax_strategy.JaxStrategy`
     instead, with `scope()` and `num_replicas_in_sync`, for the same cluster
     (see that module).
+
+    Args:
+        kind: `"auto"`, `"default"`, `"one_device"`, `"mirrored"` or
+            `"multiworker"`.
+        **options: The keywords below, declared once by
+            `keras_gpu.setup.strategy_options.StrategyOptions` and
+            `keras_gpu.core.cluster.ClusterOptions` (the function's
+            `__signature__` lists them with their defaults).
+
+    Keyword Args:
+        devices: For `"one_device"` (exactly one) or `"mirrored"`: device
+            names such as `"GPU:0"` or `"/device:CPU:1"`. Must exist.
+        cross_device_ops: For `"mirrored"`: `"auto"`, `"nccl"`,
+            `"hierarchical_copy"` or `"reduce_to_one_device"`. `"auto"` is
+            NCCL over physical GPUs, otherwise `"reduce_to_one_device"`.
+        communication: For `"multiworker"`: `"auto"`, `"ring"` or `"nccl"`.
+        collective_timeout: For `"multiworker"`: seconds after which a
+            collective that waits on a peer fails, or `None` for no timeout
+            (TensorFlow only).
+        startup_timeout: For `"multiworker"`: seconds to wait for every task
+            of the cluster to start; `None` means 600 s.
+        cluster_source: Where the cluster comes from: `"auto"` (an explicit
+            `cluster`, else TF_CONFIG, else a multi-task SLURM step, else
+            none), `"tf_config"`, `"slurm"` or `"explicit"`.
+        cluster: An explicit cluster: `{"worker": ["host:port", ...]}` or the
+            list of worker addresses.
+        task_index: With `cluster`: this process's index within `task_type`.
+        task_type: With `cluster`: this process's task type.
+        slurm_port_base: For SLURM: the first port on each node.
+        slurm_gpus_per_task: For SLURM: GPUs per task (`None`: detect;
+            TensorFlow only).
 
     Returns:
         A `tf.distribute.Strategy` (a `JaxStrategy` on JAX).
@@ -127,7 +157,7 @@ def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
 
         return jax_strategy.make_strategy(kind, **options)
     arguments = keyword_arguments("make_strategy", kind, options)
-    require_tensorflow("keras_gpu.make_strategy()")
+    require_tensorflow("keras_gpu.make_strategy()", also_on_jax=True)
     options = StrategyOptions.from_keywords(arguments)
     # A task missing from its own cluster description tells the leader before it fails (keras_gpu.setup.cluster_peers).
     plan = report_unlisted(plan_from_options)(options)

@@ -1,14 +1,14 @@
 """The keyword arguments of `make_strategy` and `plan_strategy`: declared once, checked where they enter.
 
-:class:`StrategyOptions` holds what the strategy is to be (its kind, devices,
+`StrategyOptions` holds what the strategy is to be (its kind, devices,
 all-reduce, collectives and timeouts) and, as a
 `keras_gpu.core.cluster.ClusterOptions`, where its cluster comes from. The
 public functions keep their keyword arguments; each builds one
-`StrategyOptions` from them with :meth:`StrategyOptions.from_keywords`, which
+`StrategyOptions` from them with `StrategyOptions.from_keywords`, which
 checks every value once, and passes the object on.
 
 The public functions' signatures come from these declarations too
-(:func:`strategy_signature`): `make_strategy`, its JAX twin and
+(`strategy_signature`): `make_strategy`, its JAX twin and
 `plan_strategy` take `kind` and `**options`, and show the declared keywords,
 with their defaults and types, to `help()`, `inspect.signature` and IDEs
 that read `__signature__`.

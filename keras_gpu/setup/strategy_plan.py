@@ -1,9 +1,9 @@
 """Which strategy `make_strategy()` builds, decided without building anything.
 
-:func:`plan_strategy` is a pure function of its arguments, the cluster and
+`plan_strategy` is a pure function of its arguments, the cluster and
 the local devices, so that the decision can be shown (`keras-gpu env` prints
 it) and tested without TensorFlow's runtime. It returns a
-:class:`StrategyPlan`: the kind, its devices and options, and the reason.
+`StrategyPlan`: the kind, its devices and options, and the reason.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class StrategyPlan:
 
 
 def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = None, **options: Any) -> StrategyPlan:
-    """Decide which strategy :func:`make_strategy` builds, without building it.
+    """Decide which strategy `make_strategy` builds, without building it.
 
     `kind="auto"` picks, in order:
 
@@ -142,7 +142,10 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
     Args:
         kind: One of `KINDS`.
-        local_devices: The local devices to decide with (`None`: detect).
+        local_devices: The local devices to decide with, a
+            `keras_gpu.setup.strategy.LocalDevices` (importable from there,
+            not from `keras_gpu`: only this what-if argument takes it), or
+            `None` to detect them.
         **options: The keywords below, declared once by `StrategyOptions`
             (the function's `__signature__` lists them with their defaults).
 
@@ -179,7 +182,7 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
         environ: The environment to read (default `os.environ`).
 
     Returns:
-        The :class:`StrategyPlan`.
+        The `StrategyPlan`.
 
     Raises:
         ValueError: An argument has a bad value, arguments contradict each
@@ -188,7 +191,8 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
     Example:
         With the cluster and the local devices given, nothing is detected and
-        TensorFlow's runtime is not started:
+        TensorFlow's runtime is not started (`LocalDevices` describes a
+        machine; it comes from `keras_gpu.setup.strategy`):
 
         >>> import keras_gpu
         >>> from keras_gpu.setup.strategy import LocalDevices
@@ -207,10 +211,10 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
 
 
 def plan_from_options(options: StrategyOptions, local_devices: LocalDevices | None = None) -> StrategyPlan:
-    """The :class:`StrategyPlan` for checked options: what :func:`plan_strategy` returns for their keywords.
+    """The `StrategyPlan` for checked options: what `plan_strategy` returns for their keywords.
 
     Resolves the cluster, and lists the local devices when the decision
-    needs them and `local_devices` is `None` (see :func:`plan_strategy`).
+    needs them and `local_devices` is `None` (see `plan_strategy`).
 
     Raises:
         ValueError: The cluster is malformed or has `ps` tasks, a device does

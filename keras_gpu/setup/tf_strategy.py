@@ -1,6 +1,6 @@
-"""Building the `tf.distribute` strategy a :class:`~keras_gpu.setup.strategy_plan.StrategyPlan` names.
+"""Building the `tf.distribute` strategy a `StrategyPlan` names.
 
-:func:`build_strategy` creates the default, one-device, mirrored or
+`build_strategy` creates the default, one-device, mirrored or
 multi-worker strategy. A multi-worker strategy is created under the start-up
 guards of `keras_gpu.setup.startup_guards` and `keras_gpu.setup.cluster_peers`,
 and every task then checks that its cluster agrees with its peers'.

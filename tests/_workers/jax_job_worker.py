@@ -93,7 +93,9 @@ class KillWorker1(keras.callbacks.Callback):
 
 model = build()
 initial = model.get_weights()
-result = {"replicas": strategy.num_replicas_in_sync, "kind": strategy.kind, "rank": rank}
+result = {"replicas": strategy.num_replicas_in_sync, "kind": strategy.kind, "rank": rank,
+          # keras_gpu's own reading of the place, without TensorFlow: from the process group and from the strategy
+          "place": [keras_gpu.is_chief(), keras_gpu.worker_index(), keras_gpu.is_chief(strategy), keras_gpu.worker_index(strategy)]}
 
 watch = TrainingPhases()
 throughput = keras_gpu.ThroughputLogger(os.path.join(attempt, "logs"), every_n_steps=2)

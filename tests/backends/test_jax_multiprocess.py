@@ -59,8 +59,12 @@ def test_launched_fit_matches_one_process_on_the_same_global_batches(job):
     assert single["replicas"] == 1 and single["kind"] == "default"
     for result in results:
         assert (result["replicas"], result["kind"]) == (4, "multiworker")
+        rank = result["rank"]  # the launcher's KERAS_GPU_WORKER_INDEX
+        assert result["place"] == [rank == 0, rank, rank == 0, rank]
         for fit in ("numpy", "pydataset"):
             assert _max_diff(result[fit], single[fit]) < 1e-5, fit
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert single["place"] == [True, 0, True, 0]
     for fit in ("numpy", "pydataset", "resumed"):
         assert _max_diff(results[0][fit], results[1][fit]) < 1e-6, fit  # both processes end with the same weights
     assert _max_diff(results[0]["numpy"], results[0]["pydataset"]) > 1e-3  # the two fits saw different orders
