@@ -115,3 +115,9 @@ def test_kills_inside_the_backup_writes_resume_to_the_uninterrupted_weights(tmp_
         got = json.loads((killed / f"result_{rank}.json").read_text())["weights"]
         want = json.loads((clean / f"result_{rank}.json").read_text())["weights"]
         assert max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(got, want, strict=True)) <= 1e-6
+
+
+@pytest.mark.parametrize("bad", [3, None, True, b"model.keras"])
+def test_a_checkpoint_path_that_is_not_a_path_is_a_type_error_naming_it(bad):
+    with pytest.raises(TypeError, match=r"`filepath` must be a path \(str or os\.PathLike\).*Received: filepath="):
+        keras_gpu.ModelCheckpoint(bad)

@@ -13,8 +13,12 @@ workers; use `BatchNormalization(synchronized=True)`).
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import keras
 
+from keras_gpu.core.checks import fail
 from keras_gpu.hooks.chief_only import ChiefWrites
 
 __all__ = ["ModelCheckpoint"]
@@ -33,6 +37,7 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
     no collective, so the chief never waits for its peers while it writes.
 
     Raises:
+        TypeError: A `filepath` that is not a path (str or os.PathLike).
         ValueError: As Keras' own: a `filepath` that does not end in `.keras`
             (`.weights.h5` with `save_weights_only=True`), or a `save_freq`
             that is neither `"epoch"` nor an int.
@@ -58,6 +63,11 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
     """
 
     atomic_model_saves = True  # a kill while writing leaves the previous file or the new one
+
+    def __init__(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(filepath, bool) or not isinstance(filepath, (str, os.PathLike)):
+            fail("filepath", "be a path (str or os.PathLike) ending in .keras", filepath, TypeError)
+        super().__init__(filepath, *args, **kwargs)
 
     @property
     def writes_checkpoints(self) -> bool | None:
