@@ -823,3 +823,21 @@ def test_memory_fraction_and_logical_split_on_a_real_gpu(tf_gpu_count):
     assert out["device"].endswith("GPU:1")
     if tf_gpu_count > 1:
         assert out["applied"]["visible_gpus"] == [0]
+
+
+def test_on_the_pytorch_backend_it_refuses_and_changes_nothing():
+    # TensorFlow is installed, but Keras trains on PyTorch: configuring TensorFlow's devices would do nothing useful.
+    code = """
+        import keras_gpu
+        from keras_gpu.core import tf_private
+        try:
+            keras_gpu.configure_devices(memory_growth=True)
+        except RuntimeError as exc:
+            print("REFUSED", exc)
+        print("RUNTIME", tf_private.runtime_initialized())
+    """
+    proc = run_python(code, env={"KERAS_BACKEND": "torch"})
+    assert "REFUSED keras_gpu.configure_devices()" in proc.stdout
+    assert "set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax" in proc.stdout
+    assert "Received: backend='torch'" in proc.stdout
+    assert "RUNTIME False" in proc.stdout

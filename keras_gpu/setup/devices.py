@@ -120,7 +120,10 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
         RuntimeError: TensorFlow has already initialised its devices and a
             setting that can only change before that differs from the one in
             force; or `memory_fraction` is used and NVML cannot report the
-            card's memory. Nothing is changed in either case.
+            card's memory. Nothing is changed in either case. Also on Keras'
+            PyTorch backend, where neither TensorFlow's nor JAX's devices are
+            the ones Keras trains on.
+        ImportError: TensorFlow is not installed (on the TensorFlow backend).
 
     Example:
         Two logical CPUs, so that a mirrored strategy has two replicas without
@@ -139,6 +142,13 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
     if selected() == "jax":  # the settings with a JAX meaning, mapped onto JAX
         return jax_devices.configure_devices(given)
     require_tensorflow("keras_gpu.configure_devices()", also_on_jax=True)
+    current = selected()
+    if current != "tensorflow":
+        raise RuntimeError(
+            f"keras_gpu.configure_devices() configures TensorFlow's or JAX's devices, and Keras trains on "
+            f"{current!r} here: set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax before importing keras, or leave "
+            f"the call out. Received: backend={current!r}"
+        )
     return _configure_tensorflow(given)
 
 
