@@ -19,27 +19,11 @@ from keras_gpu.core.log import log_once, logger
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.layout import write_layout
 
-__all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "read_step", "steps_done"]
+__all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "read_step"]
 
 #: Up to this many workers, every worker writes its own run by default; above
 #: it, only the chief does (one readable run instead of hundreds).
 PER_WORKER_RUNS_MAX = 16
-
-
-def steps_done(batch: int, epoch_steps: int | None) -> int:
-    """Training steps of the epoch done at the batch end Keras numbers `batch`.
-
-    With `steps_per_execution = k`, Keras numbers each batch end by the call's
-    last step as if the call were whole: 15 steps in calls of 4 end at batches
-    3, 7, 11 and 15. Where the epoch's length is known, that caps the count.
-
-    Example:
-        >>> from keras_gpu.hooks._base import steps_done
-        >>> steps_done(15, 15), steps_done(11, 15), steps_done(15, None)
-        (15, 12, 16)
-    """
-    done = batch + 1
-    return min(done, epoch_steps) if epoch_steps is not None else done
 
 
 @overload

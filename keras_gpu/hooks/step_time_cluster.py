@@ -21,8 +21,8 @@ from keras_gpu.core import backend, keras_private
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import step_probe
-from keras_gpu.hooks._base import steps_done
 from keras_gpu.hooks.row_ride import install_ride
+from keras_gpu.hooks.step_time_trace import steps_done
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows, verdict_over
 

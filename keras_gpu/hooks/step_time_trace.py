@@ -25,7 +25,6 @@ from typing import Any
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
-from keras_gpu.hooks._base import steps_done
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
@@ -38,6 +37,7 @@ __all__ = [
     "TraceSchedule",
     "backend_profiler",
     "read_trace",
+    "steps_done",
     "steps_per_execution",
 ]
 
@@ -105,6 +105,22 @@ def backend_profiler() -> Profiler | None:
 
         return Profiler(lambda d: jax.profiler.start_trace(d), lambda: jax.profiler.stop_trace(), jax_mark)
     return None
+
+
+def steps_done(batch: int, epoch_steps: int | None) -> int:
+    """Training steps of the epoch done at the batch end Keras numbers `batch`.
+
+    With `steps_per_execution = k`, Keras numbers each batch end by the call's
+    last step as if the call were whole: 15 steps in calls of 4 end at batches
+    3, 7, 11 and 15. Where the epoch's length is known, that caps the count.
+
+    Example:
+        >>> from keras_gpu.hooks.step_time_trace import steps_done
+        >>> steps_done(15, 15), steps_done(11, 15), steps_done(15, None)
+        (15, 12, 16)
+    """
+    done = batch + 1
+    return min(done, epoch_steps) if epoch_steps is not None else done
 
 
 def steps_per_execution(model: Any) -> int:
