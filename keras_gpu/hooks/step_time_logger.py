@@ -282,13 +282,14 @@ class StepTimeLogger(LoggingCallback):
         task = self._task
         workers = task.num_workers if task is not None else 1
         tensorflow = _backend.name() == "tensorflow"
+        params = self.params or {}
+        epoch_steps = params.get("steps")  # where Keras knows them
         try:
             if workers > 1 and tensorflow:
-                self._cluster_fit = self._probe_cluster(workers)
+                self._cluster_fit = self._probe_cluster(workers, epoch_steps)
             elif workers > 1 and _backend.name() == "jax":
                 from keras_gpu.hooks.step_time_cluster_jax import jax_schedule
 
-                epoch_steps = (self.params or {}).get("steps")
                 self._cluster_fit = jax_schedule(self.model, self._replicas(), self._first_step, epoch_steps)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: the cluster view is off for this fit: %s: %s", type(exc).__name__, exc)
@@ -307,14 +308,13 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         try:
-            params = self.params or {}
             self._fit = TraceSchedule(
                 profiler,
                 self._replicas(),
                 self.warmup_steps,
                 self.profile_steps,
                 epochs=params.get("epochs"),
-                epoch_steps=params.get("steps"),
+                epoch_steps=epoch_steps,
                 steps_per_execution=steps_per_execution(self.model),
                 profile_every_s=self.profile_every_s,
                 first_step=self._first_step,
@@ -398,8 +398,7 @@ class StepTimeLogger(LoggingCallback):
         out = self._out
         if job is None:
             return
-        if out is None:  # nowhere to write it: the profiler still stops, and the trace is dropped
-            job = dataclasses.replace(job, keep=False, steps=0)
+        # Nowhere to write it (`write=None`): the profiler still stops, and the trace is dropped.
         self._parser.submit(dataclasses.replace(job, write=out.write if out is not None else None))
 
     def _handle(self, job: TraceJob) -> None:
@@ -422,7 +421,7 @@ class StepTimeLogger(LoggingCallback):
 
     # -- the cluster view (multi-worker TensorFlow: the step probe) -------------------------
 
-    def _probe_cluster(self, workers: int) -> ClusterSchedule | None:
+    def _probe_cluster(self, workers: int, epoch_steps: int | None) -> ClusterSchedule | None:
         """Set up the sharing of the probe's windows that `set_model` installed; `None` where there is none."""
         probe = self._probe
         if probe is None:
@@ -430,7 +429,6 @@ class StepTimeLogger(LoggingCallback):
         from keras_gpu.hooks.gather import RowGather
 
         gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
-        epoch_steps = (self.params or {}).get("steps")
         return ClusterSchedule(
             probe, gather, self._replicas(), self._first_step, ride=probe.ride, epoch_steps=epoch_steps
         )

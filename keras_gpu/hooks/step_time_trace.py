@@ -147,9 +147,9 @@ class TraceJob:
         write: Where its breakdown goes, `write(breakdown, labels, step)`
             (the output of the `fit` that traced it).
         stop_profiler: Waits for the profiler's stop, under way on a thread
-            of its own, before the trace can be read (on the parser thread):
-            returns whether the profiler stopped and wrote the trace. `None`
-            where it had stopped already.
+            of its own (or done already, inline), before the trace can be read
+            (on the parser thread): returns whether the profiler stopped and
+            wrote the trace. `None`: it had stopped before the job was made.
     """
 
     profile_dir: str
@@ -382,12 +382,10 @@ class TraceSchedule:
             self.start_at = stop_step + period
         if not self.staging:
             return None
-        stopped = self._stopper(self.mark, self.staging)
+        stop_profiler = self._stopper(self.mark, self.staging)
         self.mark = None
-        if self.stop_inline:
-            if not stopped():
-                return None
-            stopped = None
+        if self.stop_inline and not stop_profiler():
+            return None
         return TraceJob(
             profile_dir=self.profile_dir,
             staging=self.staging,
@@ -399,7 +397,7 @@ class TraceSchedule:
             num_replicas=len(self.replicas),
             labels=tuple(label for label, _ in self.replicas),
             gpu_replicas=self.gpu_replicas,
-            stop_profiler=stopped,
+            stop_profiler=stop_profiler,
         )
 
     def _stopper(self, mark: Any, staging: str) -> Callable[[], bool]:
