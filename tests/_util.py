@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -75,6 +76,19 @@ def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
+
+
+def run_overhead(out: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[dict, str]:
+    """Run `python -m benchmarks.overhead ARGS --output OUT` in a child; its JSON result and its stdout.
+
+    A non-zero exit fails with the tail of the child's stderr.
+    """
+    cmd = [sys.executable, "-m", "benchmarks.overhead", *args, "--output", str(out)]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=subprocess_env(env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(Path(out).read_text()), proc.stdout
 
 
 def run_python(

@@ -10,7 +10,6 @@ in the benchmark's own subprocesses.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from benchmarks._proc import open_fd_count, rss_bytes, task_count, thread_cpu_se
 from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
 from benchmarks._worker import _accuracy_windows
 from benchmarks._workload import CONFIGS, DEFAULT_CONFIGS
-from tests._util import REPO, subprocess_env
+from tests._util import run_overhead, subprocess_env
 
 # --------------------------------------------------------------------------- instruments
 
@@ -237,16 +236,12 @@ def test_installed_cli_never_imports_the_benchmark_and_says_how_to_run_it(tmp_pa
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "smoke.json"
-    cmd = [
-        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2", "--variants",
-        "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2", "--epochs", "2,2",
-        "--leak-steps", "200", "--import-repeats", "1", "--output", str(out), "--label", "smoke",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    data = json.loads(out.read_text())
-    data["_stdout"] = proc.stdout
+    data, stdout = run_overhead(
+        tmp_path_factory.mktemp("bench") / "smoke.json",
+        "--configs", "mlp-2", "--variants", "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2",
+        "--epochs", "2,2", "--leak-steps", "200", "--import-repeats", "1", "--label", "smoke",
+    )  # fmt: skip
+    data["_stdout"] = stdout
     return data
 
 
@@ -317,15 +312,11 @@ def test_throughput_accuracy_import_and_leak_sections(result):
 
 def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
     """`mlp-2w`: one multi-worker job of two processes; each worker's hooks are timed in its own process."""
-    out = tmp_path / "two_workers.json"
-    cmd = [
-        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2w", "--variants", "kg-default,tb-epoch",
-        "--rounds", "1", "--scale", "0.1", "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0",
-        "--output", str(out), "--label", "two-workers", "--no-table",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    data = json.loads(out.read_text())
+    data, _ = run_overhead(
+        tmp_path / "two_workers.json",
+        "--configs", "mlp-2w", "--variants", "kg-default,tb-epoch", "--rounds", "1", "--scale", "0.1",
+        "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0", "--label", "two-workers", "--no-table",
+    )  # fmt: skip
     assert set(data["configs"]) == {"mlp-2w", "mlp-2w/worker1"}
     for name, task in (("mlp-2w", 0), ("mlp-2w/worker1", 1)):
         summary = data["configs"][name]["summary"]

@@ -9,13 +9,10 @@ count of the steps and epochs.
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 
 import pytest
 
-from tests._util import REPO, subprocess_env
+from tests._util import run_overhead
 from tests.backends._common import WITHOUT_TENSORFLOW
 
 pytestmark = [
@@ -25,16 +22,13 @@ pytestmark = [
 
 
 def test_two_process_jax_scenario_times_each_process_hooks(tmp_path):
-    out = tmp_path / "two_processes.json"
-    cmd = [
-        sys.executable, "-m", "benchmarks.overhead", "--configs", "mlp-2w-jax", "--variants", "kg-default,kg-step-probe",
-        "--rounds", "1", "--scale", "0.1", "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0",
-        "--output", str(out), "--label", "two-jax-processes", "--no-table",
-    ]
-    env = subprocess_env({"KERAS_BACKEND": "jax"})
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    data = json.loads(out.read_text())
+    data, _ = run_overhead(
+        tmp_path / "two_processes.json",
+        "--configs", "mlp-2w-jax", "--variants", "kg-default,kg-step-probe", "--rounds", "1", "--scale", "0.1",
+        "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0", "--label", "two-jax-processes", "--no-table",
+        env={"KERAS_BACKEND": "jax"},
+        timeout=900,
+    )  # fmt: skip
     assert set(data["configs"]) == {"mlp-2w-jax", "mlp-2w-jax/worker1"}
     raw = data["configs"]["mlp-2w-jax"]["raw"]
     for name in ("mlp-2w-jax", "mlp-2w-jax/worker1"):
