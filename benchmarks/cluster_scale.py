@@ -43,7 +43,10 @@ THROUGHPUT_EVERY_S, MEMORY_EVERY_S, EPOCHS = 5, 10, 60
 
 
 def _gather_times() -> list[float]:
-    """When the cluster view gathers: every `CLUSTER_EVERY_S` within an epoch and at each epoch's end."""
+    """When the cluster view gathers: every `CLUSTER_EVERY_S` within an epoch and at each epoch's end.
+
+    The epochs last a minute, more than `EPOCH_SHARE_S`, so every epoch's end shares.
+    """
     from keras_gpu.hooks.step_time_logger import CLUSTER_EVERY_S
 
     epoch_s = HOUR_S / EPOCHS

@@ -8,6 +8,7 @@ only the fit's last row is all-gathered). Here: the ride on two logical CPUs
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -173,10 +174,12 @@ def _schedule(ride):
     return ClusterSchedule(_Probe(0.004), gather, [("0_CPU_0", "CPU:0")], first_step=100, ride=ride), gather
 
 
-def _epoch(schedule, ride, steps, write=None, once=None):
-    """One epoch of `steps` batches: a step (the ride's all-reduce) before each batch end."""
+def _epoch(schedule, ride, steps, write=None, once=None, clock=None):
+    """One epoch of `steps` batches: a step (the ride's all-reduce) before each batch end (and `clock`'s step time)."""
     views = []
     for batch in range(steps):
+        if clock is not None:
+            clock.now += clock.step_sec
         if ride is not None:
             ride.step()
         if schedule.batch_end(batch):
@@ -208,12 +211,87 @@ def test_a_stale_row_is_a_worker_not_reporting():
     assert view.reporting == 1 and view.workers == 2
 
 
-def test_a_step_that_carries_nothing_falls_back_to_the_gather_at_every_share():
+def test_a_step_that_carries_nothing_falls_back_to_the_gather_at_every_share(monkeypatch):
+    clock = _clock(monkeypatch, step_sec=1.0)  # epochs of 10 s: each epoch's end is due
     ride, once = _Ride(rode=False), Once()
     schedule, gather = _schedule(ride)
-    views = _epoch(schedule, ride, 10, once=once) + _epoch(schedule, ride, 10, once=once)
+    views = _epoch(schedule, ride, 10, once=once, clock=clock) + _epoch(schedule, ride, 10, once=once, clock=clock)
     assert [step for step, _ in views] == [110, 120] and len(gather.calls) == 2
-    assert schedule.at_fit_end(once) == [] and len(gather.calls) == 2
+    assert schedule.at_fit_end(once) == [] and len(gather.calls) == 2  # nothing left since the last share
+
+
+class _Clock:
+    """`time.perf_counter` of the schedule, moved on by `step_sec` at each batch end."""
+
+    def __init__(self, step_sec):
+        self.now, self.step_sec = 0.0, step_sec
+
+    def perf_counter(self):
+        return self.now
+
+
+def _clock(monkeypatch, step_sec):
+    from keras_gpu.hooks import step_time_cluster
+
+    clock = _Clock(step_sec)
+    monkeypatch.setattr(step_time_cluster, "time", clock)
+    return clock
+
+
+def _gathered_schedule(monkeypatch, step_sec, epochs, steps=10):
+    """A gathered (ride-less) schedule through `epochs` epochs of `steps` batches; the views and the gather."""
+    clock = _clock(monkeypatch, step_sec)
+    schedule, gather = _schedule(None)
+    once, views = Once(), []
+    for _ in range(epochs):
+        for batch in range(steps):
+            clock.now += step_sec
+            if schedule.batch_end(batch):
+                views += schedule.at_batch_end(None, once)
+        views += schedule.at_epoch_end(None, once)
+        schedule.epoch_end()
+    return schedule, gather, views, once
+
+
+def test_short_epochs_gather_once_the_epoch_share_seconds_went_by(monkeypatch):
+    from keras_gpu.hooks.step_time_cluster import CLUSTER_EVERY_S, EPOCH_SHARE_S
+
+    # Epochs of 10 steps of 0.05 s (0.5 s): the first epoch's end shares (it brings the chief's period,
+    # CLUSTER_EVERY_S of steps); later epoch ends only once EPOCH_SHARE_S of steps went by since the last share.
+    step_sec = 0.05
+    schedule, gather, views, once = _gathered_schedule(monkeypatch, step_sec, epochs=25)
+    every = round(EPOCH_SHARE_S / step_sec)  # steps between epoch-end gathers: a hand count of this clock
+    assert schedule.period is not None and schedule.period * step_sec == pytest.approx(CLUSTER_EVERY_S, rel=0.1)
+    expected = [10 * k for k in range(1, 26) if k == 1 or (10 * k - 10) % every == 0]
+    assert [step - 100 for step, _ in views] == expected and len(gather.calls) == len(expected)
+    # The fit's end gathers what is left (at least MIN_GATHER_STEPS), so no measured step goes unshared.
+    (last,) = schedule.at_fit_end(once)
+    assert last[0] - 100 == 250 and len(gather.calls) == len(expected) + 1
+    assert schedule.at_fit_end(once) == []  # nothing left: no second gather
+
+
+def test_long_epochs_gather_at_every_epoch_end_and_within_at_the_period(monkeypatch):
+    from keras_gpu.hooks.step_time_cluster import CLUSTER_EVERY_S
+
+    # Epochs of 100 steps of 0.5 s (50 s): every epoch's end shares, and the chief's period (30 s of steps)
+    # shares within each epoch too.
+    schedule, gather, views, once = _gathered_schedule(monkeypatch, 0.5, epochs=3, steps=100)
+    steps = [step - 100 for step, _ in views]
+    assert {100, 200, 300} <= set(steps)
+    assert any(s % 100 for s in steps)  # a share within an epoch
+    assert all(b - a <= CLUSTER_EVERY_S / 0.5 + 1 for a, b in itertools.pairwise(steps))
+    assert schedule.at_fit_end(once) == [] and len(gather.calls) == len(steps)
+
+
+def test_where_the_rows_ride_every_epoch_end_shares_whatever_its_length(monkeypatch):
+    clock = _clock(monkeypatch, step_sec=0.001)  # epochs of 10 ms: the ride costs no collective, so each one shares
+    ride, once = _Ride(), Once()
+    schedule, gather = _schedule(ride)
+    views = []
+    for _ in range(4):
+        views += _epoch(schedule, ride, 10, once=once, clock=clock)
+    assert [step for step, _ in views] == [110, 120, 130] and gather.calls == []
+    assert [step for step, _ in schedule.at_fit_end(once)] == [140] and len(gather.calls) == 1
 
 
 def test_a_step_that_carried_nothing_leaves_the_row_pending_for_the_next():

@@ -4,7 +4,8 @@
 every worker), when every worker shares what its step probe
 (`keras_gpu.hooks.step_probe`) measured since the last share: on the
 gradient all-reduce of the next step (`keras_gpu.hooks.row_ride`), or
-by an all-gather; the rows become a
+by an all-gather, a collective of its own, which epoch ends and the
+fit's end call only as often as its cost allows; the rows become a
 `keras_gpu.meters.cluster_view.ClusterSummary`.
 `log_cluster` is the chief's end-of-fit line.
 """
@@ -27,7 +28,7 @@ from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, summarize_rows, verdict_over
 
 __all__ = [
-    "CLUSTER_EVERY_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster",
+    "CLUSTER_EVERY_S", "EPOCH_SHARE_S", "MIN_GATHER_STEPS", "ClusterSchedule", "as_step_time", "install_probe", "log_cluster",
     "rides_exactly",
 ]
 
@@ -35,9 +36,15 @@ _INF = float("inf")
 #: Seconds between the cluster view's gathers within an epoch (the chief turns
 #: it into a count of steps that every worker adopts).
 CLUSTER_EVERY_S = 30.0
-#: An epoch's end gathers what the probe measured once at least this many
-#: steps went by since the last gather (a count, so every worker decides alike).
+#: An epoch's end shares what the probe measured once at least this many
+#: steps went by since the last share (a count, so every worker decides alike).
 MIN_GATHER_STEPS = 5
+#: Where the rows travel by an all-gather (a collective of its own, about
+#: 1 ms and the wait for the slowest worker to reach it), an epoch's end
+#: after the fit's first share gathers only once this many seconds of steps
+#: (in the chief's adopted period's pace) went by since the last share:
+#: epochs of a second would otherwise pay a gather each.
+EPOCH_SHARE_S = 5.0
 
 #: `write(breakdown, replica labels, global step)`: logs this worker's own window.
 Write = Callable[[steptime.StepTime, list[str], int], None]
@@ -54,6 +61,12 @@ class ClusterSchedule:
     no collective of its own; every worker reads the rows at the next batch
     end); otherwise, and for the fit's last row (no step follows it), every
     worker all-gathers the rows with `gather` at once.
+
+    Shares fall at the first epoch end (its row carries the chief's period
+    for the next, `CLUSTER_EVERY_S` of steps), at batch ends every period,
+    and at later epoch ends: each one where the row rides, and where it
+    is gathered only once `EPOCH_SHARE_S` of steps went by since the last
+    share. Without a ride, the fit's end gathers what is left.
 
     Args:
         probe: The step probe installed in the model's train step.
@@ -88,6 +101,7 @@ class ClusterSchedule:
         self.gathered_at = 0  # the step of the last shared row (or of the first window's start)
         self.t_window = 0.0
         self.gather_at: int | None = None  # the next share within an epoch, once the chief proposed a period
+        self.period: int | None = None  # the chief's last proposed period, in steps
         self.next_batch: float = 0
         self.pending: int | None = None  # the step of the published row the next training step carries
         self.published: list[float] = []  # this worker's last published row (with its sequence number)
@@ -104,8 +118,23 @@ class ClusterSchedule:
         self.schedule()
 
     def due_at_epoch_end(self) -> bool:
-        """Whether the epoch's end shares a row: a point every worker reaches, after enough steps (alike everywhere)."""
-        return self.warm and self.step_of(self.last_batch) - self.gathered_at >= MIN_GATHER_STEPS
+        """Whether the epoch's end shares a row: a point every worker reaches, decided by counts alike everywhere.
+
+        After at least `MIN_GATHER_STEPS` steps since the last share: where
+        the row rides on the next step (no collective of its own), for the
+        fit's first share (it brings the chief's period), and otherwise once
+        `EPOCH_SHARE_S` of steps went by at the period's pace.
+        """
+        since = self.step_of(self.last_batch) - self.gathered_at
+        if not self.warm or since < MIN_GATHER_STEPS:
+            return False
+        if self.period is None or self.rides():
+            return True
+        return since >= self.period * EPOCH_SHARE_S / CLUSTER_EVERY_S
+
+    def rides(self) -> bool:
+        """Whether the rows ride on the training steps' all-reduce (otherwise each share is an all-gather)."""
+        return self.ride is not None and bool(self.ride.rode)
 
     def schedule(self) -> None:
         """The next batch (of this epoch) whose end has something to do."""
@@ -149,15 +178,20 @@ class ClusterSchedule:
             views += self._share(write, once)
         return views
 
-    def at_fit_end(self, once: Once) -> list[View]:
-        """At the fit's end: where the rows ride, every worker all-gathers once, whatever its own state.
+    def at_fit_end(self, once: Once, write: Write | None = None) -> list[View]:
+        """At the fit's end: every worker all-gathers once, whatever its own state, or shares what is left.
 
-        A published row that no step carried comes back then. The gather is
-        unconditional (a row of NaN from a worker with nothing pending), so
-        that no worker ever waits in it alone.
+        Where the rows ride, a published row that no step carried comes back
+        then. The gather is unconditional (a row of NaN from a worker with
+        nothing pending), so that no worker ever waits in it alone. Where
+        they are gathered, the steps since the last share are, once at least
+        `MIN_GATHER_STEPS` went by (a count alike on every worker).
         """
         views = self._collect(once)
-        if self.ride is not None and self.ride.rode and not self.failed:
+        if not self.rides():
+            if not self.failed and self.warm and self.step_of(self.last_batch) - self.gathered_at >= MIN_GATHER_STEPS:
+                views += self._share(write, once)
+        elif not self.failed:
             pending = self.pending is not None
             row = self.published[:-1] if pending else [math.nan] * len(ROW_FIELDS)
             rows = self._attempt(once, self.gather, row, collective=True)
@@ -169,7 +203,7 @@ class ClusterSchedule:
     def _share(self, write: Write | None, once: Once) -> list[View]:
         """This worker's window: published for the next step to carry, or all-gathered now."""
         step, row = self._take_row(write)
-        if self.ride is None or not self.ride.rode:
+        if not self.rides():
             return self._view(step, self._attempt(once, self.gather, row, collective=True))
         self.published = [*row, self.published[-1] + 1.0 if self.published else 1.0]
         self._attempt(once, self.ride.publish, self.published, collective=False)  # failed: the other workers see this row as stale
@@ -233,6 +267,7 @@ class ClusterSchedule:
         if not isinstance(rows, list):
             return []
         period = int(rows[0][-1]) if rows and rows[0][-1] > 0 else None
+        self.period = period
         if period is not None:
             self.gather_at = step + period
         return [(self.first_step + step, summarize_rows(rows, self.best))]

@@ -109,7 +109,10 @@ class StepTimeLogger(LoggingCallback):
     ring's chunk boundaries, and so the rounding of the gradient sums), and
     steps that cannot carry the rows (no optimizer all-reduce in a custom
     `train_step`, or gradients neither all float32 nor all float64),
-    all-gather the rows at every share, between steps. The cluster view is
+    all-gather the rows at every share, between steps; there a later epoch's
+    end shares only once `EPOCH_SHARE_S` (5 s) of steps went by since the
+    last share, so that short epochs do not pay a collective each, and the
+    fit's end gathers what is left. The cluster view is
     the `cluster/` group of the [tag reference](../tags.md#cluster): the
     slowest worker, how much of each step the others wait for it and in
     which part of its busy time, each worker's slowdown against its own best
@@ -377,10 +380,11 @@ class StepTimeLogger(LoggingCallback):
         if out is None:  # on_train_end without on_train_begin
             self._close()
             return
+        if cluster is not None:  # the fit's last window first: this worker's end-of-fit line reads it
+            self._cluster_views(cluster, cluster.at_fit_end(self._once, self._own_window()))
         if fit is None and cluster is not None and out.last is not None:
             self._log_breakdown(out.last, [])
         if cluster is not None:
-            self._cluster_views(cluster, cluster.at_fit_end(self._once))
             sentence = log_cluster(self.cluster, self._task)
             if sentence is not None and self._writer is not None:
                 self._writer.text(_tags.CLUSTER_VERDICT.name(), sentence, self._first_step + cluster.base)

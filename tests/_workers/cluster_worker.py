@@ -28,7 +28,8 @@ MODE:
   holds the final weights' digests (`identical-ride` forces the rows' ride on
   the gradient all-reduce whatever the worker count, to show what it moves).
 
-The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults. Each worker
+The callbacks are `keras_gpu.callbacks(LOG_DIR)`, the defaults, except that
+every epoch's end shares the rows (`EPOCH_SHARE_S` = 0). Each worker
 writes OUT/w<rank>.json: its own last breakdown, what it received at each
 gather, whether the steps carried the rows, how often it all-gathered rows,
 and how many all-reduces and all-gathers TensorFlow traced for the fit (in
@@ -57,7 +58,12 @@ def main() -> None:
     from tensorflow.python.ops import collective_ops
 
     from keras_gpu.hooks import gather as row_gather
+    from keras_gpu.hooks import step_time_cluster
     from keras_gpu.hooks import step_time_logger as step_time
+
+    # Every epoch's end shares, however short the epoch: these checks read one view per epoch. By default
+    # a gathered share at a later epoch end waits for EPOCH_SHARE_S of steps (tests/test_row_ride.py).
+    step_time_cluster.EPOCH_SHARE_S = 0.0
 
     rank = keras_gpu.worker_index(strategy)
     counts = {"traced_all_reduce_v2": 0, "traced_all_gather_v2": 0, "gathers": 0}

@@ -11,7 +11,9 @@ Three fits of two epochs, each with its own `StepTimeLogger` (no tracing):
    (`CLUSTER_EVERY_S`), so the rows are also gathered at batch ends every process adopts.
 
 Writes `OUT_DIR/result_<rank>.json`: per fit, each gather's slowest worker,
-part and whether it was clear, and the verdict (straggler, part, sentence).
+part and whether it was clear, where each all-gather was called from
+(`at_epoch_end`, `at_batch_end` or `at_fit_end` of the schedule), and the
+verdict (straggler, part, sentence).
 """
 
 import json
@@ -26,8 +28,22 @@ strategy = keras_gpu.make_strategy()
 import keras
 import numpy as np
 
-from keras_gpu.hooks import step_time_cluster
+from keras_gpu.hooks import step_time_cluster, step_time_cluster_jax
 from keras_gpu.meters.cluster_view import verdict_over
+
+calls = []  # where each all-gather of the rows was called from: the schedule's own method
+_gather = step_time_cluster_jax.JaxRowGather.__call__
+
+
+def _recorded(self, row):
+    import inspect
+
+    names = [frame.function for frame in inspect.stack()[1:6]]
+    calls.append(next((n for n in names if n in ("at_batch_end", "at_epoch_end", "at_fit_end")), "?"))
+    return _gather(self, row)
+
+
+step_time_cluster_jax.JaxRowGather.__call__ = _recorded
 
 GLOBAL, STEPS, EPOCHS, SLEEP = 32, 16, 2, 0.05
 out_dir = sys.argv[1]
@@ -72,6 +88,7 @@ for fit, data, extra in (
         step_time_cluster.CLUSTER_EVERY_S = 0.3
     step_time = keras_gpu.StepTimeLogger(os.path.join(out_dir, fit), profile_every_s=0)
     kwargs = {"batch_size": GLOBAL} if len(data) == 2 else {}
+    calls.clear()
     model.fit(*data, epochs=EPOCHS, verbose=0, callbacks=[step_time, *extra], **kwargs)
     gathers = [g for g in step_time.cluster if g is not None]
     verdict = verdict_over(gathers)
@@ -83,6 +100,7 @@ for fit, data, extra in (
              "steps": [g.rows[k]["traced_steps"] for k in sorted(g.rows)]}
             for g in gathers
         ],
+        "calls": list(calls),
         "straggler": verdict.straggler,
         "part": verdict.part,
         "sentence": verdict.sentence,

@@ -1,4 +1,4 @@
-"""The cluster view on Keras with JAX: each process's host clock, gathered at epoch ends, and the straggler named.
+"""The cluster view on Keras with JAX: each process's host clock, gathered, and the straggler named.
 
 One launched job of two loopback processes (`tests/_workers/jax_cluster_worker.py`)
 runs three fits of two epochs: a balanced one, one where a callback sleeps
@@ -43,12 +43,15 @@ def job(tmp_path_factory):
     return root, launched, results
 
 
-def test_every_process_gathers_the_same_rows_at_each_epoch_end(job):
+def test_every_process_gathers_the_same_rows_after_the_first_epoch_and_at_the_fit_end(job):
     _, _, results = job
     assert results[0] == results[1]  # one all-gather: every process holds every row
     for fit in ("balanced", "host", "input"):
         gathers = results[0][fit]["gathers"]
         assert len(gathers) == EPOCHS, fit
+        # Sub-second epochs: the first epoch's end gathers (it brings the chief's period); the second,
+        # less than EPOCH_SHARE_S of steps later, does not, and the fit's end gathers its window.
+        assert results[0][fit]["calls"] == ["at_epoch_end", "at_fit_end"], fit
         for gather in gathers:
             assert gather["reporting"] == 2
             # Every call of the epoch but its first (after the time between epochs): a hand count.
@@ -63,8 +66,9 @@ def test_gathers_within_an_epoch_cover_every_step_once_and_name_the_straggler(jo
     steps = [g["steps"][0] for g in gathers]
     assert all(g["steps"][0] == g["steps"][1] for g in gathers)
     # Every measured step in at most one window; the fit's last steps go unshared where fewer than
-    # MIN_GATHER_STEPS followed the last share (the epoch's end then shares nothing).
+    # MIN_GATHER_STEPS followed the last share (the fit's end then shares nothing).
     assert EPOCHS * (STEPS - 1) - MIN_GATHER_STEPS < sum(steps) <= EPOCHS * (STEPS - 1)
+    assert "at_batch_end" in result["calls"]
     assert (result["straggler"], result["part"]) == (1, "host")
     assert sum(g["slowest"] == 1 and g["part"] == "host" and g["clear"] for g in gathers) * 2 > len(gathers)
 
