@@ -24,9 +24,10 @@ convert the logs to Python floats at every batch end), so no wait is added,
 and that wait is counted as device time rather than host time.
 
 The rows are shared by `keras_gpu.hooks.step_time_cluster.ClusterSchedule`
-at the same points as on TensorFlow (epoch ends, and every 30 s by a count of
-steps every process adopts), through one all-gather JAX offers
-(`JaxRowGather`), never on the per-batch path.
+at the same points as TensorFlow's all-gathered rows (the first epoch's end,
+every 30 s by a count of steps every process adopts, later epoch ends
+`EPOCH_SHARE_S` of steps apart, and the fit's end), through one all-gather
+JAX offers (`JaxRowGather`), never on the per-batch path.
 """
 
 from __future__ import annotations
