@@ -244,12 +244,7 @@ def _gathered_schedule(monkeypatch, step_sec, epochs, steps=10):
     schedule, gather = _schedule(None)
     once, views = Once(), []
     for _ in range(epochs):
-        for batch in range(steps):
-            clock.now += step_sec
-            if schedule.batch_end(batch):
-                views += schedule.at_batch_end(None, once)
-        views += schedule.at_epoch_end(None, once)
-        schedule.epoch_end()
+        views += _epoch(schedule, None, steps, once=once, clock=clock)
     return schedule, gather, views, once
 
 

@@ -125,12 +125,16 @@ class ClusterSchedule:
         fit's first share (it brings the chief's period), and otherwise once
         `EPOCH_SHARE_S` of steps went by at the period's pace.
         """
-        since = self.step_of(self.last_batch) - self.gathered_at
-        if not self.warm or since < MIN_GATHER_STEPS:
+        since = self._unshared_steps()
+        if since < MIN_GATHER_STEPS:
             return False
         if self.period is None or self.rides():
             return True
         return since >= self.period * EPOCH_SHARE_S / CLUSTER_EVERY_S
+
+    def _unshared_steps(self) -> int:
+        """Steps measured since the last share (none before the first window starts)."""
+        return self.step_of(self.last_batch) - self.gathered_at if self.warm else 0
 
     def rides(self) -> bool:
         """Whether the rows ride on the training steps' all-reduce (otherwise each share is an all-gather)."""
@@ -188,10 +192,12 @@ class ClusterSchedule:
         `MIN_GATHER_STEPS` went by (a count alike on every worker).
         """
         views = self._collect(once)
-        if not self.rides():
-            if not self.failed and self.warm and self.step_of(self.last_batch) - self.gathered_at >= MIN_GATHER_STEPS:
+        if self.failed:
+            pass
+        elif not self.rides():
+            if self._unshared_steps() >= MIN_GATHER_STEPS:
                 views += self._share(write, once)
-        elif not self.failed:
+        else:
             pending = self.pending is not None
             row = self.published[:-1] if pending else [math.nan] * len(ROW_FIELDS)
             rows = self._attempt(once, self.gather, row, collective=True)
