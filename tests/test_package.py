@@ -83,3 +83,13 @@ def test_callback_hooks_exist_on_keras_callback():
                 ours = inspect.signature(member)
                 theirs = inspect.signature(getattr(keras.callbacks.Callback, name))
                 assert list(ours.parameters) == list(theirs.parameters), f"{cls.__name__}.{name} signature"
+
+
+def test_the_type_checking_imports_name_every_export_and_its_module():
+    # The lazy export table and the imports type checkers read are kept in two places: they must agree.
+    import ast
+
+    tree = ast.parse(open(keras_gpu.__file__, encoding="utf-8").read())
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    imported = {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert imported == keras_gpu._EXPORTS

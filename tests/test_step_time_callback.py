@@ -45,6 +45,12 @@ def test_input_bound_fit_waits_for_input(tmp_path, caplog):
 
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
     ds = ds.map(lambda a, b: (tf.ensure_shape(tf.numpy_function(slow, [a], tf.float32), (None, 32)), b))
+    # Truly sequential: tf.data would otherwise run the map ahead of the steps, and how far ahead depends on the
+    # machine's load, not on the pipeline (its input share then varies from run to run).
+    options = tf.data.Options()
+    options.experimental_optimization.map_parallelization = False
+    options.experimental_optimization.inject_prefetch = False
+    ds = ds.with_options(options)
     cb = StepTimeLogger(tmp_path, profile_steps=8)
     caplog.set_level(logging.INFO, logger="keras_gpu")
     model.fit(ds, epochs=2, verbose=0, callbacks=[cb])

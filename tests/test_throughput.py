@@ -13,13 +13,11 @@ from keras_gpu.meters.throughput_records import DataSchedule, EpochTimes, FirstE
 
 
 def _drive(meter: ThroughputMeter, executions: list[tuple[int, float]]) -> list[Window | FirstExecution]:
-    """Feed batch ends exactly as the callback does: the handler runs only at thresholds."""
+    """Feed batch ends exactly as the callback does: each one the meter asks to look at (`next_look`)."""
     out: list[Window | FirstExecution] = []
-    last_batch, last_t = -1, None
     for batch, t in executions:
-        if batch >= meter.next_batch or t >= meter.next_time:
-            out += meter.execution_end(batch, t, last_batch, last_t if last_t is not None else 0.0)
-        last_batch, last_t = batch, t
+        if batch >= meter.next_look:
+            out += meter.look(batch, t)
     return out
 
 
@@ -285,7 +283,7 @@ def test_zero_length_window_is_counted_but_not_rated():
 
 def test_feeding_outside_an_epoch_is_ignored():
     meter = ThroughputMeter(DataSchedule(batch_size=1, last_batch_size=1))
-    assert meter.execution_end(5, 1.0) == []
+    assert meter.look(5, 1.0) == []
     assert meter.epoch_end(5, 1.0) == []
     assert meter.total_steps == 0
     assert meter.summary()["steps_per_sec"] is None
@@ -324,7 +322,7 @@ def test_an_execution_that_runs_a_new_batch_size_is_left_out_of_the_steady_rate(
     assert meter.compile_watch == 14  # the batch end before the short batch's execution
     executions = [(0, 5.0)] + [(b, 5.0 + 0.1 * b) for b in range(1, 15)] + [(15, 5.0 + 1.4 + 3.0)]
     _drive(meter, executions)
-    meter.epoch_end(15, 9.4, None, 14, 6.4)
+    meter.epoch_end(15, 9.4)  # the previous batch end looked at, 14 at 6.4, starts it
     first = meter.epoch_close(10.0)
     assert first.first_step_sec == pytest.approx(5.0 + 3.0)
     assert first.steady_steps_per_sec == pytest.approx(14 / 1.4)
@@ -333,7 +331,7 @@ def test_an_execution_that_runs_a_new_batch_size_is_left_out_of_the_steady_rate(
     assert meter.compile_watch == -1  # every size has run
     executions = [(b, 10.2 + 0.1 * b) for b in range(16)]
     _drive(meter, executions)
-    meter.epoch_end(15, 11.7, None, 14, 11.6)
+    meter.epoch_end(15, 11.7)
     second = meter.epoch_close(12.0)
     assert second.first_step_sec == pytest.approx(0.2)
     assert second.steady_samples_per_sec == pytest.approx((14 * 64 + 40) / 1.5)

@@ -437,9 +437,10 @@ def test_hooks_exist_on_keras_callback_with_exact_signatures():
         ours = list(inspect.signature(getattr(ThroughputLogger, name)).parameters)
         theirs = list(inspect.signature(getattr(keras.callbacks.Callback, name)).parameters)
         assert ours == theirs, name
-    # The only per-batch hook: the one cheap batch-end check.
+    # The per-batch hooks: a store on the training thread at each batch begin, and the cheap batch-end check.
     batch_hooks = [n for n in defined if "batch" in n]
-    assert batch_hooks == ["on_train_batch_end"]
+    assert batch_hooks == ["on_train_batch_begin", "on_train_batch_end"]
+    assert ThroughputLogger.async_safe is True  # Keras keeps its asynchronous batch-end dispatch
 
 
 @pytest.mark.parametrize(
@@ -578,3 +579,18 @@ def test_steady_rate_leaves_out_the_execution_of_a_new_batch_size(tmp_path):
     assert samples[16] * (train[16] - first[16]) == pytest.approx(14 * 64, rel=1e-4)
     assert steady[32] * (train[32] - first[32]) == pytest.approx(15, rel=1e-4)  # batches 1..15
     assert samples[32] * (train[32] - first[32]) == pytest.approx(14 * 64 + 40, rel=1e-4)
+
+
+def test_end_of_fit_line_gives_mfu_at_the_steady_rate_beside_the_wall_clock(tmp_path, caplog):
+    # The wall-clock MFU holds the first execution (tracing, compiling); the steady one leaves it out.
+    caplog.set_level(logging.INFO, logger="keras_gpu")
+    x, y = _data()
+    cb = ThroughputLogger(tmp_path, every_n_steps=4, flops_per_sample=1e6, peak_flops=1e12)
+    _mlp().fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[cb])
+    s = cb.summary
+    assert s["steady_mfu"] == pytest.approx(s["steady_samples_per_sec"] * 1e6 / 1e12)
+    assert s["steady_mfu"] > s["mfu"]  # the first executions compiled
+    (line,) = [r.getMessage() for r in caplog.records if "wall-clock training rate" in r.getMessage()]
+    assert f"MFU steady {100 * s['steady_mfu']:.2f}%, wall clock {100 * s['mfu']:.2f}%" in line
+    epoch_points = read_scalars(tmp_path / "train")["throughput/steady_mfu"]
+    assert len(epoch_points) == 2 and all(v > 0 for _, v in epoch_points)

@@ -36,7 +36,9 @@ class _Counter:
 
 
 def _meter(counter: _Counter, **kwargs) -> ThroughputMeter:
-    return ThroughputMeter(DataSchedule(batch_size=None, last_batch_size=None), counter=counter, **kwargs)
+    meter = ThroughputMeter(DataSchedule(batch_size=None, last_batch_size=None), counter=counter, **kwargs)
+    meter.compiles_told = True  # as ThroughputLogger's, which watches JAX's compiles
+    return meter
 
 
 def _fit_epoch(meter, counter, sizes, seconds, compiled, looked_at, t0=0.0):
@@ -47,12 +49,7 @@ def _fit_epoch(meter, counter, sizes, seconds, compiled, looked_at, t0=0.0):
         counter.run(size)
         t += sec
         if batch in looked_at or batch >= meter.next_batch or t >= meter.next_time:
-            if batch in compiled:
-                meter.execution_compiled(batch, t)
-            else:
-                meter.account(batch, t)
-            if batch >= meter.next_batch or t >= meter.next_time:
-                meter.execution_end(batch, t)
+            meter.look(batch, t, compiled=batch in compiled)
     meter.epoch_end(len(sizes) - 1, t)
     return meter.epoch_rates(), meter.epoch_close(t)
 
@@ -109,9 +106,7 @@ def test_windows_still_tile_the_epoch_and_hold_every_sample():
     for batch, (size, sec) in enumerate(zip(SIZES, SECONDS)):
         counter.run(size)
         t += sec
-        (meter.execution_compiled if batch == 10 else meter.account)(batch, t)
-        if batch >= meter.next_batch:
-            windows += [w for w in meter.execution_end(batch, t) if hasattr(w, "samples_per_sec")]
+        windows += [w for w in meter.look(batch, t, compiled=batch == 10) if hasattr(w, "samples_per_sec")]
     windows += meter.epoch_end(10, t)
     assert sum(w.samples for w in windows) == 10 * 32 + 8
     assert sum(w.seconds for w in windows) == pytest.approx(sum(SECONDS))

@@ -30,6 +30,12 @@ class ChiefWrites:
     no collective, and do nothing elsewhere. `on_train_begin` runs on every
     worker (where `BackupAndRestore` restores).
 
+    Keras' dispatch mode is kept where the batch-end hook does nothing: with
+    `save_freq="epoch"` (the default) the callback is `async_safe`, so on
+    JAX and PyTorch with `verbose=0` Keras keeps running batch ends on its
+    thread pool; with a `save_freq` in batches it saves from the batch end,
+    on the training thread, as Keras' own callback does.
+
     Attributes:
         chief_writes: Whether this process writes; `None` before training begins.
     """
@@ -37,6 +43,11 @@ class ChiefWrites:
     chief_writes: bool | None = None
     atomic_model_saves = False
     """Whether `model.save` and `model.save_weights` replace their file atomically inside the hooks."""
+
+    @property
+    def async_safe(self) -> bool:
+        """Whether Keras may run `on_train_batch_end` on its thread pool: where it never saves (per-epoch saves)."""
+        return getattr(self, "save_freq", None) == "epoch"
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:

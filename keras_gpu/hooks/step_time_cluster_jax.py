@@ -16,12 +16,12 @@ train function (`StepClock`):
 
 A process's busy time is its host time and its own input wait; the device
 part is never busy time (compute cannot be separated from the wait for the
-peers inside it), so compute stragglers are not named on JAX. The step's
-outputs are waited for inside the call (`jax.block_until_ready` on the
-logs): Keras waits for the same values at the same point anyway (a callback
-that overrides `on_train_batch_end`, `StepTimeLogger` itself, makes Keras
-convert the logs to Python floats at every batch end), so no wait is added,
-and that wait is counted as device time rather than host time.
+peers inside it), so compute stragglers are not named on JAX. Under
+Keras' synchronous dispatch the step's outputs are waited for inside the
+call (`jax.block_until_ready` on the logs): Keras waits for the same values
+at the batch end anyway, so no wait is added. Under its asynchronous
+dispatch (`verbose=0`: batch ends on a thread pool) nothing waits: a step
+ends when its batch end ran (`StepClock`).
 
 The rows are shared by `keras_gpu.hooks.step_time_cluster.ClusterSchedule`
 at the same points as TensorFlow's all-gathered rows (the first epoch's end,
@@ -33,6 +33,7 @@ JAX offers (`JaxRowGather`), never on the per-batch path.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -96,57 +97,138 @@ class _TimedIterator:
 
 
 class StepClock:
-    """Host, input and device time of each call of the train function, summed on the training thread.
+    """Host, input and device time of each call of the train function, on the host.
 
     Per call: three `perf_counter` reads, a few additions, and one per batch
     taken; no I/O, no device work of its own. The first call of each epoch
     (after the time between epochs) is left out.
+
+    Where Keras runs the batch ends on the training thread (a progress bar,
+    or a callback that is not `async_safe`), it converts each step's logs to
+    floats there, a wait for the step; the clock waits for the same values
+    inside the call instead (no wait is added), and the rest of the call is
+    device time. Where Keras dispatches asynchronously (its batch ends on a
+    thread pool, `verbose=0` on JAX), the clock never waits: each call's
+    dispatch is timed on the training thread, and its completion is the time
+    its batch end ran (`ended`, from `StepTimeLogger`'s batch end). A step's
+    period then runs from the previous call's completion to its own; the
+    device idled from that completion until the call was dispatched (the
+    host's time, of which its own input wait is input), and the rest is
+    device time. The first batch end tells which dispatch a fit runs; until
+    then the clock waits.
     """
 
     def __init__(self) -> None:
         self.wait = 0.0  # input wait of the call under way
         self.batches = 0  # batches the call under way took
+        self.blocking = True  # wait for each call's outputs (until a batch end runs off the training thread)
         self._prev_end: float | None = None
         self._sums = [0, 0.0, 0.0, 0.0]  # steps, host, input, device
         self._last = list(self._sums)
+        # Asynchronous dispatch: the calls not yet accounted (begin, start, input wait, dispatched, batches, first
+        # of its epoch), appended on the training thread in order, and each batch end's time, from Keras' pool.
+        self._begin = -1
+        self._calls: list[tuple[int, float, float, float, int, bool]] = []
+        self._done: dict[int, float] = {}
+        self._done_lock = threading.Lock()
+        self._async_seen = False
+        self._first = True  # the next call is its epoch's first
 
     def wrap(self, train_function: Any) -> Any:
-        """`train_function(state, iterator)` timed; the step's outputs waited for before it returns."""
+        """`train_function(state, iterator)` timed; under synchronous dispatch, its outputs waited for."""
         import jax
 
         def timed(state: Any, iterator: Any) -> Any:
+            if self._async_seen and self.blocking:  # from now on, completions come from the batch ends
+                self.blocking = False
+                self._first = self._prev_end is None
             start = time.perf_counter()
             self.wait, self.batches = 0.0, 0
+            if not self.blocking:
+                first, self._first = self._first, False
+                logs, state = train_function(state, _TimedIterator(iterator, self))
+                if self.batches:
+                    self._calls.append((self._begin, start, self.wait, time.perf_counter(), self.batches, first))
+                return logs, state
             prev, self._prev_end = self._prev_end, None  # a call that raises (the data's end) starts no gap
             logs, state = train_function(state, _TimedIterator(iterator, self))
             jax.block_until_ready(logs)  # Keras' batch end converts the logs to floats: the same wait, here
             end = time.perf_counter()
             if prev is not None and self.batches:
-                sums = self._sums
-                sums[0] += self.batches
-                sums[1] += start - prev
-                sums[2] += self.wait
-                sums[3] += end - start - self.wait
+                self._add(self.batches, start - prev, self.wait, end - start - self.wait)
             self._prev_end = end
+            self._first = False
             return logs, state
 
         timed.__wrapped__ = train_function  # type: ignore[attr-defined]
         setattr(timed, _MARK, True)
         return timed
 
+    def _add(self, steps: int, host: float, wait: float, device: float) -> None:
+        sums = self._sums
+        sums[0] += steps
+        sums[1] += host
+        sums[2] += wait
+        sums[3] += device
+
     # The hooks StepTimeLogger calls on its probe.
     def epoch_begin(self) -> None:
         """Forget the previous call: the time between epochs (validation, epoch-end callbacks) is no gap."""
+        self._account()  # every batch end of the last epoch ran (Keras waits for them at its end)
+        self._calls.clear()
+        with self._done_lock:
+            self._done.clear()
         self._prev_end = None
+        self._first = True
 
-    def batch_begin(self) -> None:
-        """Nothing: the clock reads the train function's calls themselves."""
+    def batch_begin(self, batch: int = -1) -> None:
+        """Keras is about to call the train function for the steps from `batch` (on the training thread)."""
+        self._begin = batch
 
     def batch_end(self) -> None:
         """Nothing: the clock reads the train function's calls themselves."""
 
+    def ended(self, batch: int, t: float, off_thread: bool) -> None:
+        """The batch end of `batch` ran at `t` (its step's outputs were ready), off the training thread or not.
+
+        Safe from any thread, in any order.
+        """
+        with self._done_lock:
+            self._done[batch] = t
+        if off_thread:
+            self._async_seen = True
+
+    def _account(self) -> None:
+        """Sum the calls whose batch ends ran, in order; the others wait for the next look (training thread)."""
+        calls = self._calls
+        if not calls:
+            return
+        with self._done_lock:
+            ends = sorted(self._done.items())
+        done: list[float] = []
+        j = 0
+        for k, call in enumerate(calls):  # each call ends at the first batch end at or after its begin
+            while j < len(ends) and ends[j][0] < call[0]:
+                j += 1
+            nxt = calls[k + 1][0] if k + 1 < len(calls) else math.inf
+            if j == len(ends) or ends[j][0] >= nxt:
+                break
+            done.append(ends[j][1])
+        for k in range(len(done) - 2, -1, -1):  # a later step cannot finish before an earlier one
+            done[k] = min(done[k], done[k + 1])
+        prev = self._prev_end
+        for (_, _, wait, dispatched, batches, first), end in zip(calls, done):
+            if not first and prev is not None:
+                idle = max(0.0, dispatched - prev)
+                waited = min(wait, idle)
+                self._add(batches, idle - waited, waited, max(0.0, end - prev - idle))
+            prev = end
+        self._prev_end = prev
+        del calls[: len(done)]
+
     def read(self) -> ClockWindow | None:
         """The window since the previous read; `None` without a step."""
+        self._account()
         sums, last = list(self._sums), self._last
         self._last = sums
         steps = sums[0] - last[0]

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import threading
+import time
 from typing import Any
 
 from keras_gpu.core import backend as _backend
@@ -69,7 +70,13 @@ class StepTimeLogger(LoggingCallback):
     finds the steps, and the breakdown covers exactly the marked steps: the
     time after an epoch's last batch end (Keras' epoch-end work, stopping a
     `PyDataset`'s workers, slow epoch-end callbacks) is never step time.
-    Outside traced steps nothing is marked. The profiler stops and the trace
+    Outside traced steps nothing is marked. Keras' dispatch mode is kept
+    (`async_safe`): on JAX and PyTorch with `verbose=0` Keras runs batch-end
+    hooks on a thread pool, out of order, and the training thread does not
+    wait for each step; there the traces start, mark and stop at batch
+    *begins*, on the training thread (a mark runs from one batch begin to the
+    next, the step's dispatch and whatever the host does until the next one),
+    so a trace ends at a batch begin and an epoch's last step is never traced. The profiler stops and the trace
     is parsed on a background thread, never on the training thread (the steps
     that run meanwhile are outside the marks; no trace starts while one is
     stopping); the traces stay in the
@@ -190,6 +197,9 @@ class StepTimeLogger(LoggingCallback):
         (1, 2)
     """
 
+    async_safe = True
+    """Keras may run `on_train_batch_end` on its thread pool (JAX and PyTorch with `verbose=0`): it keeps doing so."""
+
     DEFAULT_PROFILE_EVERY_S = 300.0
     NO_TRACING = 0.0
     """The `profile_every_s` that turns tracing off (`keras_gpu.callbacks()` then leaves this callback out)."""
@@ -220,6 +230,12 @@ class StepTimeLogger(LoggingCallback):
         self._once = Once()
         self._parser = TraceParser(self._handle)
         self._first_step = 0
+        # Where Keras may run batch ends on its thread pool (every backend but TensorFlow), the schedules are
+        # driven from the batch begins, on the training thread; the batch ends only note the latest index.
+        self._by_begins = False
+        self._last_end = -1
+        self._ends_lock = threading.Lock()
+        self._train_thread = threading.get_ident()
 
     @property
     def last(self) -> steptime.StepTime | None:
@@ -282,6 +298,9 @@ class StepTimeLogger(LoggingCallback):
         self._open()
         self._out = _FitOutput(self._writer)
         self._first_step = self._initial_step()  # ThroughputLogger's step axis: this plus the steps run
+        self._by_begins = _backend.name() != "tensorflow"
+        self._last_end = -1
+        self._train_thread = threading.get_ident()
         task = self._task
         workers = task.num_workers if task is not None else 1
         tensorflow = _backend.name() == "tensorflow"
@@ -330,6 +349,7 @@ class StepTimeLogger(LoggingCallback):
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._last_end = -1
         fit = self._fit
         if fit is not None:
             fit.epoch_begin(epoch)
@@ -338,21 +358,41 @@ class StepTimeLogger(LoggingCallback):
             cluster.probe.epoch_begin()
 
     def on_train_batch_begin(self, batch, logs=None):
+        # Always on the training thread, in order. Where Keras may run batch ends on its thread pool (every
+        # backend but TensorFlow), the traces start, mark and stop here, and JAX's cluster view shares here:
+        # the previous execution ended at `batch - 1`.
         cluster = self._cluster_fit
         if cluster is not None:
-            cluster.probe.batch_begin()
+            if self._by_begins:
+                cluster.probe.batch_begin(batch)  # JAX's clock: the calls' order, from the training thread
+            else:
+                cluster.probe.batch_begin()
+            if self._by_begins and cluster.batch_end(batch - 1):
+                self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
+        fit = self._fit
+        if fit is not None and self._by_begins and batch > 0 and batch - 1 >= fit.next_batch:  # not an epoch's first
+            self._submit(fit.batch_end(batch - 1))
 
     def on_train_batch_end(self, batch, logs=None):
+        # `async_safe`: on every backend but TensorFlow, Keras may call this on its thread pool, out of order.
+        if not self._by_begins:  # TensorFlow: always synchronous, on the training thread
+            cluster = self._cluster_fit
+            if cluster is not None:
+                cluster.probe.batch_end()
+                if cluster.batch_end(batch):
+                    self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
+            fit = self._fit
+            if fit is not None:  # per batch: a store and a comparison; the schedule only where it has work
+                fit.last_batch = batch
+                if batch >= fit.next_batch:
+                    self._submit(fit.batch_end(batch))
+            return
+        with self._ends_lock:  # the epoch's latest batch end, whatever order the pool runs them in
+            if batch > self._last_end:
+                self._last_end = batch
         cluster = self._cluster_fit
-        if cluster is not None:
-            cluster.probe.batch_end()
-        if cluster is not None and cluster.batch_end(batch):
-            self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
-        fit = self._fit
-        if fit is not None:  # per batch: a store and a comparison; the schedule only where it has work
-            fit.last_batch = batch
-            if batch >= fit.next_batch:
-                self._submit(fit.batch_end(batch))
+        if cluster is not None:  # JAX's clock: the step's outputs were ready when its batch end ran
+            cluster.probe.ended(batch, time.perf_counter(), threading.get_ident() != self._train_thread)
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:
@@ -363,11 +403,16 @@ class StepTimeLogger(LoggingCallback):
         if fit is not None:
             if fit.tracing:
                 self._submit(fit.stop())
+            if self._by_begins:
+                fit.last_batch = self._last_end  # every batch end of the epoch ran: Keras waits for them here
             fit.epoch_end()
         cluster = self._cluster_fit
         if cluster is not None:
+            if self._by_begins:
+                cluster.last_batch = self._last_end
             self._cluster_views(cluster, cluster.at_epoch_end(self._own_window(), self._once))
             cluster.epoch_end()
+        self._last_end = -1
 
     def on_train_end(self, logs=None):
         fit, self._fit = self._fit, None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -74,9 +75,21 @@ class ThroughputLogger(LoggingCallback):
     Training FLOPs per sample are 3 x the forward FLOPs, counted once per model
     from its traced forward graph (multiply-add = 2 FLOPs, matmul-like ops
     only; see `keras_gpu.meters.flops`). Each worker logs its own view to its own
-    run directory. The training thread pays a store and a comparison
-    per batch; everything else happens once per window, and a point is handed
-    to the writer's background thread.
+    run directory.
+
+    Keras' dispatch mode is kept: the callback is `async_safe`, so on the
+    backends that run batch-end hooks on a thread pool (JAX and PyTorch, with
+    `verbose=0`) `fit` stays asynchronous. A batch end takes a lock, a
+    comparison and a store; it reads the clock and does more only at the batch
+    ends a window, the epoch's last step or a compile asks for (where the
+    epoch's length is unknown, at every one). Hooks that Keras runs out of order
+    are taken in batch order: a batch end older than one already taken is
+    covered by it. What needs the order of the steps (the executions that
+    compiled) is noted on the training thread, in `on_train_batch_begin`.
+    Validation is timed from its start or the training phase's last step,
+    whichever is later, so an asynchronous step still finishing when
+    validation starts counts as training. A point is handed to the writer's
+    background thread.
 
     At the end of every epoch the current, partial window is closed, so short
     epochs still get a point. At the end of training one INFO line gives the
@@ -120,6 +133,8 @@ class ThroughputLogger(LoggingCallback):
     Attributes:
         summary: After `fit`: totals and mean rates (see
             `keras_gpu.meters.throughput.ThroughputMeter.summary`).
+        async_safe: True: Keras may run `on_train_batch_end` on its thread
+            pool (see above).
 
     Example:
         >>> import tempfile
@@ -136,6 +151,8 @@ class ThroughputLogger(LoggingCallback):
         (4, 14)
 
     """
+
+    async_safe = True
 
     def __init__(
         self,
@@ -165,10 +182,13 @@ class ThroughputLogger(LoggingCallback):
         self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
         self.summary: dict[str, Any] | None = None
-        self._count_with: str | None = None  # "probe": never Keras' own count (benchmarks compare the two)
         self._fit: _ThroughputFit | None = None
         self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
-        self._last_batch = -1  # Keras' index of the last batch end
+        self._last_batch = -1  # Keras' index of the latest batch end taken
+        self._begun = -1  # Keras' index of the latest batch begin (the training thread's)
+        # Batch ends may run on Keras' thread pool, concurrently: every reader and writer of the fit's state
+        # after `on_train_begin` holds it.
+        self._lock = threading.RLock()  # re-entered by a compile the FLOP count's trace reports
         self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
@@ -179,7 +199,7 @@ class ThroughputLogger(LoggingCallback):
         if self.batch_size is not None:
             return
         try:
-            _setup.install_probe(model, probe_only=self._count_with == "probe")
+            _setup.install_probe(model)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not install its sample count: %s: %s", type(exc).__name__, exc)
 
@@ -200,48 +220,63 @@ class ThroughputLogger(LoggingCallback):
         if fit is None:
             return
         t = time.perf_counter()
-        # The previous epoch ends, and this one starts, at the same instant: the
-        # work below (a write, a step-count read) is wall time of this epoch.
-        self._write_epoch(fit.meter.epoch_close(t))
-        if not fit.meter.exact_steps:
-            fit.epoch_iterations = read_step(self.model, None)
-        if fit.keras_count is not None:
-            fit.keras_count.epoch_begin()
-        fit.meter.epoch_begin(t)
-        self._last_batch = fit.checked_batch = fit.prev_batch = -1
-        fit.checked_t = fit.prev_t = t
-        fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
-        fit.watch = fit.meter.compile_watch
-        if fit.compiles is not None:
-            fit.compiles_seen = fit.compiles.count  # compiles in validation and epoch-end work are not training's
-            if fit.epoch_last < _INF:  # time the batch end before the epoch's last execution (a short batch?)
-                fit.watch = int(fit.epoch_last) - fit.meter.schedule.steps_per_execution
-        self._next_check = 0  # the first execution
+        with self._lock:  # the previous epoch's batch ends all ran (Keras waits for them at its end)
+            # The previous epoch ends, and this one starts, at the same instant: the
+            # work below (a write, a step-count read) is wall time of this epoch.
+            self._write_epoch(fit.meter.epoch_close(t))
+            if not fit.meter.exact_steps:
+                fit.epoch_iterations = read_step(self.model, None)
+            if fit.keras_count is not None:
+                fit.keras_count.epoch_begin()
+            fit.meter.epoch_begin(t, fit.epoch_last)
+            self._last_batch = self._begun = -1
+            fit.training, fit.ended = True, False
+            fit.validation.clear()
+            fit.compiled_at.clear()  # compiles in validation and epoch-end work are not training's
+            self._next_check = fit.meter.next_look  # the first execution
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # Always on the training thread, in order: what needs the order of the steps is noted here.
+        self._begun = batch
+        fit = self._fit
+        if fit is not None and fit.flops_later is not None and _built(self.model):
+            with self._lock:  # batch ends on the pool do not count on the training thread
+                self._count_flops_now(fit)
 
     def on_train_batch_end(self, batch, logs=None):
-        # The training thread's whole per-batch cost: a store and a comparison.
-        # On the callback itself, not on the fit's state: one object touched (inf outside a fit).
-        self._last_batch = batch
-        if batch >= self._next_check:
-            self._check(self._fit, batch)
+        # Keras may call this on its thread pool, concurrently and out of order (`async_safe`).
+        with self._lock:
+            if batch <= self._last_batch:
+                return  # a later batch end, taken already, covers this one
+            self._last_batch = batch
+            if batch >= self._next_check:
+                self._check(self._fit, batch)
 
     def on_test_begin(self, logs=None):
-        if self._fit is not None:
-            self._end_training_phase(self._fit)
-            self._fit.meter.validation_begin(time.perf_counter())
+        fit = self._fit
+        if fit is not None:
+            with self._lock:
+                fit.training = False  # compiles from here on are validation's
+                fit.validation.append([time.perf_counter(), None])
 
     def on_test_end(self, logs=None):
-        if self._fit is not None:
-            self._fit.meter.validation_end(time.perf_counter())
+        fit = self._fit
+        if fit is not None:
+            with self._lock:
+                if fit.validation and fit.validation[-1][1] is None:
+                    fit.validation[-1][1] = time.perf_counter()
+                    if fit.ended:  # validation after the training phase was closed (an epoch-end callback's)
+                        self._add_validation(fit)
 
     def on_epoch_end(self, epoch, logs=None):
         fit = self._fit
         if fit is not None:
-            self._end_training_phase(fit)
-            if self.epoch_logs and logs is not None:
-                rates = fit.meter.epoch_rates()
-                if rates is not None:
-                    logs.update(_epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
+            with self._lock:
+                self._end_training_phase(fit)
+                if self.epoch_logs and logs is not None:
+                    rates = fit.meter.epoch_rates()
+                    if rates is not None:
+                        logs.update(_epoch_log_values(rates))  # read by History, the progress bar, CSVLogger, ...
         if self._writer is not None:
             # Once per epoch, so that a worker killed later loses no finished epoch.
             self._writer.flush()
@@ -249,10 +284,11 @@ class ThroughputLogger(LoggingCallback):
     def on_train_end(self, logs=None):
         fit = self._fit
         if fit is not None:
-            self._end_training_phase(fit)
-            t = time.perf_counter()
-            self._write_epoch(fit.meter.epoch_close(t))
-            summary = self.summary = fit.meter.summary()
+            with self._lock:
+                self._end_training_phase(fit)
+                t = time.perf_counter()
+                self._write_epoch(fit.meter.epoch_close(t))
+                summary = self.summary = fit.meter.summary()
             summary["fit_seconds"] = t - fit.t0  # until the callbacks after this one end (below)
 
             def log(seconds: float) -> None:
@@ -269,74 +305,72 @@ class ThroughputLogger(LoggingCallback):
         if fit is not None and fit.compiles is not None:
             fit.compiles.close()
 
-    def _compiled(self) -> None:  # a CompileWatch's callback, on the training thread: look at the next batch end
-        self._next_check = 0
+    def _compiled(self) -> None:
+        """A `CompileWatch`'s callback, on the training thread: the execution begun last compiled."""
+        fit = self._fit
+        if fit is None or not fit.training:
+            return
+        with self._lock:
+            fit.compiled_at.append(self._begun)  # looked at from its batch end on (`_next_look`)
+            self._next_check = min(self._next_check, self._begun)
 
     # -- the batch ends that do something ------------------------------------------
 
     def _check(self, fit: _ThroughputFit, batch: int) -> None:
-        """A batch end the fit asked for: a window's end, the epoch's last step, or a look at the clock.
-
-        Windows by time (`every_s`) close at the first batch end at or after
-        their end: the clock is read at batch ends chosen from the pace so far,
-        each halfway to the window's end in steps, so a few reads per window
-        find it within a step. Where the epoch's length is unknown, every batch
-        end reads the clock (its last batch end is the training phase's end).
-        """
-        if fit.flops_later is not None:
+        """A batch end the meter or a compile asked to look at (`ThroughputMeter.look`), with the lock held."""
+        if fit.flops_later is not None and threading.get_ident() == fit.thread:
             self._count_flops_now(fit)  # inside the first execution, which the steady rates leave out
         t = time.perf_counter()
-        fit.prev_batch, fit.prev_t = fit.checked_batch, fit.checked_t
-        fit.checked_batch, fit.checked_t = batch, t
-        if batch >= fit.epoch_last and fit.keras_count is not None:
+        if fit.keras_count is not None and batch >= fit.keras_count.last_index:
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
-        if (compiles := fit.compiles) is not None:  # JAX's compiles since the last look (a host counter: cheap)
-            (fit.meter.execution_compiled if compiles.count != fit.compiles_seen else fit.meter.account)(batch, t)
-        if batch >= fit.next_batch or t >= fit.next_time:
-            self._write(fit.meter.execution_end(batch, t, fit.prev_batch, fit.prev_t))
-            fit.next_batch, fit.next_time = fit.meter.next_batch, fit.meter.next_time
-            if fit.meter.counter_failed:
-                self._counter_failed(fit)
-        if compiles is not None:
-            fit.compiles_seen = compiles.count  # after this look's own work (a FLOP count traces)
-        self._next_check = self._next_batch_end(fit, batch, t)
+        meter = fit.meter
+        # JAX's compiles, noted on the training thread with the begin of the execution that compiled.
+        self._write(meter.look(batch, t, compiled=fit.compiles is not None and fit.take_compiled(batch)))
+        if meter.counter_failed:
+            self._counter_failed(fit)
+        self._next_check = self._next_look(fit, batch)
 
     @staticmethod
-    def _next_batch_end(fit: _ThroughputFit, batch: int, t: float) -> float:
-        if fit.epoch_last == _INF:
-            return batch + 1
-        nxt = min(fit.next_batch, fit.epoch_last)
-        if fit.watch > batch:
-            nxt = min(nxt, fit.watch)
-        if fit.next_time < _INF:
-            steps, seconds = batch - fit.prev_batch, t - fit.prev_t
-            ahead = 1
-            if steps > 0 and seconds > 0:
-                ahead = max(1, int((fit.next_time - t) * steps / seconds / 2))
-            nxt = min(nxt, batch + ahead)
-        return nxt
+    def _next_look(fit: _ThroughputFit, batch: int) -> float:
+        """The meter's next batch end, or the end of an execution that compiled, if sooner."""
+        if fit.compiled_at:  # its batch end is at or after its begin
+            return min(fit.meter.next_look, max(batch + 1, fit.compiled_at[0]))
+        return fit.meter.next_look
 
     # -- writing ------------------------------------------------------------------
 
     def _end_training_phase(self, fit: _ThroughputFit) -> None:
-        """Close the epoch's training phase at its last batch end (once per epoch)."""
+        """Close the epoch's training phase at its last batch end (once per epoch), with the lock held.
+
+        Called at the epoch's end, after every batch end of the epoch ran
+        (Keras waits for its thread pool there), and at the end of training.
+        """
+        if fit.ended:
+            return
+        fit.ended = True
         meter = fit.meter
         epoch_steps = None
         if not meter.exact_steps and fit.epoch_iterations is not None:
             now = read_step(self.model, None)
             epoch_steps = None if now is None else now - fit.epoch_iterations
-        if fit.checked_batch == self._last_batch:
-            last_t, prev_batch, prev_t = fit.checked_t, fit.prev_batch, fit.prev_t
-        else:  # the epoch stopped early (`stop_training`) at a batch end that was not looked at: now
-            last_t, prev_batch, prev_t = time.perf_counter(), fit.checked_batch, fit.checked_t
-            if fit.compiles is not None and fit.compiles.count != fit.compiles_seen:
-                meter.execution_compiled(self._last_batch, last_t)
-        windows = meter.epoch_end(self._last_batch, last_t, epoch_steps, prev_batch, prev_t)
-        fit.next_batch = fit.next_time = self._next_check = _INF
+        now = time.perf_counter()
+        if meter.last_end[0] != self._last_batch and fit.compiles is not None and fit.take_compiled(self._last_batch):
+            meter.execution_compiled(self._last_batch, now)  # the epoch stopped early, at a batch end not looked at
+        windows = meter.epoch_end(self._last_batch, now, epoch_steps)
+        self._next_check = _INF
+        self._add_validation(fit)
         if meter.counter_failed:
             self._counter_failed(fit)
         if windows:
             self._write(windows)
+
+    @staticmethod
+    def _add_validation(fit: _ThroughputFit) -> None:
+        """Hand the meter the validations that ended, each from its start or the training phase's end."""
+        done = [span for span in fit.validation if span[1] is not None]
+        for t0, t1 in done:
+            fit.meter.validation(t0, t1)
+        fit.validation[:] = [span for span in fit.validation if span[1] is None]
 
     def _counter_failed(self, fit: _ThroughputFit) -> None:
         if fit.warned_counter:
@@ -427,6 +461,7 @@ class ThroughputLogger(LoggingCallback):
         fit.flops_later = later
         if counter is not None and meter.exact_steps:  # the schedule cannot tell which execution runs a new shape
             fit.compiles = watch_compiles(self._compiled)
+            meter.compiles_told = fit.compiles is not None
         steps = (self.params or {}).get("steps")
         if isinstance(counter, KerasCount):
             fit.keras_count = counter
@@ -449,16 +484,19 @@ class ThroughputLogger(LoggingCallback):
         data, devices = fit.flops_later
         fit.flops_later = None
         meter = fit.meter
+        training, fit.training = fit.training, False  # the count's own trace is no training compile
         try:
             meter.flops_per_sample, meter.peak_flops = self._flops(self.model, data, devices, meter.num_replicas)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not count FLOPs: %s: %s", type(exc).__name__, exc)
+        finally:
+            fit.training = training
 
     def _counter(self, data: FitData | None = None) -> Any:
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
         task = self._task
         workers = max(1, task.num_workers) if task is not None else 1
-        return _setup.choose_counter(self.model, data, workers=workers, probe_only=self._count_with == "probe")
+        return _setup.choose_counter(self.model, data, workers=workers)
 
     def _warn_steps_per_execution(self, strategy: Any) -> None:
         from keras_gpu.setup.keras_compat import warn_steps_per_execution
@@ -494,7 +532,8 @@ class ThroughputLogger(LoggingCallback):
         if s["tflops_per_sec"] is not None:
             parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
         if s["mfu"] is not None:
-            parts.append(f"MFU {100 * s['mfu']:.2f}%")
+            steady_mfu = "" if s["steady_mfu"] is None else f"steady {100 * s['steady_mfu']:.2f}%, "
+            parts.append(f"MFU {steady_mfu}wall clock {100 * s['mfu']:.2f}%")
         samples = "" if s["samples"] is None else f", {s['samples']} samples"
         logger.info(
             "keras-gpu: ThroughputLogger: %s; %d epoch(s), %d steps%s in %s (training %.2f s, validation %.2f s, "
@@ -511,29 +550,42 @@ class ThroughputLogger(LoggingCallback):
 
 
 class _ThroughputFit:
-    """The state of one `fit` call: the meter and the per-batch thresholds it asks for."""
+    """What one `fit` call meters with beside its meter: the sources of its counts and the compiles noted.
+
+    The per-batch state is the meter's (`ThroughputMeter.look`). Read and
+    written with the callback's lock held, except `training` and
+    `compiled_at`'s appends, which the training thread owns.
+    """
 
     __slots__ = (
-        "checked_batch", "checked_t", "compiles", "compiles_seen", "epoch_iterations", "epoch_last", "flops_later",
-        "keras_count", "meter", "next_batch", "next_time", "prev_batch", "prev_t", "t0", "warned_counter", "watch",
+        "compiled_at", "compiles", "ended", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
+        "t0", "thread", "training", "validation", "warned_counter",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
         self.meter = meter
         self.t0 = t0  # when fit's callbacks started (on_train_begin)
-        self.next_batch: float = _INF
-        self.next_time: float = _INF
-        self.checked_batch = self.prev_batch = -1  # the last two batch ends looked at, and their times
-        self.checked_t = self.prev_t = t0
-        self.watch = -1  # the batch end before an execution that may compile (a new batch shape)
-        self.epoch_last: float = _INF  # Keras' batch index of the epoch's last step, where known
+        self.thread = threading.get_ident()  # the training thread
+        self.epoch_last: int | None = None  # Keras' batch index of the epoch's last step, where known
         self.epoch_iterations: int | None = None
         self.warned_counter = False
         self.keras_count: KerasCount | None = None
         self.compiles: CompileWatch | None = None  # the backend's compiles on the training thread, where it tells
-        self.compiles_seen = 0  # its count at the last batch end looked at
+        # Keras' batch index at the begin of each execution that compiled in this epoch's training phase, oldest first.
+        self.compiled_at: list[int] = []
+        self.training = False  # in an epoch's training phase (validation's compiles are not training's)
+        self.ended = True  # the epoch's training phase was closed (`_end_training_phase`)
+        self.validation: list[list[Any]] = []  # `[start, end or None]` of each validation not yet handed over
         # FLOPs counted after the first step, where the model was not built at fit's start: `(fit data, devices)`.
         self.flops_later: tuple[Any, list[Any]] | None = None
+
+    def take_compiled(self, batch: int) -> bool:
+        """Whether an execution that ends at or before `batch` compiled; those are taken off the list."""
+        taken = False
+        while self.compiled_at and self.compiled_at[0] <= batch:
+            del self.compiled_at[0]
+            taken = True
+        return taken
 
 
 def _built(model: Any) -> bool:
@@ -572,6 +624,8 @@ def _epoch_values(times: EpochTimes) -> dict[str, float]:
         values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
     if times.steady_samples_per_sec is not None:
         values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
+    if times.steady_mfu is not None:
+        values[_tags.STEADY_MFU.name()] = times.steady_mfu
     return values
 
 

@@ -153,7 +153,7 @@ class ThroughputMeter(CompileLeaveOut):
         self.peak_flops = _positive_number("peak_flops", peak_flops)
         if counter is not None and not callable(counter):
             raise TypeError(f"`counter` must be a callable returning (steps, samples). Received: counter={counter!r}")
-        self.step = initial_step
+        self.initial_step = initial_step
         self.epochs = 0
         self._counter = counter
         self._counted = (0, 0)
@@ -170,8 +170,14 @@ class ThroughputMeter(CompileLeaveOut):
         self._epoch: _Epoch | None = None
         self._sizes_run: set[int] = set()  # batch sizes this fit has run (a new one compiles)
         self._short_batch_at = -2  # Keras' batch index of the execution that ran a pass's short last batch
-        self._epoch_steps = 0
         self._acc_batch = -1  # last batch index accounted for in this epoch
+        # The last two batch ends this epoch was fed, `(batch, time)`: where the previous execution ended.
+        self._prev: tuple[int, float] = (-1, 0.0)
+        self._end: tuple[int, float] = (-1, 0.0)
+        self.compiles_told = False  # the caller tells which executions compiled (`look(..., compiled=)`)
+        self._epoch_last = _INF  # Keras' batch index of the epoch's last step, where known
+        self.next_look: float = _INF  # the next batch end the meter asks to `look` at
+        self._watch = -1  # the batch end before an execution that may compile (a new batch shape)
         # The last batch end accounted for at a known time: (batch, time, epoch steps, epoch samples) there.
         self._mark: tuple[int, float, int, int] = (-1, 0.0, 0, 0)
         self._win_batch = -1
@@ -180,6 +186,16 @@ class ThroughputMeter(CompileLeaveOut):
         self._win_samples: int | None = 0
         self.next_batch: float = _INF
         self.next_time: float = _INF
+
+    @property
+    def step(self) -> int:
+        """The global step: `initial_step` plus the steps counted since."""
+        return self.initial_step + self._totals.steps
+
+    @property
+    def last_end(self) -> tuple[int, float]:
+        """`(batch, time)` of the last batch end this epoch was fed (`(-1, start)` before any)."""
+        return self._end
 
     @property
     def counts_samples(self) -> bool:
@@ -195,31 +211,96 @@ class ThroughputMeter(CompileLeaveOut):
 
     # -- feeding ----------------------------------------------------------------
 
-    def epoch_begin(self, t: float) -> None:
-        """Start an epoch at time `t` (seconds, any monotonic clock); its first window opens at `t`."""
+    def epoch_begin(self, t: float, last_batch: int | None = None) -> None:
+        """Start an epoch at time `t` (seconds, any monotonic clock); its first window opens at `t`.
+
+        Args:
+            t: The epoch's start.
+            last_batch: Keras' batch index of the epoch's last step, where
+                known: `next_look` then includes its batch end.
+        """
         if self.schedule.steps_per_epoch is None:
             self._pos = self._seen = 0
         self._in_epoch = True
         self._first_pending = True
         self._epoch = _Epoch(t0=t, index=self.epochs)
-        self._epoch_steps = 0
         self._acc_batch = -1
+        self._prev = self._end = (-1, t)
         self._open_window(-1, t)
         self._mark = (-1, t, 0, 0)
         self.next_batch = 0  # the first execution always reaches the handler
         self.next_time = _INF
+        self._epoch_last = _INF if last_batch is None else last_batch
+        self._watch = self.compile_watch
+        if self.compiles_told and last_batch is not None:  # the batch end before the last execution: a short batch?
+            self._watch = last_batch - self.schedule.steps_per_execution
+        self.next_look = 0
 
-    def execution_end(
-        self, batch: int, t: float, prev_batch: int = -1, prev_t: float = 0.0
-    ) -> list[Window | FirstExecution]:
-        """Handle a batch end that reached `next_batch` or `next_time`.
+    def look(self, batch: int, t: float, compiled: bool = False) -> list[Window | FirstExecution]:
+        """The batch end of `batch`, at `t`: the one call per batch end the caller looks at (`next_look`).
+
+        It may look at any batch end, in order; the meter asks for those it
+        needs in `next_look`. Each batch end looked at is where an execution
+        ended: the next one's start, for the executions left out of the
+        steady rate.
+
+        Args:
+            batch: Keras' `batch` argument: index of the execution's last step.
+            t: Time of the batch end.
+            compiled: Whether an execution since the last batch end looked
+                at compiled, where the caller watches the backend's compiles
+                (`compiles_told`).
+
+        Returns:
+            What to log: a `FirstExecution` for the first execution of an
+            epoch, and any `Window` that closed.
+        """
+        if not self._in_epoch:
+            return []
+        if compiled:
+            self.execution_compiled(batch, t)
+        elif self.compiles_told:
+            self.account(batch, t)
+        else:
+            self._observe(batch, t)
+        out = self.execution_end(batch, t) if batch >= self.next_batch or t >= self.next_time else []
+        self.next_look = self._plan_look()
+        return out
+
+    def _observe(self, batch: int, t: float) -> None:
+        """Note a batch end fed to the meter (the same batch end twice counts once)."""
+        if batch > self._end[0]:
+            self._prev, self._end = self._end, (batch, t)
+
+    def _plan_look(self) -> float:
+        """The next batch end to look at: a window's end, the epoch's last, the one before a compile.
+
+        Windows by time close at the first batch end at or after their end:
+        looks are spaced from the pace so far, each halfway to the window's
+        end in steps, so a few looks per window find it within a step. Where
+        the epoch's length is unknown, every batch end is looked at (its last
+        is the training phase's end).
+        """
+        (batch, t), (prev_batch, prev_t) = self._end, self._prev
+        if self._epoch_last == _INF:
+            return batch + 1
+        nxt = min(self.next_batch, self._epoch_last)
+        if self._watch > batch:
+            nxt = min(nxt, self._watch)
+        if self.next_time < _INF:
+            steps, seconds = batch - prev_batch, t - prev_t
+            ahead = 1
+            if steps > 0 and seconds > 0:
+                ahead = max(1, int((self.next_time - t) * steps / seconds / 2))
+            nxt = min(nxt, batch + ahead)
+        return nxt
+
+    def execution_end(self, batch: int, t: float) -> list[Window | FirstExecution]:
+        """Handle a batch end that reached `next_batch` or `next_time` (`look` calls it).
 
         Args:
             batch: Keras' `batch` argument: index of the execution's last step.
             t: Time the batch hook ran.
-            prev_batch: `batch` of the previous execution in this epoch (-1 for
-                none).
-            prev_t: Time of the previous execution's batch hook.
 
         Returns:
             What to log: a `FirstExecution` for the first execution of
@@ -227,6 +308,7 @@ class ThroughputMeter(CompileLeaveOut):
         """
         if not self._in_epoch:
             return []
+        self._observe(batch, t)
         out: list[Window | FirstExecution] = []
         if self._first_pending:
             self._first_pending = False
@@ -247,7 +329,7 @@ class ThroughputMeter(CompileLeaveOut):
         else:
             # This execution may be the last of the pass and may have stopped
             # early; the previous one is proven full by this one's existence.
-            end_batch, end_t = prev_batch, prev_t
+            end_batch, end_t = self._prev
             if end_batch <= self._win_batch or end_batch < 0:
                 self._schedule_window()
                 return out
@@ -257,27 +339,26 @@ class ThroughputMeter(CompileLeaveOut):
             out.append(window)
         return out
 
-    def epoch_end(
-        self, last_batch: int, last_t: float, epoch_steps: int | None = None, prev_batch: int = -1, prev_t: float = 0.0
-    ) -> list[Window]:
+    def epoch_end(self, last_batch: int, t: float, epoch_steps: int | None = None) -> list[Window]:
         """End the epoch's training phase and close its last (partial) window.
 
         Args:
             last_batch: `batch` of the epoch's last execution (-1 if none ran).
-            last_t: Time of that execution's batch hook (the end of the
-                training phase, before validation).
+            t: Now. The training phase ends at the last execution's batch end:
+                at the time it was looked at, where it was (`look`), else at
+                `t` (an epoch stopped early at a batch end not looked at).
             epoch_steps: The exact number of steps the epoch ran, when the
                 caller knows it (only consulted when `DataSchedule.exact_steps`
                 is False); the last execution's count is corrected to match,
                 within what is possible (it ran between 1 and
                 `steps_per_execution` steps).
-            prev_batch: `batch` of the execution before the last one (-1 for none).
-            prev_t: Time of its batch hook: the last execution's start, for
-                leaving it out of the steady rate where it compiled.
         """
         if not self._in_epoch:
             return []
+        self._observe(last_batch, t)
+        (_, last_t), (prev_batch, prev_t) = self._end, self._prev
         self._in_epoch = False
+        self.next_look = _INF
         self.next_batch = self.next_time = _INF
         out: list[Window] = []
         epoch = self._epoch
@@ -310,6 +391,21 @@ class ThroughputMeter(CompileLeaveOut):
         if epoch is not None and epoch.validation_t0 is not None:
             epoch.validation_sec += max(0.0, t - epoch.validation_t0)
             epoch.validation_t0 = None
+
+    def validation(self, start: float, end: float) -> None:
+        """A validation that ran from `start` to `end` in the epoch whose training phase `epoch_end` closed.
+
+        Its time counts from the later of `start` and the training phase's
+        end: where Keras dispatches steps asynchronously, the training phase
+        ends when its last step finished, which can be after validation was
+        started on the host.
+        """
+        epoch = self._epoch
+        if epoch is None:
+            return
+        if epoch.train_end is not None:
+            start = max(start, epoch.train_end)
+        epoch.validation_sec += max(0.0, end - start)
 
     def epoch_close(self, t: float) -> EpochTimes | None:
         """Close the accounting of the last epoch at `t`: the next epoch's start, or the end of training.
@@ -345,6 +441,7 @@ class ThroughputMeter(CompileLeaveOut):
             other_sec=other_sec,
             steady_steps_per_sec=steady_sps,
             steady_samples_per_sec=steady_samps,
+            steady_mfu=self._mfu(steady_samps),
         )
         self._totals.epochs.append(times)
         return times
@@ -394,9 +491,9 @@ class ThroughputMeter(CompileLeaveOut):
         * `steps_per_sec`, `samples_per_sec`, `samples_per_sec_per_replica`,
           `tflops_per_sec`, `mfu`: wall-clock rates over the training phases,
           first executions included;
-        * `steady_steps_per_sec`, `steady_samples_per_sec`: the same with the
-          first execution of each epoch left out, over the closed epochs
-          (`steady_rate`);
+        * `steady_steps_per_sec`, `steady_samples_per_sec`, `steady_mfu`: the
+          same with the first execution of each epoch left out, over the
+          closed epochs (`steady_rate`);
         * `train_seconds`, `validation_seconds`, `other_seconds`: training
           phases, and validation and the rest summed over closed epochs (see
           `epoch_close`); `first_step_sec`: one per epoch;
@@ -421,6 +518,7 @@ class ThroughputMeter(CompileLeaveOut):
             "mfu": rates.mfu if measured else None,
             "steady_steps_per_sec": steady_rate((e.steady_steps_per_sec, e.steady_sec) for e in tot.epochs),
             "steady_samples_per_sec": steady_rate((e.steady_samples_per_sec, e.steady_sec) for e in tot.epochs),
+            "steady_mfu": self._mfu(steady_rate((e.steady_samples_per_sec, e.steady_sec) for e in tot.epochs)),
             "train_seconds": tot.measured_seconds,
             "validation_seconds": tot.validation_seconds,
             "other_seconds": tot.other_seconds,
@@ -480,8 +578,6 @@ class ThroughputMeter(CompileLeaveOut):
 
     def _book(self, steps: int, samples: int | None) -> tuple[int, int | None]:
         """Add a read's steps and samples (`None`: not known) to the epoch and the totals; return them."""
-        self._epoch_steps += steps
-        self.step += steps
         self._totals.steps += steps
         if self._epoch is not None:
             self._epoch.steps += steps
@@ -491,18 +587,15 @@ class ThroughputMeter(CompileLeaveOut):
         return steps, samples
 
     def _correct_last_execution(self, epoch_steps: int) -> None:
-        counted = self._epoch_steps
+        counted = self._epoch.steps
         k = self.schedule.steps_per_execution
         actual = min(counted, max(counted - k + 1, int(epoch_steps), 1))
         delta = actual - counted  # <= 0
         if delta == 0:
             return
-        self._epoch_steps += delta
-        self.step += delta
         self._totals.steps += delta
         self._win_steps += delta
-        if self._epoch is not None:
-            self._epoch.steps += delta
+        self._epoch.steps += delta
         if self.schedule.counts_samples:  # never with a counter: its steps are exact
             self._totals.samples += delta * self.schedule.batch_size
             if self._epoch is not None:
@@ -542,6 +635,12 @@ class ThroughputMeter(CompileLeaveOut):
         tot.measured_samples += samples or 0
         tot.measured_seconds += seconds
         return Window(self.step, steps, samples, seconds, **dataclasses.asdict(self._rates(steps, samples, seconds)))
+
+    def _mfu(self, samples_per_sec: float | None) -> float | None:
+        """MFU at `samples_per_sec` (`None` without it, the FLOPs per sample or the peak)."""
+        if samples_per_sec is None or self.flops_per_sample is None or not self.peak_flops:
+            return None
+        return samples_per_sec * self.flops_per_sample / self.peak_flops
 
     def _rates(self, steps: int, samples: int | None, seconds: float) -> Rates:
         """Rates over `seconds` (`window_rates`), samples if counted."""

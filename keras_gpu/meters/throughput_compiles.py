@@ -38,6 +38,8 @@ class CompileLeaveOut:
 
         def _add_to_window(self, steps: int, samples: int | None) -> None: ...
 
+        def _observe(self, batch: int, t: float) -> None: ...
+
     @property
     def compile_watch(self) -> int:
         """Keras' batch index of the execution before the one that runs a batch size new to this fit; -1 if none.
@@ -67,6 +69,7 @@ class CompileLeaveOut:
         It reads the counter: call it where that is cheap (on the host). It
         marks where an execution that compiles next starts (`execution_compiled`).
         """
+        self._observe(batch, t)
         if self._in_epoch and not self._first_pending and self.exact_steps and batch > self._acc_batch:
             self._add_to_window(*self._advance(batch))
             self._mark = (batch, t, self._epoch.steps, self._epoch.samples)
@@ -81,6 +84,7 @@ class CompileLeaveOut:
         end. Nothing for the first execution (left out already), or where
         steps are known only later.
         """
+        self._observe(batch, t)
         if not self._in_epoch or self._first_pending or not self.exact_steps or batch < self._acc_batch:
             return
         mark_batch, mark_t, mark_steps, mark_samples = self._mark  # where `_acc_batch` was reached

@@ -243,6 +243,8 @@ class EpochTimes:
             execution, or `None` when only one execution ran.
         steady_samples_per_sec: Samples/s likewise, or `None` (also when samples
             are not counted).
+        steady_mfu: MFU at `steady_samples_per_sec`, or `None` without it,
+            the FLOPs per sample or the peak.
     """
 
     step: int
@@ -254,6 +256,7 @@ class EpochTimes:
     other_sec: float
     steady_steps_per_sec: float | None
     steady_samples_per_sec: float | None
+    steady_mfu: float | None = None
 
     @property
     def steady_sec(self) -> float:

@@ -163,6 +163,12 @@ MFU = Tag(
     "model FLOPs utilisation: achieved FLOP/s over the summed dense peak of all replica devices",
     "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"),
 )
+STEADY_MFU = Tag(
+    "throughput/steady_mfu", "fraction 0..1",
+    "once per epoch: MFU at the steady rate (throughput/steady_samples_per_sec): the first execution and the "
+    "executions that compiled left out",
+    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"),
+)
 
 # -- time per epoch --------------------------------------------------------------
 EPOCH_SEC = Tag(

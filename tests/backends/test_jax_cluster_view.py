@@ -156,3 +156,67 @@ def test_the_clock_splits_a_call_into_host_input_and_device_and_restores_the_tra
     assert got["busy"] == pytest.approx(got["host"] + got["input"])
     assert got["rows"][0][0] == 0.1 and got["rows"][0][2] == 1e-300 and got["rows"][0][1] != got["rows"][0][1]
     assert len(got["rows"]) == 1  # one process: its own row, bit-exact as float64
+
+
+def test_the_clock_waits_for_nothing_under_asynchronous_dispatch():
+    """One process, a real `verbose=0` fit whose callbacks are all `async_safe`: the clock stops waiting for each
+    call's outputs once a batch end ran on Keras' pool, and its parts hold the sleeps placed in each."""
+    out = run_python(
+        """
+        import json, threading, time
+        import jax, keras, numpy as np
+        from keras_gpu.hooks import step_time_cluster_jax as sc
+
+        waits = []
+        real = jax.block_until_ready
+        def counted(x):
+            waits.append(1)
+            return real(x)
+        jax.block_until_ready = counted
+
+        x, y = np.zeros((64, 4), "float32"), np.zeros((64, 1), "float32")
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+
+        class Data(keras.utils.PyDataset):
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                time.sleep(0.02)
+                return x[:8], y[:8]
+
+        class Probe(keras.callbacks.Callback):
+            async_safe = True  # as StepTimeLogger: Keras keeps running batch ends on its pool
+            def on_train_begin(self, logs=None):
+                self.clock, self.main, self.off = sc.install_clock(self.model), threading.get_ident(), set()
+                self.calls = 0
+            def on_epoch_begin(self, epoch, logs=None):
+                self.clock.epoch_begin()
+            def on_train_batch_begin(self, batch, logs=None):
+                self.calls += 1
+                self.clock.batch_begin(batch)
+                time.sleep(0.01)  # host time on the training thread, between calls
+            def on_train_batch_end(self, batch, logs=None):
+                off = threading.get_ident() != self.main
+                self.off.add(off)
+                self.clock.ended(batch, time.perf_counter(), off)
+            def on_train_end(self, logs=None):
+                self.window = self.clock.read()
+                sc.remove_clock(self.model)
+
+        probe = Probe()
+        model.fit(Data(), epochs=2, verbose=0, callbacks=[probe])
+        w = probe.window
+        print(json.dumps({"steps": w.steps, "host": w.host_sec, "input": w.input_sec, "device": w.device_sec,
+                          "step": w.step_sec, "off": sorted(probe.off), "waits": len(waits), "calls": probe.calls,
+                          "blocking": probe.clock.blocking}))
+        """,
+        env={"KERAS_BACKEND": "jax"},
+        timeout=300,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["off"] == [True]  # every batch end ran on Keras' pool
+    assert not got["blocking"] and got["waits"] < got["calls"]  # it waited only before the first batch end ran
+    assert got["steps"] == 2 * (8 - 1)  # both epochs, less each epoch's first call
+    assert got["host"] >= 0.01 and got["input"] >= 0.02 and got["device"] >= 0
+    assert got["step"] == pytest.approx(got["host"] + got["input"] + got["device"])
