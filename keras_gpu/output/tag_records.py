@@ -252,8 +252,18 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
     )
 
 
-def read_memory(scalars: Scalars) -> MemorySummary:
-    """Each allocator's peak, NVML's statistics per GPU and metric, and the host's peak RSS."""
+def read_memory(scalars: Scalars, texts: Texts | None = None) -> MemorySummary:
+    """Each allocator's peak, JAX's preallocated pools, NVML's statistics per GPU and metric, and the host's peak RSS.
+
+    A pool is one an allocator wrote its preallocation setting for
+    (`memory/allocator/<device>/preallocation`), with the largest size
+    logged for it (`None` where JAX reported none).
+    """
+    pools: dict[str, tuple[float | None, str]] = {}
+    for name, points in (texts or {}).items():
+        if (found := _tags.ALLOC_PREALLOCATION.match(name)) is not None and points:
+            sizes = scalars.get(_tags.ALLOC_POOL.name(device=found["device"]))
+            pools[found["device"]] = (max(v for _, v in sizes) if sizes else None, points[-1][1])
     allocator: dict[str, float] = {}
     gpus: dict[str, dict[str, SeriesStats]] = {}
     for name, points in scalars.items():
@@ -269,4 +279,5 @@ def read_memory(scalars: Scalars) -> MemorySummary:
         allocator_uncounted={device: uncounted_allocator(device) for device, peak in allocator.items() if peak <= 0},
         gpus=gpus,
         host_rss_peak_bytes=max(v for _, v in host) if host else None,
+        pools=pools,
     )
