@@ -369,13 +369,14 @@ class _Run:
                 if not self.watch.alive():
                     self._final(abandoned=True)
                     return
-                self.read_allocators()
                 now = time.monotonic()
                 requested, self._requested = self._requested, False
                 if now >= next_window or (requested and now - last_window >= min_gap):
-                    self.write_window()
+                    self.write_window()  # reads the allocators at the window's end
                     last_window = time.monotonic()
                     next_window = last_window + self.every_s
+                else:
+                    self.read_allocators()
         except Exception as exc:  # noqa: BLE001 - monitoring must never take training down
             logger.warning("keras-gpu: MemoryLogger stopped after an unexpected error: %s: %s", type(exc).__name__, exc)
             if self.sampler is not None:

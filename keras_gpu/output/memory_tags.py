@@ -67,7 +67,7 @@ def pool_words(pool_bytes: float | None, setting: str) -> str:
         pool_bytes: Its size as JAX reports it, `None` where it does not
             (then no number is given).
         setting: The environment variables that decide it
-            (`keras_gpu.core.backend.jax_preallocation`).
+            (`keras_gpu.core.backend.jax_preallocation`), `""` where unknown.
 
     Returns:
         E.g. `"JAX's preallocated pool 105.0 GiB (XLA_PYTHON_CLIENT_PREALLOCATE
@@ -79,4 +79,5 @@ def pool_words(pool_bytes: float | None, setting: str) -> str:
         "JAX's preallocated pool, its size not reported by JAX (XLA_PYTHON_CLIENT_PREALLOCATE=true; set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"
     """
     size = f" {format_bytes(pool_bytes)}" if pool_bytes is not None else ", its size not reported by JAX"
-    return f"JAX's preallocated pool{size} ({setting}; set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"
+    said = f"{setting}; " if setting else ""
+    return f"JAX's preallocated pool{size} ({said}set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"

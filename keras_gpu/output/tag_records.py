@@ -255,15 +255,21 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
 def read_memory(scalars: Scalars, texts: Texts | None = None) -> MemorySummary:
     """Each allocator's peak, JAX's preallocated pools, NVML's statistics per GPU and metric, and the host's peak RSS.
 
-    A pool is one an allocator wrote its preallocation setting for
-    (`memory/allocator/<device>/preallocation`), with the largest size
-    logged for it (`None` where JAX reported none).
+    A pool is one an allocator logged its preallocation setting
+    (`memory/allocator/<device>/preallocation`, `""` where absent) or its
+    size for, with the largest size logged (`None` where JAX reported none).
     """
-    pools: dict[str, tuple[float | None, str]] = {}
-    for name, points in (texts or {}).items():
-        if (found := _tags.ALLOC_PREALLOCATION.match(name)) is not None and points:
-            sizes = scalars.get(_tags.ALLOC_POOL.name(device=found["device"]))
-            pools[found["device"]] = (max(v for _, v in sizes) if sizes else None, points[-1][1])
+    settings = {
+        found["device"]: points[-1][1]
+        for name, points in (texts or {}).items()
+        if points and (found := _tags.ALLOC_PREALLOCATION.match(name)) is not None
+    }
+    sizes = {
+        found["device"]: max(v for _, v in points)
+        for name, points in scalars.items()
+        if points and (found := _tags.ALLOC_POOL.match(name)) is not None
+    }
+    pools = {device: (sizes.get(device), settings.get(device, "")) for device in sorted(settings.keys() | sizes.keys())}
     allocator: dict[str, float] = {}
     gpus: dict[str, dict[str, SeriesStats]] = {}
     for name, points in scalars.items():
