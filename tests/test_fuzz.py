@@ -456,6 +456,7 @@ _CALLBACK_ARGS = {
         "allocator": _anything(st.booleans()),
         "host": _anything(st.booleans()),
         "gpus": _anything(st.lists(st.integers(-1, 4), max_size=3)),
+        "reset_peaks": _anything(st.booleans()),
     },
     "PlacementLogger": {"max_rows": _anything(st.integers(-1, 100)), "write_graph": _anything(st.booleans())},
     "callbacks": {

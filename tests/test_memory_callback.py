@@ -18,7 +18,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras
 import tensorflow as tf
 
-from keras_gpu.core import nvml_session
+from keras_gpu.core import host_memory, nvml_session
 from keras_gpu.hooks import fit_introspection
 from keras_gpu.hooks import memory_logger as memory
 from keras_gpu.hooks.memory_logger import MemoryLogger
@@ -237,10 +237,10 @@ def test_host_tags(fake_run):
 
 
 def test_host_memory_is_in_bytes_and_its_peak_covers_the_rss():
-    rss0, _ = memory._host_memory()
+    rss0, _ = host_memory.host_memory()
     block = bytearray(96 * 2**20)
     block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page so it is resident
-    rss1, peak1 = memory._host_memory()
+    rss1, peak1 = host_memory.host_memory()
     assert rss1 - rss0 >= 80 * 2**20  # 96 MiB resident more: the unit is bytes
     assert peak1 >= rss1
     del block
@@ -256,13 +256,13 @@ def test_host_peak_is_kept_at_or_above_the_rss_when_the_sources_disagree(monkeyp
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", no_status)
-    monkeypatch.setattr(memory, "_statm_rss_bytes", lambda: 500 * 2**20)
-    monkeypatch.setattr(memory, "_rusage_peak_rss_bytes", lambda: 499 * 2**20)
+    monkeypatch.setattr(host_memory, "statm_rss_bytes", lambda: 500 * 2**20)
+    monkeypatch.setattr(host_memory, "rusage_peak_rss_bytes", lambda: 499 * 2**20)
     run = SimpleNamespace(host_peak=None)
     values: dict[str, float] = {}
     memory._Run._host_window(run, values)
     assert values == {"memory/host/rss_bytes": 500 * 2**20, "memory/host/peak_rss_bytes": 500 * 2**20}
-    monkeypatch.setattr(memory, "_statm_rss_bytes", lambda: 400 * 2**20)
+    monkeypatch.setattr(host_memory, "statm_rss_bytes", lambda: 400 * 2**20)
     memory._Run._host_window(run, values)
     assert values == {"memory/host/rss_bytes": 400 * 2**20, "memory/host/peak_rss_bytes": 500 * 2**20}
 
@@ -591,7 +591,9 @@ def test_one_point_per_step_while_the_first_step_runs_long(tmp_path, model, data
 
 
 def test_an_allocator_that_counted_nothing_is_not_summarised_as_zero():
-    line = memory._Run.summary(SimpleNamespace(run_peaks={"CPU_0": 0, "GPU_0": 2**20}, gpu_peaks={}, host_peak=2**30))
+    run = SimpleNamespace(run_peaks={"CPU_0": 0, "GPU_0": 2**20}, gpu_peaks={}, host_peak=2**30, pools={})
+    run._gpu_summary = lambda: memory._Run._gpu_summary(run)
+    line = memory._Run.summary(run)
     assert "0 B" not in line
     assert "the CPU_0 allocator counted no allocation (TensorFlow's CPU allocator statistics leave small tensors out" in line
     assert "peak allocator memory on GPU_0: 1.0 MiB" in line and "host peak RSS: 1.0 GiB" in line

@@ -191,6 +191,7 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
             for k in ("compute_sec", "communication_sec")
         }
         | {f"memory/allocator/{d}/current_bytes" for d in run["memory"]["allocator_peak_bytes"]}
+        | {f"memory/allocator/{d}/pool_bytes" for d in run["memory"]["pools"]}
         | {f"gpu/{g}/{m}" for g, ms in run["memory"]["gpus"].items() for m in ms}
         | {f"placement/{k}" for k in run["placement_counts"]}
         | {f"cluster/{part}_sec/{stat}" for part in ("busy", "input", "communication") for stat in run["cluster"][part]}

@@ -180,13 +180,15 @@ def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
 
 
 def _memory_table(runs: list[RunSummary]) -> tuple[Any, list[str]]:
-    """`(peak memory table, notes on devices whose allocator counted nothing)`."""
+    """`(peak memory table, notes on devices whose allocator counted nothing or preallocated a pool)`."""
     mem = _table(
         "Peak memory",
         ("worker", "device", "allocator peak", "host RSS peak", "GPU: this process", "GPU: all processes",
          "GPU util mean"),
         ("worker", "device"),
     )
+    from keras_gpu.output.memory_tags import pool_words
+
     notes: list[str] = []
     for r in runs:
         m = r.memory
@@ -195,6 +197,11 @@ def _memory_table(runs: list[RunSummary]) -> tuple[Any, list[str]]:
         for device, why in sorted(m.allocator_uncounted.items()):
             mem.add_row(r.label, device, "not counted", "", "", "", "")
             notes.append(f"{r.label}, {device}: the allocator counted no allocation ({why}).")
+        for device, (size, setting) in sorted(m.pools.items()):
+            notes.append(
+                f"{r.label}, {device}: {pool_words(size, setting)}. NVML's 'GPU: this process' counts all of the "
+                "pool; the allocator peak is what the model used of it."
+            )
         for gpu, metrics in sorted(m.gpus.items()):
             mem.add_row(
                 r.label, f"GPU {gpu} (NVML)", "", "",

@@ -16,9 +16,10 @@ fact                           TensorFlow                  JAX                  
 replica devices                the strategy's devices      the `keras.distribution`    the model's device
                                                            mesh, else the default
                                                            device
-allocator memory               `get_memory_info`; peak     `Device.memory_stats()`     `torch.cuda` memory stats
-                               reset per window            (GPU); peak since process   (GPU); peak reset per
-                                                           start                       window; none on CPU
+allocator memory               `get_memory_info`; peak     `Device.memory_stats()`     `torch.cuda.memory_stats`
+                               since process start or      (GPU); peak since process   (GPU); peak since process
+                               its last reset              start; a pool preallocated  start or its last reset;
+                                                           on GPU by default           none on CPU
 matmul dtype (float32)         TF32 while TF32 execution   TF32 unless the default     TF32 when
                                is enabled                  matmul precision is         `allow_tf32` is set
                                                            `highest`
@@ -44,11 +45,14 @@ from keras_gpu.core.cluster_info import ClusterInfo
 __all__ = [
     "INSTALL_HINT",
     "Allocator",
+    "AllocatorPool",
     "AllocatorReading",
     "allocator_memory",
+    "allocator_pool",
     "allocators",
     "compute_dtype",
     "device_name",
+    "jax_preallocation",
     "name",
     "num_replicas",
     "physical_gpus",
@@ -394,9 +398,9 @@ class Allocator(NamedTuple):
         device: The backend's own name for the device (`"GPU:0"` for
             TensorFlow, the `jax.Device`'s `"gpu:0"`, `"cuda:0"` for PyTorch).
         tag: Its label in tags (`memory/allocator/<tag>/...`): `GPU_0`, `CPU_0`.
-        peak_resets: Whether the backend can reset the peak, so that
-            `peak_bytes` is the window's peak (TensorFlow, PyTorch) rather
-            than the peak since the process started (JAX).
+        peak_resets: Whether the backend can reset the peak counter
+            (TensorFlow, PyTorch on a GPU; JAX cannot). keras-gpu resets it
+            only where asked to (`MemoryLogger(reset_peaks=True)`).
     """
 
     device: str
@@ -405,7 +409,8 @@ class Allocator(NamedTuple):
 
 
 class AllocatorReading(NamedTuple):
-    """Bytes held by an allocator now, and the most it held at once (see `Allocator.peak_resets`)."""
+    """Bytes held by an allocator now, and its peak counter: the most it held at once since the process started or
+    the counter's last reset (by anyone: the user, or `reset_allocator_peak`)."""
 
     current_bytes: int
     peak_bytes: int
@@ -461,14 +466,20 @@ def allocator_memory(allocator: Allocator) -> AllocatorReading | None:
     if backend == "torch" and allocator.device.startswith("cuda"):
         import torch
 
-        return AllocatorReading(
-            int(torch.cuda.memory_allocated(allocator.device)), int(torch.cuda.max_memory_allocated(allocator.device))
-        )
+        # One read for both: what `memory_allocated` and `max_memory_allocated` return.
+        stats = torch.cuda.memory_stats(allocator.device)
+        current = int(stats.get("allocated_bytes.all.current", 0))
+        return AllocatorReading(current, int(stats.get("allocated_bytes.all.peak", current)))
     return None
 
 
 def reset_allocator_peak(allocator: Allocator) -> None:
-    """Start a new peak (TensorFlow, PyTorch on GPU); nothing where the backend cannot (JAX)."""
+    """Start a new peak (TensorFlow, PyTorch on GPU); nothing where the backend cannot (JAX).
+
+    The counter is the process's, not keras-gpu's: the user's own readers
+    (`torch.cuda.max_memory_allocated`, `get_memory_info(...)["peak"]`) see
+    the reset too.
+    """
     if not allocator.peak_resets:
         return
     backend = name()
@@ -480,3 +491,90 @@ def reset_allocator_peak(allocator: Allocator) -> None:
         import torch
 
         torch.cuda.reset_peak_memory_stats(allocator.device)
+
+
+# --------------------------------------------------------------------------- JAX's preallocated pool
+
+_JAX_DEFAULT_FRACTION = 0.75
+"""The share of a GPU's memory JAX preallocates when no memory-fraction variable says otherwise."""
+
+_JAX_FRACTION_VARIABLES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+"""The memory-fraction variables jaxlib reads, the current name first (the second is its deprecated name)."""
+
+
+class AllocatorPool(NamedTuple):
+    """A pool of device memory the backend's allocator took up front, whatever the model uses of it.
+
+    Attributes:
+        gpu: The GPU's CUDA ordinal among this process's visible GPUs, as
+            NVML's readings are indexed (`physical_gpus`).
+        pool_bytes: Its size as the backend reports it (JAX: `pool_bytes` of
+            `Device.memory_stats()`), `None` where it reports none.
+        setting: The environment variables that decide it, in words, e.g.
+            `"XLA_PYTHON_CLIENT_PREALLOCATE unset: on by default; 75% of the
+            GPU's memory by default"`.
+    """
+
+    gpu: int
+    pool_bytes: int | None
+    setting: str
+
+
+def jax_preallocation(environ: Any = None) -> str | None:
+    """How JAX's GPU client preallocates, by the rules of jaxlib's GPU plugin options; `None` where it does not.
+
+    Preallocation is on unless `XLA_PYTHON_CLIENT_PREALLOCATE` is `false`,
+    `False` or `0`, or `XLA_PYTHON_CLIENT_ALLOCATOR=platform` (which
+    allocates on demand). Its size is `XLA_CLIENT_MEM_FRACTION` (formerly
+    `XLA_PYTHON_CLIENT_MEM_FRACTION`) of the GPU's memory, 75% by default.
+    JAX reads them once, when its GPU backend starts; this function reads
+    them as they are now, so change them before JAX starts.
+
+    Args:
+        environ: The environment to read (`os.environ` when `None`).
+
+    Returns:
+        The setting in words, or `None` where JAX allocates on demand.
+
+    Example:
+        >>> jax_preallocation({})
+        "XLA_PYTHON_CLIENT_PREALLOCATE unset: on by default; 75% of the GPU's memory by default"
+        >>> jax_preallocation({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}) is None
+        True
+    """
+    env = os.environ if environ is None else environ
+    if env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default").lower() == "platform":
+        return None
+    preallocate = env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")
+    if preallocate in ("false", "False", "0"):
+        return None
+    parts = [f"XLA_PYTHON_CLIENT_PREALLOCATE={preallocate}" if preallocate else
+             "XLA_PYTHON_CLIENT_PREALLOCATE unset: on by default"]
+    fraction = next(((v, env[v]) for v in _JAX_FRACTION_VARIABLES if env.get(v)), None)
+    if fraction is None:
+        parts.append(f"{_JAX_DEFAULT_FRACTION:.0%} of the GPU's memory by default")
+    else:
+        parts.append(f"{fraction[0]}={fraction[1]}")
+    return "; ".join(parts)
+
+
+def allocator_pool(allocator: Allocator) -> AllocatorPool | None:
+    """The pool the allocator preallocated on its device: JAX on a GPU with preallocation on; else `None`.
+
+    Its size is read from `Device.memory_stats()` (`pool_bytes`) where JAX
+    reports it, never estimated from the memory fraction.
+    """
+    if name() != "jax" or not allocator.device.startswith("gpu"):
+        return None
+    setting = jax_preallocation()
+    if setting is None:
+        return None
+    import jax
+
+    device = next((d for d in jax.local_devices() if f"{d.platform}:{d.id}" == allocator.device), None)
+    if device is None:
+        return None
+    stats = device.memory_stats() or {}
+    pool = stats.get("pool_bytes")
+    local = getattr(device, "local_hardware_id", None)
+    return AllocatorPool(int(device.id if local is None else local), None if pool is None else int(pool), setting)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -13,12 +12,22 @@ from typing import Any
 from keras_gpu.core import backend
 from keras_gpu.core import nvml as _nvml
 from keras_gpu.core.checks import check_bool, check_positive
+from keras_gpu.core.host_memory import host_memory
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.units import format_bytes
 from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitWatch
+from keras_gpu.meters.allocator_peak import WindowPeak
+from keras_gpu.output import tags as _tags
 from keras_gpu.output import writer as _writer
-from keras_gpu.output.memory_tags import allocator_values, epoch_log_values, gpu_values, host_values
+from keras_gpu.output.memory_tags import (
+    allocator_values,
+    epoch_log_values,
+    gpu_values,
+    host_values,
+    pool_values,
+    pool_words,
+)
 from keras_gpu.output.reader import uncounted_allocator
 
 __all__ = ["MemoryLogger"]
@@ -52,18 +61,40 @@ class MemoryLogger(LoggingCallback):
     of the `keras.distribution`, else the default device; PyTorch: the
     model's device; see `keras_gpu.core.backend`), from TensorFlow's
     `get_memory_info`, JAX's `Device.memory_stats()` or PyTorch's
-    `torch.cuda.memory_allocated` / `max_memory_allocated`. It is read on the
-    background thread while training runs, so a reading includes the step's
-    temporaries (except the last window of `fit`, read after the last step).
-    Its peak is reset at the start of `fit` and after each window on
-    TensorFlow and PyTorch (`tf.config.experimental.reset_memory_stats`,
-    `torch.cuda.reset_peak_memory_stats`), so other readers of that peak see
-    it reset too; JAX cannot reset it. JAX and PyTorch keep no allocator
-    statistics on CPU: there, the host readings are the process's memory,
-    and the allocator is left out after one INFO line. On CPU, TensorFlow's
-    allocator statistics leave small allocations out (a 40 KB tensor is not
-    counted, a 400 KB one is), so a tiny model may show 0 there. Reading the
-    allocator and resetting its peak are cheap, thread-safe calls.
+    `torch.cuda.memory_stats` (what `memory_allocated` and
+    `max_memory_allocated` read). It is read on the window thread about
+    every half second (and at each window's end) while training runs, so a
+    reading includes the step's temporaries (except the last window of
+    `fit`, read after the last step). Reading it is a cheap, thread-safe call
+    with no device synchronisation.
+
+    The backend's peak counter belongs to the process, and keras-gpu leaves
+    it alone: after `fit`, `torch.cuda.max_memory_allocated()` or
+    `get_memory_info(...)["peak"]` read what they would without keras-gpu. A
+    window's peak (`peak_bytes`) is the counter's value where the counter
+    rose during the window (exact, short spikes included), else the largest
+    bytes-in-use read of the window: a spike that came and went between two
+    reads, below an earlier high of the counter, is then missed (see
+    `keras_gpu.meters.allocator_peak`). `reset_peaks=True` resets the
+    counter at the start of `fit` and after each window instead (TensorFlow's
+    `reset_memory_stats`, PyTorch's `reset_peak_memory_stats`; JAX cannot),
+    so that each window's peak is the counter's; the user's own readers of
+    the peak then see the resets too.
+
+    JAX preallocates a pool of 75% of each GPU's memory by default
+    (`XLA_PYTHON_CLIENT_PREALLOCATE`, `XLA_CLIENT_MEM_FRACTION`), which NVML
+    counts as this process's memory whatever the model uses of it. Where
+    preallocation is on, the pool's size is logged
+    (`memory/allocator/<device>/pool_bytes`, from `Device.memory_stats()`,
+    where JAX reports it) with the setting
+    (`memory/allocator/<device>/preallocation`), and the end-of-fit line and
+    `keras-gpu report` name it beside NVML's figure and the allocator's peak.
+
+    JAX and PyTorch keep no allocator statistics on CPU: there, the host
+    readings are the process's memory, and the allocator is left out after
+    one INFO line. On CPU, TensorFlow's allocator statistics leave small
+    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
+    tiny model may show 0 there.
 
     The host's memory comes from one read of `/proc/self/status` (`VmRSS`,
     `VmHWM`); without it, from `/proc/self/statm` and `resource.getrusage`.
@@ -104,6 +135,11 @@ class MemoryLogger(LoggingCallback):
             something) and `memory/host/peak_rss_bytes`, are added to Keras'
             epoch `logs`, so that `History`, the progress bar, `CSVLogger` and
             any callback after this one in the list record them.
+        reset_peaks: Reset the backend's peak counter of each allocator at
+            the start of `fit` and after each window (TensorFlow, PyTorch).
+            Off by default: the counter is the process's, and a reset changes
+            what the user's own `torch.cuda.max_memory_allocated()` or
+            `get_memory_info(...)["peak"]` read afterwards.
 
     Raises:
         TypeError, ValueError: An argument is malformed.
@@ -138,9 +174,11 @@ class MemoryLogger(LoggingCallback):
         gpus: Sequence[int] | None = None,
         per_worker_runs: bool | None = None,
         epoch_logs: bool = True,
+        reset_peaks: bool = False,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
         self.epoch_logs = check_bool("epoch_logs", epoch_logs)
+        self.reset_peaks = check_bool("reset_peaks", reset_peaks)
         # keras_gpu.callbacks() checked the every_s it forwards.
         self.every_s = float(check_positive("every_s", every_s))
         self.sample_interval_s = float(check_positive("sample_interval_s", sample_interval_s, minimum=0.001))
@@ -226,7 +264,10 @@ class _Run:
         self.writer = writer
         self.every_s = owner.every_s
         self.host = owner.host
+        self.reset_peaks = owner.reset_peaks
         self.allocators = allocators
+        self.windows_of: dict[str, WindowPeak] = {}  # allocator tag -> its window's peak so far
+        self.pools: dict[str, backend.AllocatorPool] = {}  # allocator tag -> JAX's preallocated pool
         self.watch = watch
         self.sampler = (
             _nvml.GpuSampler(gpus, owner.sample_interval_s, alive=watch.alive, max_idle_s=None) if gpus else None
@@ -237,6 +278,7 @@ class _Run:
         self.host_peak: int | None = None
         self.windows = 0
         self._step = 0
+        self._written_step: int | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -245,12 +287,21 @@ class _Run:
         self._thread = threading.Thread(target=self._loop, name="keras-gpu-memory-logger", daemon=True)
 
     def start(self) -> None:
+        """Read the allocators (`open`), then start the sampler and the window thread."""
+        self.open()
+        if self.sampler is not None:
+            self.sampler.start()
+        self._thread.start()
+
+    def open(self) -> None:
+        """Read each allocator once (resetting its peak counter where asked to) and name JAX's pools."""
         usable = []
         for allocator in self.allocators:
+            counter = None  # not read yet: its first read counts
             try:
                 reading = backend.allocator_memory(allocator)
                 if reading is not None:
-                    backend.reset_allocator_peak(allocator)
+                    counter = self._reset(allocator, reading.peak_bytes)
             except Exception as exc:  # noqa: BLE001 - not yet available (TensorFlow before its first allocation)
                 self._unread[allocator.device] = f"{type(exc).__name__}: {exc}"
             else:
@@ -259,12 +310,10 @@ class _Run:
                                            "metrics are this process's memory")
                     continue
             usable.append(allocator)
+            self.windows_of[allocator.tag] = WindowPeak(counter)
         self.allocators = usable
         self._step = read_step(self.model, 0)
-        self._written_step: int | None = None
-        if self.sampler is not None:
-            self.sampler.start()
-        self._thread.start()
+        self._find_pools()
 
     def request_window(self) -> None:
         """Ask the window thread to write a window (called on the training thread).
@@ -277,8 +326,9 @@ class _Run:
     def epoch_peaks(self) -> dict[str, float]:
         """The peaks of this `fit` so far, for the epoch's `logs` (on the training thread, once per epoch).
 
-        Reads each allocator without resetting its peak (cheap, no device
-        synchronisation, no NVML) and the host's peak resident set.
+        Reads each allocator once (cheap, no device synchronisation, no NVML,
+        no lock: the window thread's state is only read) and the host's peak
+        resident set.
         """
         peaks = dict(self.run_peaks)
         for allocator in self.allocators:
@@ -287,10 +337,11 @@ class _Run:
             except Exception:  # noqa: BLE001, S112 - a device that went away: its last window's peak stands
                 continue
             if reading is not None:
-                peaks[allocator.tag] = max(peaks.get(allocator.tag, 0), reading.peak_bytes)
+                window = self.windows_of[allocator.tag].so_far(reading.current_bytes, reading.peak_bytes)
+                peaks[allocator.tag] = max(peaks.get(allocator.tag, 0), window)
         host_peak = None
         if self.host:
-            rss, peak = _host_memory()
+            rss, peak = host_memory()
             known = [p for p in (rss, peak, self.host_peak) if p is not None]
             host_peak = max(known) if known else None
         return epoch_log_values(peaks, host_peak)
@@ -321,9 +372,11 @@ class _Run:
                 now = time.monotonic()
                 requested, self._requested = self._requested, False
                 if now >= next_window or (requested and now - last_window >= min_gap):
-                    self.write_window()
+                    self.write_window()  # reads the allocators at the window's end
                     last_window = time.monotonic()
                     next_window = last_window + self.every_s
+                else:
+                    self.read_allocators()
         except Exception as exc:  # noqa: BLE001 - monitoring must never take training down
             logger.warning("keras-gpu: MemoryLogger stopped after an unexpected error: %s: %s", type(exc).__name__, exc)
             if self.sampler is not None:
@@ -377,19 +430,66 @@ class _Run:
                 self._written_step = self._step
             self.windows += 1
 
+    def read_allocators(self) -> None:
+        """Read each allocator into its window's peak (on the window thread, about every half second)."""
+        with self._lock:
+            for allocator in self.allocators:
+                self._read(allocator)
+
+    def _read(self, allocator: backend.Allocator) -> backend.AllocatorReading | None:
+        try:
+            reading = backend.allocator_memory(allocator)
+        except Exception:  # noqa: BLE001 - a device that went away, or not allocated yet: no read
+            return None
+        if reading is not None:
+            self._unread.pop(allocator.device, None)
+            self.windows_of[allocator.tag].add(reading.current_bytes, reading.peak_bytes)
+        return reading
+
+    def _reset(self, allocator: backend.Allocator, counter: int) -> int | None:
+        """Reset the peak counter where asked to: the counter value the next window starts from (`None`: reset)."""
+        if not (self.reset_peaks and allocator.peak_resets):
+            return counter
+        backend.reset_allocator_peak(allocator)
+        return None
+
     def _allocator_window(self, values: dict[str, float]) -> None:
         for allocator in self.allocators:
+            reading = self._read(allocator)
+            if reading is None:  # a device that went away: skip it this window
+                continue
+            tag, window = allocator.tag, self.windows_of[allocator.tag]
+            peak = window.so_far(reading.current_bytes, reading.peak_bytes)
+            self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), peak)  # before the window closes: see epoch_peaks
             try:
-                reading = backend.allocator_memory(allocator)
-                backend.reset_allocator_peak(allocator)
-            except Exception:  # noqa: BLE001, S112 - a device that went away: skip it this window
+                reset = self._reset(allocator, reading.peak_bytes) is None
+            except Exception:  # noqa: BLE001 - a failed reset: the counter goes on, and so does its window
+                reset = False
+            window.close(counter_reset=reset)
+            values.update(allocator_values(tag, reading.current_bytes, peak, self.run_peaks[tag]))
+            if tag in self.pools:
+                self._pool_window(allocator, values)
+
+    def _find_pools(self) -> None:
+        """JAX's preallocated pools: their setting is written once, at the start of `fit`."""
+        for allocator in self.allocators:
+            try:
+                pool = backend.allocator_pool(allocator)
+            except Exception:  # noqa: BLE001, S112 - no statistics from this device: no pool named
                 continue
-            if reading is None:
-                continue
-            self._unread.pop(allocator.device, None)
-            tag = allocator.tag
-            self.run_peaks[tag] = max(self.run_peaks.get(tag, 0), reading.peak_bytes)
-            values.update(allocator_values(tag, reading.current_bytes, reading.peak_bytes, self.run_peaks[tag]))
+            if pool is not None:
+                self.pools[allocator.tag] = pool
+                self.writer.text(_tags.ALLOC_PREALLOCATION.name(device=allocator.tag), pool.setting, self._step)
+
+    def _pool_window(self, allocator: backend.Allocator, values: dict[str, float]) -> None:
+        try:
+            pool = backend.allocator_pool(allocator)
+        except Exception:  # noqa: BLE001 - a device that went away: its last size stands
+            return
+        if pool is not None and pool.pool_bytes is not None:
+            known = self.pools[allocator.tag]
+            self.pools[allocator.tag] = known._replace(pool_bytes=max(pool.pool_bytes, known.pool_bytes or 0))
+            values.update(pool_values(allocator.tag, pool.pool_bytes))
 
     @staticmethod
     def _say_no_allocator(device: str, why: str) -> None:
@@ -403,7 +503,7 @@ class _Run:
         )
 
     def _host_window(self, values: dict[str, float]) -> None:
-        rss, peak = _host_memory()
+        rss, peak = host_memory()
         if rss is None and peak is None:
             log_once(logging.INFO, "memory:no-host", "keras-gpu: host memory is not measurable on this platform.")
         if peak is not None or rss is not None:
@@ -424,76 +524,45 @@ class _Run:
 
         An allocator that counted no byte in the whole `fit` (TensorFlow's CPU
         allocator leaves small tensors out) is named as such, never as "0 B".
+        JAX's preallocated pool is named with NVML's figure of this process
+        on its GPU (which counts all of it) and the allocator's peak use of
+        it; without that figure, with the allocator's peak.
         """
-        parts = [
-            f"peak allocator memory on {tag}: {format_bytes(peak)}" if peak > 0 else
-            f"the {tag} allocator counted no allocation ({uncounted_allocator(tag)})"
-            for tag, peak in self.run_peaks.items()
-        ]
-        gpus = sorted({gpu for gpu, _ in self.gpu_peaks})
-        for gpu in gpus:
-            used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
-            mine = self.gpu_peaks.get((gpu, "process_memory_bytes"))
-            bits = []
-            if mine is not None:
-                bits.append(f"this process {format_bytes(mine)}")
-            if used is not None:
-                bits.append(f"all processes {format_bytes(used)}")
-            if bits:
-                parts.append(f"peak memory on GPU {gpu}: " + ", ".join(bits))
+        gpu_parts, told = self._gpu_summary()
+        parts = []
+        for tag, peak in self.run_peaks.items():
+            if peak <= 0:
+                parts.append(f"the {tag} allocator counted no allocation ({uncounted_allocator(tag)})")
+                continue
+            pool = self.pools.get(tag)
+            within = f", in {pool_words(pool.pool_bytes, pool.setting)}" if pool is not None and tag not in told else ""
+            parts.append(f"peak allocator memory on {tag}: {format_bytes(peak)}{within}")
+        parts += gpu_parts
         if self.host_peak is not None:
             parts.append(f"host peak RSS: {format_bytes(self.host_peak)}")
         return "; ".join(parts) + "." if parts else "no memory figures were available."
 
-
-# --------------------------------------------------------------------------- host memory
-
-
-def _host_memory() -> tuple[int | None, int | None]:
-    """`(resident set size, peak resident set size)` of this process, in bytes; `None` where unknown.
-
-    Both come from one read of `/proc/self/status` (`VmRSS`, `VmHWM`): the
-    kernel computes them together, so the peak is never below the RSS. Where
-    that file is missing, `/proc/self/statm` and `resource.getrusage`, read
-    one after the other (the caller keeps the peak at or above the RSS).
-    """
-    try:
-        with open("/proc/self/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        rss, peak = (_kib(fields.get(key)) for key in (b"VmRSS", b"VmHWM"))
-        if rss is not None and peak is not None:
-            return rss, peak
-    except OSError:
-        pass
-    return _statm_rss_bytes(), _rusage_peak_rss_bytes()
-
-
-def _kib(field: bytes | None) -> int | None:
-    """`b"   1234 kB"` -> 1234 * 1024."""
-    if field is None:
-        return None
-    parts = field.split()
-    if len(parts) != 2 or parts[1] != b"kB" or not parts[0].isdigit():
-        return None
-    return int(parts[0]) * 1024
-
-
-def _statm_rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def _rusage_peak_rss_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB elsewhere
+    def _gpu_summary(self) -> tuple[list[str], set[str]]:
+        """`(one part per GPU with NVML's memory peaks, the allocator tags whose pool those parts name)`."""
+        parts, told = [], set()
+        for gpu in sorted({gpu for gpu, _ in self.gpu_peaks}):
+            used = self.gpu_peaks.get((gpu, "memory_used_bytes"))
+            mine = self.gpu_peaks.get((gpu, "process_memory_bytes"))
+            bits = []
+            if mine is not None:
+                bit = f"this process {format_bytes(mine)}"
+                for tag, pool in self.pools.items():
+                    if pool.gpu == gpu:
+                        told.add(tag)
+                        bit += f" in NVML, of which {pool_words(pool.pool_bytes, pool.setting)}"
+                        if self.run_peaks.get(tag, 0) > 0:
+                            bit += f"; the allocator's peak use {format_bytes(self.run_peaks[tag])}"
+                bits.append(bit)
+            if used is not None:
+                bits.append(f"all processes {format_bytes(used)}")
+            if bits:
+                parts.append(f"peak memory on GPU {gpu}: " + ", ".join(bits))
+        return parts, told
 
 
 def _check_gpus(gpus: Any) -> tuple[int, ...] | None:

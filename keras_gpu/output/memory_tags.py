@@ -6,9 +6,10 @@ The reader turns the same tags back into records
 
 from __future__ import annotations
 
+from keras_gpu.core.units import format_bytes
 from keras_gpu.output import tags as _tags
 
-__all__ = ["allocator_values", "epoch_log_values", "gpu_values", "host_values"]
+__all__ = ["allocator_values", "epoch_log_values", "gpu_values", "host_values", "pool_values", "pool_words"]
 
 
 def allocator_values(device: str, current_bytes: float, peak_bytes: float, run_peak_bytes: float) -> dict[str, float]:
@@ -52,3 +53,31 @@ def epoch_log_values(run_peaks: dict[str, float], peak_rss_bytes: float | None) 
     if peak_rss_bytes is not None:
         values[_tags.HOST_PEAK_RSS.name()] = peak_rss_bytes
     return values
+
+
+def pool_values(device: str, pool_bytes: float) -> dict[str, float]:
+    """The size of the pool the allocator of `device` preallocated (JAX on a GPU), where the backend reports it."""
+    return {_tags.ALLOC_POOL.name(device=device): pool_bytes}
+
+
+def pool_words(pool_bytes: float | None, setting: str) -> str:
+    """JAX's preallocated pool in words, for the end-of-fit line and `keras-gpu report`.
+
+    Args:
+        pool_bytes: Its size as JAX reports it, `None` where it does not
+            (then no number is given).
+        setting: The environment variables that decide it
+            (`keras_gpu.core.backend.jax_preallocation`), `""` where unknown.
+
+    Returns:
+        E.g. `"JAX's preallocated pool 105.0 GiB (XLA_PYTHON_CLIENT_PREALLOCATE
+        unset: on by default; ...; set XLA_PYTHON_CLIENT_PREALLOCATE=false to
+        allocate on demand)"`.
+
+    Example:
+        >>> pool_words(None, "XLA_PYTHON_CLIENT_PREALLOCATE=true")
+        "JAX's preallocated pool, its size not reported by JAX (XLA_PYTHON_CLIENT_PREALLOCATE=true; set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"
+    """
+    size = f" {format_bytes(pool_bytes)}" if pool_bytes is not None else ", its size not reported by JAX"
+    said = f"{setting}; " if setting else ""
+    return f"JAX's preallocated pool{size} ({said}set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"

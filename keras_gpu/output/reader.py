@@ -178,7 +178,7 @@ def read_run(log_dir: str, run: str) -> RunSummary:
         time=_records_of.read_epoch_times(scalars),
         step_time=_records_of.read_step_time(scalars, texts),
         cluster=_records_of.read_cluster(scalars),
-        memory=_records_of.read_memory(scalars),
+        memory=_records_of.read_memory(scalars, texts),
         placement=_placement(path),
     )
 

@@ -215,12 +215,16 @@ class MemorySummary:
             `gpu/{gpu}/`), the statistics of its points.
         host_rss_peak_bytes: The process' peak resident set size (bytes),
             `None` where not logged.
+        pools: Per device label whose allocator preallocated a pool (JAX on
+            a GPU), `(its size in bytes, None where JAX reported none; the
+            setting that decides it, in words)`.
     """
 
     allocator_peak_bytes: dict[str, float]
     allocator_uncounted: dict[str, str]
     gpus: dict[str, dict[str, SeriesStats]]
     host_rss_peak_bytes: float | None
+    pools: dict[str, tuple[float | None, str]] = dataclasses.field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.allocator_peak_bytes or self.allocator_uncounted or self.gpus or self.host_rss_peak_bytes)
@@ -232,6 +236,7 @@ class MemorySummary:
             "allocator_uncounted": dict(self.allocator_uncounted),
             "gpus": {gpu: {k: s.as_dict() for k, s in metrics.items()} for gpu, metrics in self.gpus.items()},
             "host_rss_peak_bytes": self.host_rss_peak_bytes,
+            "pools": {device: {"pool_bytes": size, "setting": setting} for device, (size, setting) in self.pools.items()},
         }
 
 

@@ -252,8 +252,24 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
     )
 
 
-def read_memory(scalars: Scalars) -> MemorySummary:
-    """Each allocator's peak, NVML's statistics per GPU and metric, and the host's peak RSS."""
+def read_memory(scalars: Scalars, texts: Texts | None = None) -> MemorySummary:
+    """Each allocator's peak, JAX's preallocated pools, NVML's statistics per GPU and metric, and the host's peak RSS.
+
+    A pool is one an allocator logged its preallocation setting
+    (`memory/allocator/<device>/preallocation`, `""` where absent) or its
+    size for, with the largest size logged (`None` where JAX reported none).
+    """
+    settings = {
+        found["device"]: points[-1][1]
+        for name, points in (texts or {}).items()
+        if points and (found := _tags.ALLOC_PREALLOCATION.match(name)) is not None
+    }
+    sizes = {
+        found["device"]: max(v for _, v in points)
+        for name, points in scalars.items()
+        if points and (found := _tags.ALLOC_POOL.match(name)) is not None
+    }
+    pools = {device: (sizes.get(device), settings.get(device, "")) for device in sorted(settings.keys() | sizes.keys())}
     allocator: dict[str, float] = {}
     gpus: dict[str, dict[str, SeriesStats]] = {}
     for name, points in scalars.items():
@@ -269,4 +285,5 @@ def read_memory(scalars: Scalars) -> MemorySummary:
         allocator_uncounted={device: uncounted_allocator(device) for device, peak in allocator.items() if peak <= 0},
         gpus=gpus,
         host_rss_peak_bytes=max(v for _, v in host) if host else None,
+        pools=pools,
     )

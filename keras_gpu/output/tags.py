@@ -331,12 +331,25 @@ ALLOC_CURRENT = Tag(
 )
 ALLOC_PEAK = Tag(
     "memory/allocator/{device}/peak_bytes", "bytes",
-    "the allocator's peak within the window (on JAX, which cannot reset it: since the process started)",
+    "the allocator's peak within the window: its peak counter where that rose in the window, else the largest of "
+    "the window's reads of bytes in use (read about every half second; a spike between reads below an earlier high "
+    "is missed)",
     "MemoryLogger", (_MEMORY, "allocator peak (bytes), window and run, per device"),
 )
 ALLOC_RUN_PEAK = Tag(
-    "memory/allocator/{device}/run_peak_bytes", "bytes", "the allocator's peak so far in this fit",
+    "memory/allocator/{device}/run_peak_bytes", "bytes", "the allocator's peak so far in this fit (its windows' peaks)",
     "MemoryLogger", (_MEMORY, "allocator peak (bytes), window and run, per device"),
+)
+ALLOC_POOL = Tag(
+    "memory/allocator/{device}/pool_bytes", "bytes",
+    "the pool JAX preallocated on the GPU, used or not (`pool_bytes` of `Device.memory_stats()`, where JAX reports "
+    "it): NVML's memory of this process counts all of it",
+    "MemoryLogger", (_MEMORY, "allocator in use (bytes), per device"),
+)
+ALLOC_PREALLOCATION = Tag(
+    "memory/allocator/{device}/preallocation", "Markdown",
+    "JAX preallocates a pool on this GPU: the environment variables that decide it, and how to allocate on demand",
+    "MemoryLogger", text=True,
 )
 HOST_RSS = Tag(
     "memory/host/rss_bytes", "bytes", "resident set size of this process at the end of the window",
