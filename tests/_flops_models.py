@@ -48,6 +48,16 @@ HAND: dict[str, int] = {
     # query/key/value projections 3 x (6 positions x 8 -> 2 x 4), scores 2 heads x 6 x 6 x 4,
     # weighted values 2 heads x 6 x 6 x 4, output projection 6 x (2 x 4) -> 8
     "multi_head_attention": 3 * 2 * 6 * 8 * 8 + 2 * 2 * 6 * 6 * 4 + 2 * 2 * 6 * 6 * 4 + 2 * 6 * 8 * 8,
+    # the same with a causal mask: the full 6 x 6 scores are counted (a mask removes no product)
+    "multi_head_attention_causal": 3 * 2 * 6 * 8 * 8 + 2 * 2 * 6 * 6 * 4 + 2 * 2 * 6 * 6 * 4 + 2 * 6 * 8 * 8,
+    # keras.ops.dot_product_attention on 6 positions x 4 heads of 4 (a Dense 16 -> 16 makes them):
+    # scores Q·Kᵀ 4 heads x 6 x 6 x 4, weighted values P·V 4 heads x 6 x 6 x 4
+    "dot_product_attention": 2 * 6 * 16 * 16 + 2 * 4 * 6 * 6 * (4 + 4),
+    # the same, is_causal=True: still the full products
+    "dot_product_attention_causal": 2 * 6 * 16 * 16 + 2 * 4 * 6 * 6 * (4 + 4),
+    # grouped-query: 4 query heads (Dense 16 -> 16), 2 key/value heads (Dense 16 -> 8); every query head
+    # meets all 6 keys: 4 heads x 6 x 6 x (4 + 4)
+    "dot_product_attention_gqa": 2 * 6 * 16 * 16 + 2 * 6 * 16 * 8 + 2 * 4 * 6 * 6 * (4 + 4),
     # subclassed: einsum 6 -> 5, tensordot 5 -> 4, matmul 4 -> 3
     "subclassed_ops": 2 * (6 * 5 + 5 * 4 + 4 * 3),
     # subclassed: matmul of 6 features with a vector of 6 weights (a matrix-vector product)
@@ -70,6 +80,10 @@ def _input_shape(name: str) -> tuple[int, ...]:
         "lstm_none_time": (7, 5),
         "gru_none_time": (7, 5),
         "multi_head_attention": (6, 8),
+        "multi_head_attention_causal": (6, 8),
+        "dot_product_attention": (6, 16),
+        "dot_product_attention_causal": (6, 16),
+        "dot_product_attention_gqa": (6, 16),
         "subclassed_ops": (6,),
         "subclassed_vector": (6,),
     }[name]
@@ -102,8 +116,16 @@ def build(name: str):
     }.get(name)
     if layer is not None:
         return keras.Model(x, layer()(x), name=name)
-    if name == "multi_head_attention":
-        return keras.Model(x, L.MultiHeadAttention(num_heads=2, key_dim=4)(x, x), name=name)
+    if name in ("multi_head_attention", "multi_head_attention_causal"):
+        causal = name.endswith("causal")
+        return keras.Model(x, L.MultiHeadAttention(num_heads=2, key_dim=4)(x, x, use_causal_mask=causal), name=name)
+    if name.startswith("dot_product_attention"):
+        query = L.Reshape((6, 4, 4))(L.Dense(16, use_bias=False)(x))
+        key = query
+        if name.endswith("gqa"):
+            key = L.Reshape((6, 2, 4))(L.Dense(8, use_bias=False)(x))
+        out = keras.ops.dot_product_attention(query, key, key, is_causal=name.endswith("causal"))
+        return keras.Model(x, L.Reshape((6, 16))(out), name=name)
     raise ValueError(f"unknown case {name!r}")
 
 

@@ -263,3 +263,41 @@ def test_impossible_counts_name_the_users_layer_or_input():
     assert flops.failure(rnn).startswith("its input 'steps' has shape (None, None, 5): a dimension besides the batch")
     # The data's shape counts it: 7 steps x 2 x (5 inputs + 3 states) x 4 gates x 3 units.
     assert flops.forward_flops(rnn, tf.TensorSpec([None, 7, 5])) == 7 * 2 * (5 + 3) * 4 * 3
+
+
+class _SparseProduct(keras.layers.Layer):
+    """x · W with W as a sparse tensor: a `SparseTensorDenseMatMul` op, whose work the counter cannot size."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], 5))
+
+    def call(self, x):
+        return tf.sparse.sparse_dense_matmul(x, tf.sparse.from_dense(self.w))
+
+
+def test_an_op_hiding_matrix_products_makes_the_count_a_lower_bound_with_one_warning(caplog):
+    from keras_gpu.meters import model_flops
+
+    inp = keras.Input((6,))
+    model = keras.Model(inp, _SparseProduct(name="sparse_product_lb")(keras.layers.Dense(6)(inp)))
+    with caplog.at_level("WARNING", logger="keras_gpu"):
+        first = model_flops.training_flops_per_sample(model)
+        again = model_flops.training_flops_per_sample(model)  # cached: no second warning
+    assert first == again == 3 * 2 * 6 * 6  # the Dense layer only
+    ops = model_flops.flops_uncounted_ops(model)
+    assert len(ops) == 1 and ops[0].startswith("SparseTensorDenseMatMul in layer ") and "sparse_product_lb" in ops[0]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "lower bounds" in r.getMessage()]
+    assert len(warnings) == 1
+    assert ops[0] in warnings[0].getMessage() and "flops_per_sample=" in warnings[0].getMessage()
+
+    complete = _mlp([6, 4])
+    assert model_flops.training_flops_per_sample(complete) == 3 * 2 * 6 * 4
+    assert model_flops.flops_uncounted_ops(complete) == ()
+
+
+def test_only_uncountable_products_give_none_naming_the_op():
+    inp = keras.Input((6,))
+    model = keras.Model(inp, _SparseProduct(name="sparse_only")(inp))
+    assert flops.forward_flops(model) is None
+    assert "cannot count (SparseTensorDenseMatMul in layer " in flops.failure(model)
+    assert flops.uncounted_ops(model) == ()

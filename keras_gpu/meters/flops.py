@@ -10,6 +10,12 @@ Counting convention (the one MFU is usually quoted with):
 * A multiply-add counts as 2 FLOPs, so a `Dense(out)` layer on `in` features
   costs `2 * in * out` FLOPs per sample, and a convolution
   `2 * output_elements * kernel_volume * input_channels_per_group`.
+* Attention (`keras.ops.dot_product_attention`, `MultiHeadAttention`) reaches
+  the graph as `Einsum`/`BatchMatMul` ops and counts as its two products,
+  2·H·Lq·Lk·(Dk + Dv) per sample, whatever the mask.
+* Ops that hide matrix products the counter cannot size (`XlaCallModule`,
+  `XlaDot`, sparse products, ...) count 0 and are named by `uncounted_ops`:
+  the count is then a lower bound.
 * Training FLOPs per sample are 3 x the forward FLOPs (the backward pass costs
   about twice the forward one: gradients with respect to activations and to
   weights).
@@ -48,6 +54,7 @@ __all__ = [
     "peak_flops",
     "random_ops",
     "training_flops_per_sample",
+    "uncounted_ops",
 ]
 
 DTYPES = ("float32", "tf32", "float16", "bfloat16")
@@ -192,6 +199,36 @@ def compute_dtype(model: Any) -> str:
 
 _NOT_COUNTED = object()
 _counted = PerModel()  # forward FLOPs per model and input signature (None: uncountable)
+_uncounted = PerModel()  # the op types a count left out, per model and signature; the last count's under _LAST
+_LAST = "last count"
+
+_HIDDEN_MATMULS = frozenset({
+    "XlaCallModule",  # a serialized JAX/StableHLO module (jax2tf)
+    "XlaDot",
+    "XlaDotV2",
+    "XlaConv",
+    "XlaConvV2",
+    "XlaEinsum",
+    "XlaRaggedDot",
+    "SparseMatMul",
+    "SparseTensorDenseMatMul",
+    "SparseMatrixMatMul",
+    "_FusedMatMul",
+    "_FusedBatchMatMulV2",
+    "_FusedConv2D",
+    "_FusedConv3D",
+    "FusedPadConv2D",
+    "FusedResizeAndPadConv2D",
+})
+"""TensorFlow op types that hold matrix products the counter does not size."""
+
+
+def uncounted_ops(model: Any) -> tuple[str, ...]:
+    """The ops (`"XlaDotV2 in layer 'model/dense'"`) whose matrix products the last count of `model` left out.
+
+    Empty when it left none out; otherwise `forward_flops` returned a lower bound.
+    """
+    return _uncounted.get(model, _LAST, ())
 
 
 def failure(model: Any) -> str:
@@ -240,17 +277,26 @@ def forward_flops(model: Any, input_spec: Any = None) -> int | None:
     key = _spec_key(signature)
     cached = _counted.get(model, key, _NOT_COUNTED)
     if cached is not _NOT_COUNTED:
+        _uncounted.put(model, _LAST, _uncounted.get(model, key, ()))
         return cached
+    left_out: set[str] = set()
     try:
         graph = _trace_forward_graph(model, signature)
-        total = _count_graph(graph, depth=0)
+        total = _count_graph(graph, depth=0, left_out=left_out)
         result: int | None = round(total / batch)
+        if not total and left_out:
+            raise _UncountableError(
+                f"the matrix products of its forward pass are in ops keras-gpu cannot count ({', '.join(sorted(left_out))})"
+            )
     except _UncountableError as exc:
         _fail(model, str(exc))
         result = None
     except Exception as exc:  # noqa: BLE001 - a model we cannot trace must not break training
         _fail(model, f"tracing its forward pass failed ({type(exc).__name__}: {exc})")
         result = None
+    ops = tuple(sorted(left_out)) if result is not None else ()
+    _uncounted.put(model, key, ops)
+    _uncounted.put(model, _LAST, ops)
     _counted.put(model, key, result)
     return result
 
@@ -461,7 +507,7 @@ def _function_graph(graph: Any, name: str) -> Any:
     raise _UncountableError(f"cannot find the body of function {name!r}")
 
 
-def _count_graph(graph: Any, depth: int) -> int:
+def _count_graph(graph: Any, depth: int, left_out: set[str]) -> int:
     if depth > 20:
         raise _UncountableError("function calls nested too deeply")
     total = 0
@@ -471,19 +517,21 @@ def _count_graph(graph: Any, depth: int) -> int:
             continue
         kind = op.type
         if kind in ("PartitionedCall", "StatefulPartitionedCall"):
-            total += _count_graph(_function_graph(graph, _attr(op, "f").name), depth + 1)
+            total += _count_graph(_function_graph(graph, _attr(op, "f").name), depth + 1, left_out)
         elif kind in ("If", "StatelessIf"):
             branches = [
-                _count_graph(_function_graph(graph, _attr(op, b).name), depth + 1) for b in ("then_branch", "else_branch")
+                _count_graph(_function_graph(graph, _attr(op, b).name), depth + 1, left_out) for b in ("then_branch", "else_branch")
             ]
             total += _same(branches, op)
         elif kind in ("Case", "StatelessCase"):
-            branches = [_count_graph(_function_graph(graph, f.name), depth + 1) for f in _attr(op, "branches", [])]
+            branches = [_count_graph(_function_graph(graph, f.name), depth + 1, left_out) for f in _attr(op, "branches", [])]
             total += _same(branches, op) if branches else 0
         elif kind in ("While", "StatelessWhile"):
-            body = _count_graph(_function_graph(graph, _attr(op, "body").name), depth + 1)
+            body = _count_graph(_function_graph(graph, _attr(op, "body").name), depth + 1, left_out)
             if body:
                 total += body * _trip_count(op)
+        elif kind in _HIDDEN_MATMULS:
+            left_out.add(f"{kind} in {_scope(op)}")
         else:
             total += _op_flops(op)
     return total

@@ -8,12 +8,25 @@ pass, so MFU means the same thing on all three.
 backend                        how the forward FLOPs are counted
 =============================  ====================================================
 TensorFlow                     the traced graph (`keras_gpu.meters.flops`)
-JAX                            the forward pass's jaxpr: `dot_general` and
-                               convolution equations (traced, never run or
-                               compiled; `scan` bodies count once per iteration)
+JAX                            the forward pass's jaxpr: `dot_general`,
+                               convolution and cuDNN attention equations (traced,
+                               never run or compiled; `scan` bodies count once
+                               per iteration)
 PyTorch                        `torch.utils.flop_counter.FlopCounterMode` over one
                                forward pass of zeros (no gradients are touched)
 =============================  ====================================================
+
+Fused attention counts as the two products it replaces, on every backend and
+implementation (XLA's or cuDNN's on JAX, any of PyTorch's scaled dot-product
+attention kernels, einsums on TensorFlow): 2·B·H·Lq·Lk·(Dk + Dv) forward, with
+H the query's heads (grouped-query attention included). A mask does not
+reduce the count: the full Lq x Lk product is counted, causal or not, as
+PyTorch's own counter does.
+
+Where the forward pass holds an op that hides matrix products keras-gpu cannot
+count (a Pallas or custom kernel, a foreign call, a sparse product), the
+count leaves its work out: `flops_uncounted_ops` names those ops, the count
+and any MFU from it are lower bounds, and one WARNING per process says so.
 
 The backend's facts (which backend, the replicas' GPUs, the model's device)
 come from `keras_gpu.core.backend`. Importing this module imports no
@@ -22,16 +35,18 @@ backend.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from keras_gpu.core import backend, keras_private
-from keras_gpu.core.log import logger
+from keras_gpu.core import backend, jax_private, keras_private
+from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.meters import flops
 from keras_gpu.meters.per_model import PerModel
 
-__all__ = ["flops_failure", "gpu_peak_flops", "training_flops_per_sample"]
+__all__ = ["flops_failure", "flops_uncounted_ops", "gpu_peak_flops", "training_flops_per_sample"]
 
 
 # --------------------------------------------------------------------------- peak FLOP/s
@@ -77,15 +92,49 @@ def training_flops_per_sample(model: Any, input_spec: Any = None) -> float | Non
     """
     current = backend.name()
     if current == "tensorflow":
-        return flops.training_flops_per_sample(model, input_spec)
+        value = flops.training_flops_per_sample(model, input_spec)
+        if value is not None:
+            _warn_lower_bound(model, flops.uncounted_ops(model))
+        return value
     try:
-        return _training_flops(model, current, input_spec)
+        value = _training_flops(model, current, input_spec)
     except _UncountedError as exc:
         reason = str(exc)
+    else:
+        _warn_lower_bound(model, flops_uncounted_ops(model))
+        return value
     _counted.fail(model, reason)
+    _uncounted.put(model, _LAST, ())
     logger.debug("keras-gpu: model FLOPs are not available on the %s backend for %s: %s.", current,
                  getattr(model, "name", "this model"), reason)
     return None
+
+
+def flops_uncounted_ops(model: Any) -> tuple[str, ...]:
+    """The ops whose matrix products the last count of `model` left out; empty when it left out none.
+
+    Where this is not empty, `training_flops_per_sample` returned a lower
+    bound, and so is any FLOP/s or MFU computed from it. Each entry names the
+    op and, where known, the layer it was traced in, e.g.
+    `"pallas_call in layer 'attention'"`.
+    """
+    if backend.name() == "tensorflow":
+        return flops.uncounted_ops(model)
+    return _uncounted.get(model, _LAST, ())
+
+
+def _warn_lower_bound(model: Any, ops: tuple[str, ...]) -> None:
+    """One WARNING per process and set of ops: the count of `model` is a lower bound."""
+    if ops:
+        log_once(
+            logging.WARNING,
+            "flops:uncounted:" + "|".join(ops),
+            "keras-gpu: the FLOP count of model %r leaves out the matrix products of %s, which keras-gpu cannot "
+            "count, so its FLOPs per sample, TFLOP/s and MFU are lower bounds; pass flops_per_sample= with the "
+            "true training FLOPs per sample to log exact ones.",
+            getattr(model, "name", "?"),
+            ", ".join(ops),
+        )
 
 
 def flops_failure(model: Any) -> str:
@@ -102,6 +151,8 @@ step rather than per sample vanish from the per-sample count; PyTorch runs a
 real forward pass, so its batch is small."""
 
 _counted = PerModel()  # training FLOPs per sample, per model and backend and input structure
+_uncounted = PerModel()  # the ops a count left out, per model and key; the last count's under _LAST
+_LAST = "last count"
 
 
 class _UncountedError(Exception):
@@ -122,16 +173,22 @@ def _training_flops(model: Any, current: str, input_spec: Any = None) -> float:
     key = (current, repr(inputs))
     cached = _counted.get(model, key, None)
     if cached is not None:
+        _uncounted.put(model, _LAST, _uncounted.get(model, key, ()))
         return cached
     try:
         with preserved_random_state(model):  # seeds drawn while tracing or calling it must not reach training
-            forward = counter(model, inputs)
+            forward, left_out = counter(model, inputs)
     except _UncountedError:
         raise
     except Exception as exc:
         raise _UncountedError(f"running its forward pass to count them failed ({type(exc).__name__}: {exc})") from exc
     if forward <= 0:
+        if left_out:
+            raise _UncountedError(f"the matrix products of its forward pass are in ops keras-gpu cannot count "
+                                  f"({', '.join(left_out)})")
         raise _UncountedError(_NONE_FOUND[current])
+    _uncounted.put(model, key, left_out)
+    _uncounted.put(model, _LAST, left_out)
     _counted.put(model, key, 3.0 * forward)
     return 3.0 * forward
 
@@ -144,8 +201,8 @@ _NONE_FOUND = {
 }
 
 
-def _counter(current: str) -> Callable[[Any, Any], float]:
-    """The forward-FLOP counter of backend `current`."""
+def _counter(current: str) -> Callable[[Any, Any], tuple[float, tuple[str, ...]]]:
+    """The forward-FLOP counter of backend `current`: forward FLOPs per sample, and the ops it left out."""
     if current == "jax":
         return _jax_forward_flops
     if current == "torch":
@@ -250,38 +307,68 @@ def _jax_forward_flops(model: Any, inputs: Any) -> float:
         return outputs
 
     closed = jax.make_jaxpr(forward)(trainable, non_trainable, x)
-    return _jaxpr_flops(closed.jaxpr, depth=0) / _first(inputs).shape[0]
+    left_out: set[str] = set()
+    total = _jaxpr_flops(closed.jaxpr, depth=0, left_out=left_out)
+    return total / _first(inputs).shape[0], tuple(sorted(left_out))
 
 
-def _jaxpr_flops(jaxpr: Any, depth: int) -> int:
-    """Matmul-like FLOPs of a jaxpr: `dot_general` and `conv_general_dilated`, sub-jaxprs included."""
+_HIDES_MATMULS = re.compile(r"attention|attn|flash|splash|matmul|gemm|(^|_)dot(_|$)")
+"""Names of JAX primitives that, unknown to the counter, likely hide matrix products."""
+
+
+def _jaxpr_flops(jaxpr: Any, depth: int, left_out: set[str]) -> int:
+    """Matmul-like FLOPs of a jaxpr: `dot_general`, `conv_general_dilated` and cuDNN attention, sub-jaxprs included.
+
+    Primitives that hide matrix products the counter cannot size are added to
+    `left_out` (with the layer they were traced in) and count 0.
+    """
     if depth > 30:
         raise _UncountedError("its forward pass nests functions too deeply to count")
     total = 0
     for eqn in jaxpr.eqns:
         prim = eqn.primitive.name
-        if prim == "dot_general":
+        if prim in jax_private.CUDNN_ATTENTION_FORWARD:
+            try:
+                batch, heads, length_q, length_k, depth_k, depth_v = jax_private.cudnn_attention_sizes(eqn)
+            except (ValueError, KeyError, AttributeError, IndexError) as exc:
+                logger.debug("keras-gpu: cuDNN attention %s not sized (%s)", prim, exc)
+                left_out.add(_named(prim, eqn))
+            else:  # scores Q·Kᵀ, then weighted values P·V; a mask skips nothing in this count
+                total += 2 * batch * heads * length_q * length_k * (depth_k + depth_v)
+        elif prim in jax_private.UNCOUNTABLE_PRIMITIVES:
+            left_out.add(_named(prim, eqn))
+        elif prim == "dot_general":
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval.shape
             total += 2 * _prod(eqn.outvars[0].aval.shape) * _prod(lhs[d] for d in contract)
         elif prim == "conv_general_dilated":
             total += _conv_flops(eqn)
         elif prim == "scan":
-            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1) * int(eqn.params["length"])
+            total += _jaxpr_flops(eqn.params["jaxpr"].jaxpr, depth + 1, left_out) * int(eqn.params["length"])
         elif prim == "cond":
-            costs = {_jaxpr_flops(b.jaxpr, depth + 1) for b in eqn.params["branches"]}
+            costs = {_jaxpr_flops(b.jaxpr, depth + 1, left_out) for b in eqn.params["branches"]}
             if len(costs) > 1:
                 raise _UncountedError(f"a conditional{_where(eqn)} has branches of different cost ({sorted(costs)})")
             total += costs.pop()
         elif prim == "while":
-            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1):
+            if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1, left_out):
                 raise _UncountedError(f"a loop{_where(eqn)} has no constant number of iterations")
         else:  # calls (jit, custom gradients, remat): their bodies run once
+            found = False
             for value in eqn.params.values():
                 sub = getattr(value, "jaxpr", value)
                 if hasattr(sub, "eqns"):
-                    total += _jaxpr_flops(sub, depth + 1)
+                    found = True
+                    total += _jaxpr_flops(sub, depth + 1, left_out)
+            if not found and _HIDES_MATMULS.search(prim):
+                left_out.add(_named(prim, eqn))
     return total
+
+
+def _named(prim: str, eqn: Any) -> str:
+    """`ffi_call 'target' in layer 'name'`: a primitive left out, with its foreign target and layer where known."""
+    target = eqn.params.get("target_name")
+    return f"{prim}{f' {target!r}' if isinstance(target, str) else ''}{_where(eqn)}"
 
 
 def _where(eqn: Any) -> str:
@@ -327,7 +414,7 @@ def _torch_forward_flops(model: Any, inputs: Any) -> float:
     counter = FlopCounterMode(display=False, custom_mapping=_torch_formulas(torch))
     with torch.no_grad(), counter:
         model(x, training=False)
-    return float(counter.get_total_flops()) / _first(inputs).shape[0]
+    return float(counter.get_total_flops()) / _first(inputs).shape[0], ()
 
 
 def _torch_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
@@ -335,8 +422,10 @@ def _torch_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
 
     A matrix-vector or vector-vector product (`keras.ops.matmul` or `dot` with
     a vector) runs as `mv` or `dot`, and attention on the CPU as
-    `_scaled_dot_product_flash_attention_for_cpu`; the counter knows none of
-    them. Formulas receive shapes; multiply-add = 2.
+    `_scaled_dot_product_flash_attention_for_cpu` (on other accelerators as
+    `_scaled_dot_product_fused_attention_overrideable`); the counter knows
+    none of them. Its own formulas cover the flash, memory-efficient and
+    cuDNN attention of CUDA GPUs. Formulas receive shapes; multiply-add = 2.
     """
 
     def mv(a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -354,5 +443,12 @@ def _torch_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
         return 2 * _prod(lead) * length_q * length_k * (depth + depth_v)  # scores, then weighted values
 
     aten = torch.ops.aten
-    wanted = {"mv": mv, "addmv": addmv, "dot": dot, "vdot": dot, "_scaled_dot_product_flash_attention_for_cpu": attention}
+    wanted = {
+        "mv": mv,
+        "addmv": addmv,
+        "dot": dot,
+        "vdot": dot,
+        "_scaled_dot_product_flash_attention_for_cpu": attention,
+        "_scaled_dot_product_fused_attention_overrideable": attention,
+    }
     return {getattr(aten, name): f for name, f in wanted.items() if hasattr(aten, name)}

@@ -89,3 +89,50 @@ def test_wrapped_predict_function_is_what_predict_calls():
         print(len(steps), float(out.sum()))
     """
     assert _last_line(code) == "2 24.0"
+
+
+def test_flop_counters_primitive_names_are_registered_by_the_installed_jax():
+    code = """
+        import gc, importlib
+        from jax.extend.core import Primitive
+        from keras_gpu.core import jax_private
+        skipped = set()
+        for mod, names in (("jax.experimental.pallas", ()), ("jax.experimental.sparse", ()),
+                           ("jax._src.cudnn.fused_attention_stablehlo", ()),
+                           ("jax._src.cudnn.scaled_matmul_stablehlo", ()), ("jax._src.tpu_custom_call", ()),
+                           ("jax._src.export._export", ()), ("jax.experimental.mosaic.gpu", ("mosaic_gpu_p",)),
+                           ("jax._src.pallas.fuser.custom_fusion_lib", ()),
+                           ("jax.experimental.jax2tf", ("call_tf",))):  # jax2tf needs TensorFlow
+            try:
+                importlib.import_module(mod)
+            except ImportError:
+                skipped.update(names)
+        registered = {o.name for o in gc.get_objects() if isinstance(o, Primitive)}
+        wanted = jax_private.UNCOUNTABLE_PRIMITIVES | jax_private.CUDNN_ATTENTION_FORWARD
+        print(sorted(wanted - registered - skipped))
+    """
+    assert _last_line(code) == "[]"
+
+
+def test_cudnn_attention_sizes_reads_both_layouts_of_the_cudnn_primitive():
+    code = """
+        import jax, jax.numpy as jnp
+        from jax._src.cudnn import fused_attention_stablehlo as cudnn
+        from keras_gpu.core import jax_private
+
+        def sizes(layout, q, k, v):
+            def bind(q, k, v):
+                none = jnp.zeros((0,), q.dtype)
+                return cudnn._dot_product_attention(q, k, v, none, none, none, none, none, none, none, 1.0, 0, 0.0,
+                                                    (False, False), cudnn.MaskType.CAUSAL, layout, None, 90000, False)
+            shapes = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in (q, k, v)]
+            outer = jax.make_jaxpr(bind)(*shapes).jaxpr.eqns[-1]  # custom_vjp_call
+            eqn = outer.params["call_jaxpr"].jaxpr.eqns[-1]
+            assert eqn.primitive.name in jax_private.CUDNN_ATTENTION_FORWARD, eqn.primitive.name
+            return jax_private.cudnn_attention_sizes(eqn)
+
+        # batch 2, 4 query heads, 2 key/value heads, 5 queries, 7 keys, depth 8
+        print(sizes(cudnn.AttentionLayout.BTNH.value, (2, 5, 4, 8), (2, 7, 2, 8), (2, 7, 2, 8)),
+              sizes(cudnn.AttentionLayout.BNTH.value, (2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)))
+    """
+    assert _last_line(code) == "(2, 4, 5, 7, 8, 8) (2, 4, 5, 7, 8, 8)"
