@@ -301,3 +301,26 @@ def test_only_uncountable_products_give_none_naming_the_op():
     assert flops.forward_flops(model) is None
     assert "cannot count (SparseTensorDenseMatMul in layer " in flops.failure(model)
     assert flops.uncounted_ops(model) == ()
+
+
+def test_throughput_logger_marks_flop_rates_of_an_uncountable_model_as_lower_bounds(tmp_path, caplog):
+    import numpy as np
+
+    from keras_gpu import ThroughputLogger
+
+    inp = keras.Input((6,))
+    model = keras.Model(inp, _SparseProduct(name="sparse_product_fit")(keras.layers.Dense(6)(inp)))
+    model.compile(optimizer="sgd", loss="mse")
+    cb = ThroughputLogger(tmp_path, peak_flops=1e12)
+    x, y = np.zeros((64, 6), "float32"), np.zeros((64, 5), "float32")
+    with caplog.at_level("INFO", logger="keras_gpu"):
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    (op,) = cb.summary["flops_uncounted_ops"]
+    assert op.startswith("SparseTensorDenseMatMul in layer ")
+    (line,) = [r.getMessage() for r in caplog.records if "wall-clock training rate" in r.getMessage()]
+    assert f"MFU steady >= {100 * cb.summary['steady_mfu']:.2f}%" in line
+    assert f"lower bounds: the FLOP count leaves out {op}" in line
+    # With the user's own count, nothing is a lower bound.
+    exact = ThroughputLogger(tmp_path / "given", peak_flops=1e12, flops_per_sample=1e3)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[exact])
+    assert exact.summary["flops_uncounted_ops"] == ()

@@ -22,6 +22,7 @@ from keras_gpu.hooks import throughput_setup as _setup
 from keras_gpu.hooks._base import LoggingCallback, read_step
 from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.throughput_setup import CompileWatch, KerasCount, watch_compiles
+from keras_gpu.meters import model_flops
 from keras_gpu.meters.throughput import ThroughputMeter
 from keras_gpu.meters.throughput_records import EpochRates, EpochTimes, FirstExecution, Window
 from keras_gpu.output import tags as _tags
@@ -132,7 +133,10 @@ class ThroughputLogger(LoggingCallback):
 
     Attributes:
         summary: After `fit`: totals and mean rates (see
-            `keras_gpu.meters.throughput.ThroughputMeter.summary`).
+            `keras_gpu.meters.throughput.ThroughputMeter.summary`), and
+            `flops_uncounted_ops`: the ops whose matrix products the FLOP
+            count left out (TFLOP/s and MFU are then lower bounds, marked
+            `>=` in the end-of-fit line); empty when none.
         async_safe: True: Keras may run `on_train_batch_end` on its thread
             pool (see above).
 
@@ -289,6 +293,7 @@ class ThroughputLogger(LoggingCallback):
                 t = time.perf_counter()
                 self._write_epoch(fit.meter.epoch_close(t))
                 summary = self.summary = fit.meter.summary()
+                summary["flops_uncounted_ops"] = fit.uncounted
             summary["fit_seconds"] = t - fit.t0  # until the callbacks after this one end (below)
 
             def log(seconds: float) -> None:
@@ -459,6 +464,8 @@ class ThroughputLogger(LoggingCallback):
         )
         fit = _ThroughputFit(meter, t0)
         fit.flops_later = later
+        if flops is not None:
+            fit.uncounted = self._uncounted_ops()
         if counter is not None and meter.exact_steps:  # the schedule cannot tell which execution runs a new shape
             fit.compiles = watch_compiles(self._compiled)
             meter.compiles_told = fit.compiles is not None
@@ -487,10 +494,17 @@ class ThroughputLogger(LoggingCallback):
         training, fit.training = fit.training, False  # the count's own trace is no training compile
         try:
             meter.flops_per_sample, meter.peak_flops = self._flops(self.model, data, devices, meter.num_replicas)
+            fit.uncounted = self._uncounted_ops()
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.debug("keras-gpu: ThroughputLogger could not count FLOPs: %s: %s", type(exc).__name__, exc)
         finally:
             fit.training = training
+
+    def _uncounted_ops(self) -> tuple[str, ...]:
+        """The ops the FLOP count of the model left out (its FLOPs are then a lower bound); none when given."""
+        if self.flops_per_sample is not None:
+            return ()
+        return model_flops.flops_uncounted_ops(self.model)
 
     def _counter(self, data: FitData | None = None) -> Any:
         """Running totals `(steps, samples)` of this fit, global, where the batch size is not known; else `None`."""
@@ -529,11 +543,14 @@ class ThroughputLogger(LoggingCallback):
         if steady is not None:
             unit = "samples/s" if s["samples_per_sec"] is not None else "steps/s"
             parts.append(f"steady state {steady:.1f} {unit} (first execution of each epoch and compiles left out)")
+        bound = ">= " if s.get("flops_uncounted_ops") else ""  # FLOPs the count left out: lower bounds
         if s["tflops_per_sec"] is not None:
-            parts.append(f"{s['tflops_per_sec']:.4g} TFLOP/s")
+            parts.append(f"{bound}{s['tflops_per_sec']:.4g} TFLOP/s")
         if s["mfu"] is not None:
-            steady_mfu = "" if s["steady_mfu"] is None else f"steady {100 * s['steady_mfu']:.2f}%, "
-            parts.append(f"MFU {steady_mfu}wall clock {100 * s['mfu']:.2f}%")
+            steady_mfu = "" if s["steady_mfu"] is None else f"steady {bound}{100 * s['steady_mfu']:.2f}%, "
+            parts.append(f"MFU {steady_mfu}wall clock {bound}{100 * s['mfu']:.2f}%")
+        if bound and s["tflops_per_sec"] is not None:
+            parts.append(f"lower bounds: the FLOP count leaves out {', '.join(s['flops_uncounted_ops'])}")
         samples = "" if s["samples"] is None else f", {s['samples']} samples"
         logger.info(
             "keras-gpu: ThroughputLogger: %s; %d epoch(s), %d steps%s in %s (training %.2f s, validation %.2f s, "
@@ -559,7 +576,7 @@ class _ThroughputFit:
 
     __slots__ = (
         "compiled_at", "compiles", "ended", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
-        "t0", "thread", "training", "validation", "warned_counter",
+        "t0", "thread", "training", "uncounted", "validation", "warned_counter",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -578,6 +595,7 @@ class _ThroughputFit:
         self.validation: list[list[Any]] = []  # `[start, end or None]` of each validation not yet handed over
         # FLOPs counted after the first step, where the model was not built at fit's start: `(fit data, devices)`.
         self.flops_later: tuple[Any, list[Any]] | None = None
+        self.uncounted: tuple[str, ...] = ()  # ops the FLOP count left out: FLOP/s and MFU are lower bounds
 
     def take_compiled(self, batch: int) -> bool:
         """Whether an execution that ends at or before `batch` compiled; those are taken off the list."""
