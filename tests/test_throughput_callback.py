@@ -594,3 +594,29 @@ def test_end_of_fit_line_gives_mfu_at_the_steady_rate_beside_the_wall_clock(tmp_
     assert f"MFU steady {100 * s['steady_mfu']:.2f}%, wall clock {100 * s['mfu']:.2f}%" in line
     epoch_points = read_scalars(tmp_path / "train")["throughput/steady_mfu"]
     assert len(epoch_points) == 2 and all(v > 0 for _, v in epoch_points)
+
+
+def test_tokens_per_sec_is_samples_per_sec_times_the_tokens_per_sample(tmp_path):
+    from keras_gpu.output.reader import summarize
+
+    x, y = _data()
+    cb = ThroughputLogger(tmp_path, every_n_steps=4, tokens_per_sample=128)
+    _mlp().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cb])
+    s = read_scalars(tmp_path / "train")
+    samples, tokens = s["throughput/samples_per_sec"], s["throughput/tokens_per_sec"]
+    assert [step for step, _ in tokens] == [step for step, _ in samples]
+    assert [v for _, v in tokens] == pytest.approx([128 * v for _, v in samples], rel=1e-6)
+    assert summarize(str(tmp_path))["runs"][0]["throughput"]["tokens_per_sec"]["points"] == len(tokens)
+    assert "throughput/tokens_per_sec" not in read_scalars(_fit_without_tokens(tmp_path / "none"))
+
+
+def _fit_without_tokens(log_dir):
+    x, y = _data()
+    _mlp().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[ThroughputLogger(log_dir, every_n_steps=4)])
+    return log_dir / "train"
+
+
+@pytest.mark.parametrize("value, error", [(0, ValueError), ("128", TypeError)])
+def test_tokens_per_sample_is_checked(tmp_path, value, error):
+    with pytest.raises(error, match=rf"tokens_per_sample.*Received: tokens_per_sample={value!r}"):
+        ThroughputLogger(tmp_path, tokens_per_sample=value)

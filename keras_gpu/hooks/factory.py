@@ -45,6 +45,7 @@ def callbacks(
     flops_per_sample: float | None = None,
     peak_flops: float | None = None,
     epoch_logs: bool = True,
+    tokens_per_sample: float | None = None,
 ) -> list[keras.callbacks.Callback]:
     """The recommended set of keras-gpu callbacks, with defaults that cost almost nothing.
 
@@ -91,6 +92,8 @@ def callbacks(
             `logs`: `History`, the progress bar, `CSVLogger` and callbacks
             placed after these (W&B's, MLflow's) record them. `False`: only
             TensorBoard gets them.
+        tokens_per_sample: Tokens per sample of a text model (its sequence
+            length), for `throughput/tokens_per_sec`.
 
     Returns:
         A list of callbacks to pass to `fit(callbacks=...)`; extend it with
@@ -133,6 +136,7 @@ def callbacks(
                 flops_per_sample=flops_per_sample,
                 peak_flops=peak_flops,
                 epoch_logs=epoch_logs,
+                tokens_per_sample=tokens_per_sample,
                 **window,
             )
         )

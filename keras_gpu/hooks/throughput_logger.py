@@ -124,6 +124,8 @@ class ThroughputLogger(LoggingCallback):
             measured) are added to Keras' epoch `logs`, so that `History`, the
             progress bar, `CSVLogger` and any callback after this one in the
             list (W&B's, MLflow's) record them.
+        tokens_per_sample: Tokens per sample (a text model's sequence
+            length): logs `throughput/tokens_per_sec`, samples/s times it.
 
     Raises:
         TypeError: An argument has the wrong type (e.g. `batch_size="64"`, or
@@ -170,6 +172,7 @@ class ThroughputLogger(LoggingCallback):
         peak_flops: float | None = None,
         per_worker_runs: bool | None = None,
         epoch_logs: bool = True,
+        tokens_per_sample: float | None = None,
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
         self.epoch_logs = check_bool("epoch_logs", epoch_logs)
@@ -185,6 +188,7 @@ class ThroughputLogger(LoggingCallback):
         self.samples_per_epoch = check_positive("samples_per_epoch", samples_per_epoch, integer=True, allow_none=True)
         self.flops_per_sample = check_positive("flops_per_sample", flops_per_sample, allow_none=True)
         self.peak_flops = check_positive("peak_flops", peak_flops, allow_none=True)
+        self.tokens_per_sample = check_positive("tokens_per_sample", tokens_per_sample, allow_none=True)
         self.summary: dict[str, Any] | None = None
         self._fit: _ThroughputFit | None = None
         self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
@@ -409,8 +413,7 @@ class ThroughputLogger(LoggingCallback):
         for event in events:
             if isinstance(event, FirstExecution):
                 continue  # logged with the epoch's other times (time/first_step_sec)
-            values = _window_values(event)
-            writer.scalars(values, event.step)
+            writer.scalars(_rate_values(event, "window"), event.step)
 
     def _write_epoch(self, times: EpochTimes | None) -> None:
         writer = self._writer
@@ -461,6 +464,7 @@ class ThroughputLogger(LoggingCallback):
             peak_flops=peak,
             initial_step=self._initial_step(),
             counter=counter,
+            tokens_per_sample=self.tokens_per_sample,
         )
         fit = _ThroughputFit(meter, t0)
         fit.flops_later = later
@@ -616,44 +620,23 @@ def _built(model: Any) -> bool:
 # -- records as tag values (read back by keras_gpu.output.tag_records) -----------------
 
 
-def _window_values(window: Window) -> dict[str, float]:
-    """A window's rates by tag name; samples, TFLOP/s and MFU only where they were measured."""
-    values = {_tags.STEPS_PER_SEC.name(): window.steps_per_sec}
-    if window.samples_per_sec is not None:
-        values[_tags.SAMPLES_PER_SEC.name()] = window.samples_per_sec
-        values[_tags.SAMPLES_PER_SEC_PER_REPLICA.name()] = window.samples_per_sec_per_replica
-    if window.tflops_per_sec is not None:
-        values[_tags.TFLOPS_PER_SEC.name()] = window.tflops_per_sec
-    if window.mfu is not None:
-        values[_tags.MFU.name()] = window.mfu
-    return values
+def _rate_values(record: Any, kind: str) -> dict[str, float]:
+    """The rates `record` holds for the tags of `kind` (`keras_gpu.output.tags.rates`), by tag name; where measured."""
+    return {t.name(): v for t in _tags.rates(kind) if (v := getattr(record, t.field)) is not None}
 
 
 def _epoch_values(times: EpochTimes) -> dict[str, float]:
     """An epoch's times (and its steady rates, where known) by tag name."""
-    values = {
+    return {
         _tags.EPOCH_SEC.name(): times.epoch_sec,
         _tags.TRAIN_SEC.name(): times.train_sec,
         _tags.FIRST_STEP_SEC.name(): times.first_step_sec,
         _tags.VALIDATION_SEC.name(): times.validation_sec,
         _tags.OTHER_EPOCH_SEC.name(): times.other_sec,
+        **_rate_values(times, "epoch"),
     }
-    if times.steady_steps_per_sec is not None:
-        values[_tags.STEADY_STEPS_PER_SEC.name()] = times.steady_steps_per_sec
-    if times.steady_samples_per_sec is not None:
-        values[_tags.STEADY_SAMPLES_PER_SEC.name()] = times.steady_samples_per_sec
-    if times.steady_mfu is not None:
-        values[_tags.STEADY_MFU.name()] = times.steady_mfu
-    return values
 
 
 def _epoch_log_values(rates: EpochRates) -> dict[str, float]:
     """An epoch's rates for Keras' epoch `logs` (History, the progress bar, CSVLogger), by tag name; where measured."""
-    values = {}
-    if rates.samples_per_sec is not None:
-        values[_tags.SAMPLES_PER_SEC.name()] = rates.samples_per_sec
-    if rates.steady_samples_per_sec is not None:
-        values[_tags.STEADY_SAMPLES_PER_SEC.name()] = rates.steady_samples_per_sec
-    if rates.mfu is not None:
-        values[_tags.MFU.name()] = rates.mfu
-    return values
+    return {t.name(): v for t in _tags.TAGS if t.epoch_log and (v := getattr(rates, t.field)) is not None}

@@ -117,6 +117,8 @@ class ThroughputMeter(CompileLeaveOut):
             Steps `None`: counted from Keras' batch index; samples `None`
             (or a raise): the counter can no longer tell, samples are not
             logged from then on.
+        tokens_per_sample: Tokens per sample (a text model's sequence
+            length), for tokens/s; or `None`.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class ThroughputMeter(CompileLeaveOut):
         peak_flops: float | None = None,
         initial_step: int = 0,
         counter: Callable[[], tuple[int | None, int | None]] | None = None,
+        tokens_per_sample: float | None = None,
     ) -> None:
         if not isinstance(schedule, DataSchedule):
             raise TypeError(f"`schedule` must be a DataSchedule. Received: schedule={schedule!r}")
@@ -151,6 +154,7 @@ class ThroughputMeter(CompileLeaveOut):
         self.num_replicas = num_replicas
         self.flops_per_sample = _positive_number("flops_per_sample", flops_per_sample)
         self.peak_flops = _positive_number("peak_flops", peak_flops)
+        self.tokens_per_sample = _positive_number("tokens_per_sample", tokens_per_sample)
         if counter is not None and not callable(counter):
             raise TypeError(f"`counter` must be a callable returning (steps, samples). Received: counter={counter!r}")
         self.initial_step = initial_step
@@ -651,4 +655,5 @@ class ThroughputMeter(CompileLeaveOut):
             num_replicas=self.num_replicas,
             flops_per_sample=self.flops_per_sample,
             peak_flops=self.peak_flops,
+            tokens_per_sample=self.tokens_per_sample,
         )

@@ -31,6 +31,7 @@ divides it by `peak_flops`, the summed peak FLOP/s of all replica devices.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -136,6 +137,8 @@ class Window:
             (1e12 FLOP/s), or `None` without `flops_per_sample`.
         mfu: Model FLOPs utilisation, 0..1: achieved FLOP/s over the summed
             peak FLOP/s of all replica devices, or `None` without a peak.
+        tokens_per_sec: Samples per second times the tokens per sample, or
+            `None` without them.
     """
 
     step: int
@@ -147,6 +150,7 @@ class Window:
     samples_per_sec_per_replica: float | None
     tflops_per_sec: float | None
     mfu: float | None
+    tokens_per_sec: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,7 @@ class Rates:
     samples_per_sec_per_replica: float | None = None
     tflops_per_sec: float | None = None
     mfu: float | None = None
+    tokens_per_sec: float | None = None
 
 
 def window_rates(
@@ -168,13 +173,15 @@ def window_rates(
     num_replicas: int,
     flops_per_sample: float | None = None,
     peak_flops: float | None = None,
+    tokens_per_sample: float | None = None,
 ) -> Rates:
     """The rates of `steps` and `samples` (`None`: not counted) over `seconds` of wall time.
 
     Returns:
         All `None` but steps/s without samples, TFLOP/s and MFU `None`
-        without `flops_per_sample`, MFU `None` without `peak_flops`; steps/s
-        is 0.0 when no time passed.
+        without `flops_per_sample`, MFU `None` without `peak_flops`,
+        tokens/s `None` without `tokens_per_sample`; steps/s is 0.0 when no
+        time passed.
     """
     if seconds <= 0:
         return Rates(0.0)
@@ -182,12 +189,13 @@ def window_rates(
     if samples is None:
         return Rates(steps_per_sec)
     samples_per_sec = samples / seconds
-    per_replica = samples_per_sec / num_replicas
+    tokens = None if tokens_per_sample is None else samples_per_sec * tokens_per_sample
+    rates = Rates(steps_per_sec, samples_per_sec, samples_per_sec / num_replicas, tokens_per_sec=tokens)
     if flops_per_sample is None:
-        return Rates(steps_per_sec, samples_per_sec, per_replica)
+        return rates
     flops = flops_per_sample * samples_per_sec
     mfu = flops / peak_flops if peak_flops is not None else None
-    return Rates(steps_per_sec, samples_per_sec, per_replica, flops / 1e12, mfu)
+    return dataclasses.replace(rates, tflops_per_sec=flops / 1e12, mfu=mfu)
 
 
 @dataclass(frozen=True)

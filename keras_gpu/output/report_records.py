@@ -12,11 +12,13 @@ rates, fractions 0..1 for shares and the imbalance.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from keras_gpu.meters.cluster_view import Verdict
 from keras_gpu.meters.step_record import StepTime
+from keras_gpu.output import tags as _tags
 
 __all__ = [
     "ClusterReport",
@@ -73,30 +75,34 @@ def _present(record: Any) -> dict[str, Any]:
     }
 
 
+_RATE_FIELDS = frozenset(t.field for t in _tags.TAGS if t.rate is not None)
+
+
 @dataclass(frozen=True)
 class Throughput:
-    """The `throughput/*` rates of a run, each `None` where the run logged none.
+    """The `throughput/*` rates of a run: one `SeriesStats` per rate tag it logged.
 
+    Every rate of the tag registry (`keras_gpu.output.tags.rates`) reads as
+    an attribute named after the tag's name after `throughput/`
+    (`throughput.samples_per_sec`), `None` where the run logged none.
     Per-window rates have a mean weighted by each window's wall time
-    (samples over seconds); steady rates, one point per epoch, a mean
-    weighted by each epoch's steady seconds (the end-of-fit figure).
-    Field names are the tags' names after `throughput/`.
+    (samples over seconds); per-epoch (steady) rates a mean weighted by each
+    epoch's steady seconds (the end-of-fit figure).
     """
 
-    samples_per_sec: SeriesStats | None = None
-    steps_per_sec: SeriesStats | None = None
-    samples_per_sec_per_replica: SeriesStats | None = None
-    tflops_per_sec: SeriesStats | None = None
-    mfu: SeriesStats | None = None
-    steady_samples_per_sec: SeriesStats | None = None
-    steady_steps_per_sec: SeriesStats | None = None
+    rates: Mapping[str, SeriesStats] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> SeriesStats | None:
+        if name in _RATE_FIELDS:
+            return self.rates.get(name)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
     def __bool__(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in dataclasses.fields(self))
+        return bool(self.rates)
 
     def as_dict(self) -> dict[str, dict[str, float]]:
         """The logged rates only, each as `SeriesStats.as_dict`."""
-        return _present(self)
+        return {name: stats.as_dict() for name, stats in self.rates.items()}
 
 
 @dataclass(frozen=True)

@@ -62,14 +62,8 @@ Scalars = dict[str, list[tuple[int, float]]]
 #: A run's text summaries: `tag -> [(step, Markdown), ...]`, in file order.
 Texts = dict[str, list[tuple[int, str]]]
 
-_RATE_TAGS = (
-    _tags.SAMPLES_PER_SEC,
-    _tags.STEPS_PER_SEC,
-    _tags.SAMPLES_PER_SEC_PER_REPLICA,
-    _tags.TFLOPS_PER_SEC,
-    _tags.MFU,
-)
-_STEADY_TAGS = (_tags.STEADY_SAMPLES_PER_SEC, _tags.STEADY_STEPS_PER_SEC)
+_RATE_TAGS = _tags.rates("window")
+_STEADY_TAGS = _tags.rates("epoch")
 _TIME_TAGS = (_tags.EPOCH_SEC, _tags.TRAIN_SEC, _tags.FIRST_STEP_SEC, _tags.VALIDATION_SEC, _tags.OTHER_EPOCH_SEC)
 _ALLOC_TAGS = (_tags.ALLOC_CURRENT, _tags.ALLOC_PEAK, _tags.ALLOC_RUN_PEAK)
 _GPU_TAGS = tuple(t for t in _tags.TAGS if t.pattern.startswith("gpu/{gpu}/"))
@@ -85,11 +79,6 @@ def uncounted_allocator(device: str) -> str:
     if device.upper().startswith("CPU"):
         return "TensorFlow's CPU allocator statistics leave small tensors out; the host RSS is this process's memory"
     return "the backend reported no allocation on this device"
-
-
-def _short(tag: _tags.Tag) -> str:
-    """The tag's name after its first `/`: the record field that holds it."""
-    return tag.pattern.split("/", 1)[1]
 
 
 def series_stats(points: list[tuple[int, float]]) -> SeriesStats:
@@ -113,7 +102,7 @@ def keras_gpu_tags(scalars: Scalars) -> list[str]:
 
 def read_placement_counts(scalars: Scalars) -> dict[str, float]:
     """The `placement/*` scalars' last values (ops), by the tag's name after `placement/`."""
-    return {_short(t): scalars[t.name()][-1][1] for t in _PLACEMENT_COUNT_TAGS if t.name() in scalars}
+    return {t.field: scalars[t.name()][-1][1] for t in _PLACEMENT_COUNT_TAGS if t.name() in scalars}
 
 
 def read_throughput(scalars: Scalars) -> Throughput:
@@ -146,8 +135,8 @@ def read_throughput(scalars: Scalars) -> Throughput:
         elif tag in _STEADY_TAGS and all(step in steady for step, _ in points):
             mean = steady_rate((v, steady[step]) for step, v in points) or stats.mean
             stats = dataclasses.replace(stats, mean=mean, seconds=sum(steady[step] for step, _ in points))
-        rates[_short(tag)] = stats
-    return Throughput(**rates)
+        rates[tag.field] = stats
+    return Throughput(rates)
 
 
 def read_epoch_times(scalars: Scalars) -> EpochTimes | None:
@@ -155,7 +144,7 @@ def read_epoch_times(scalars: Scalars) -> EpochTimes | None:
     epochs = scalars.get(_tags.EPOCH_SEC.name())
     if not epochs:
         return None
-    totals = {_short(tag): sum(v for _, v in scalars.get(tag.name(), [])) for tag in _TIME_TAGS}
+    totals = {tag.field: sum(v for _, v in scalars.get(tag.name(), [])) for tag in _TIME_TAGS}
     first = scalars.get(_tags.FIRST_STEP_SEC.name())
     return EpochTimes(epochs=len(epochs), **totals, first_epoch_first_step_sec=first[0][1] if first else 0.0)
 

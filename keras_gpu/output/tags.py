@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["TAGS", "Tag", "by_name", "charts", "match"]
+__all__ = ["TAGS", "Tag", "by_name", "charts", "match", "rates"]
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _FIELD_REGEX = {"device": r"[A-Za-z]+_\d+", "replica": r"\d+_[A-Za-z]+_\d+", "gpu": r"\d+"}
@@ -56,6 +56,13 @@ class Tag:
         callback: The callback that writes it (its backends: `backends`).
         chart: `(category, title)` of its custom-scalars chart, or `None`.
         text: Whether it is a Markdown text summary rather than a scalar.
+        rate: For a `throughput/` rate, the record `ThroughputLogger` takes
+            it from: `"window"` (each logging window's
+            `keras_gpu.meters.throughput_records.Window`) or `"epoch"` (each
+            epoch's `EpochTimes`), whose field is the tag's name after
+            `throughput/`; `keras-gpu report` reads it back by the same rule.
+        epoch_log: Whether the epoch's value also goes into Keras' epoch
+            `logs` (the field of `EpochRates` of the same name).
     """
 
     pattern: str
@@ -64,6 +71,13 @@ class Tag:
     callback: str
     chart: tuple[str, str] | None = None
     text: bool = False
+    rate: str | None = None
+    epoch_log: bool = False
+
+    @property
+    def field(self) -> str:
+        """The tag's name after its first `/`: the record field that holds its value."""
+        return self.pattern.split("/", 1)[1]
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -130,44 +144,52 @@ SAMPLES_PER_SEC = Tag(
     "training samples per second of wall-clock time, all replicas on all workers; the window's time runs from the "
     "epoch's start (first execution included) to the end of its last training step, and excludes validation",
     "ThroughputLogger", (_THROUGHPUT, "samples/s, all replicas: wall clock, and steady state per epoch"),
+    rate="window", epoch_log=True,
 )
 STEPS_PER_SEC = Tag(
     "throughput/steps_per_sec", "steps/s", "training steps per second of wall-clock time, same windows as samples/s",
-    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"),
+    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"), rate="window",
 )
 SAMPLES_PER_SEC_PER_REPLICA = Tag(
     "throughput/samples_per_sec_per_replica", "samples/s",
     "samples/s divided by the number of replicas: each replica's share of the global rate (not measured per replica; "
     "see step_time/replica_*)",
-    "ThroughputLogger", (_THROUGHPUT, "samples/s per replica (share of the global rate)"),
+    "ThroughputLogger", (_THROUGHPUT, "samples/s per replica (share of the global rate)"), rate="window",
+)
+TOKENS_PER_SEC = Tag(
+    "throughput/tokens_per_sec", "tokens/s",
+    "samples/s times the tokens per sample the user gave (`tokens_per_sample=`), all replicas on all workers; same "
+    "windows as samples/s",
+    "ThroughputLogger", (_THROUGHPUT, "tokens/s, all replicas"), rate="window",
 )
 STEADY_SAMPLES_PER_SEC = Tag(
     "throughput/steady_samples_per_sec", "samples/s",
     "once per epoch: samples/s of the epoch's training phase with its first execution (tracing, iterator start) "
     "and every execution that compiled a new batch shape left out (in time/first_step_sec)",
     "ThroughputLogger", (_THROUGHPUT, "samples/s, all replicas: wall clock, and steady state per epoch"),
+    rate="epoch", epoch_log=True,
 )
 STEADY_STEPS_PER_SEC = Tag(
     "throughput/steady_steps_per_sec", "steps/s",
     "once per epoch: steps/s of the epoch's training phase with its first execution and the executions that "
     "compiled left out",
-    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"),
+    "ThroughputLogger", (_THROUGHPUT, "steps/s: wall clock, and steady state per epoch"), rate="epoch",
 )
 TFLOPS_PER_SEC = Tag(
     "throughput/tflops_per_sec", "TFLOP/s (1e12 FLOP/s)",
     "achieved model FLOP/s of all replicas: training FLOPs per sample times samples/s",
-    "ThroughputLogger", (_THROUGHPUT, "TFLOP/s"),
+    "ThroughputLogger", (_THROUGHPUT, "TFLOP/s"), rate="window",
 )
 MFU = Tag(
     "throughput/mfu", "fraction 0..1",
     "model FLOPs utilisation: achieved FLOP/s over the summed dense peak of all replica devices",
-    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"),
+    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"), rate="window", epoch_log=True,
 )
 STEADY_MFU = Tag(
     "throughput/steady_mfu", "fraction 0..1",
     "once per epoch: MFU at the steady rate (throughput/steady_samples_per_sec): the first execution and the "
     "executions that compiled left out",
-    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"),
+    "ThroughputLogger", (_THROUGHPUT, "MFU (0..1)"), rate="epoch",
 )
 
 # -- time per epoch --------------------------------------------------------------
@@ -451,6 +473,11 @@ TAGS: tuple[Tag, ...] = tuple(v for v in list(globals().values()) if isinstance(
 
 _BY_PATTERN = {t.pattern: t for t in TAGS}
 __all__ += [name for name, value in list(globals().items()) if isinstance(value, Tag)]
+
+
+def rates(record: str) -> tuple[Tag, ...]:
+    """The `throughput/` rates `ThroughputLogger` takes from `record` (`"window"` or `"epoch"`; see `Tag.rate`)."""
+    return tuple(t for t in TAGS if t.rate == record)
 
 
 def by_name(pattern: str) -> Tag:
