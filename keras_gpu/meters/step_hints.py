@@ -155,9 +155,14 @@ def host_work_text(step: StepTime, least: float = 0.0) -> str:
     return ", ".join(named)
 
 
+def _on_device(step: StepTime) -> bool:
+    """Whether the breakdown read device timelines (a report's, where its traces had kernels)."""
+    return step.source in ("gpu", "tpu") or (step.source == "report" and bool(step.kernel_classes))
+
+
 def _device(step: StepTime) -> str:
     """"the GPU", "the GPUs", "the TPU cores": the devices of a breakdown, for sentences."""
-    kind = step.source.upper() if step.source in ("gpu", "tpu") else "device"
+    kind = step.source.upper() if step.source in ("gpu", "tpu") else "GPU" if step.kernel_classes else "device"
     many = len(step.devices) > 1
     return f"the {kind} cores" if kind == "TPU" and many else f"the {kind}{'s' if many else ''}"
 
@@ -170,7 +175,7 @@ def host_hint(step: StepTime) -> str | None:
     least `HOST_EXPLAINS` of the rest.
     """
     busy, rest = step.device_busy_sec, step.step_sec - step.device_busy_sec
-    if step.source not in ("gpu", "tpu") or not step.step_sec > 0 or not busy < HOST_BOUND_BUSY * step.step_sec:
+    if not _on_device(step) or not step.step_sec > 0 or not busy < HOST_BOUND_BUSY * step.step_sec:
         return None
     if not (rest > 0 and step.host_sec >= HOST_EXPLAINS * rest):
         return None
@@ -189,7 +194,7 @@ def idle_hint(step: StepTime) -> str | None:
     of it is `StepTime.host_sec`, with the activities the trace names.
     """
     idle = step.step_sec - step.device_busy_sec
-    if step.source not in ("gpu", "tpu") or not step.step_sec > 0 or not idle >= BOUND_SHARE * step.step_sec:
+    if not _on_device(step) or not step.step_sec > 0 or not idle >= BOUND_SHARE * step.step_sec:
         return None
     work = host_work_text(step, _HOST_WORK_SHARE)
     waits = any(w.wait_sec_per_step >= _HOST_WORK_SHARE * step.step_sec for w in step.host_work)

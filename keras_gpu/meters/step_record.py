@@ -25,7 +25,8 @@ class ReplicaTime:
 
     Attributes:
         compute_sec: Seconds per step its device ran model ops.
-        communication_sec: Seconds per step its reductions and transfers ran.
+        communication_sec: Seconds per step its collectives (reductions, exchanges between devices) ran;
+            host-device copies are not in it.
     """
 
     compute_sec: float
