@@ -105,6 +105,11 @@ def render(report: Report, console: Any = None) -> None:
                 f"{1e3 * stage.sec_per_step:,.3g} ms per batch of its own time."
             )
     for r in runs:
+        if r.step_time is not None and r.step_time.step.unmeasured:
+            console.print(
+                f"  {r.label}: {r.step_time.step.unmeasured}: compute, communication, transfer, other and host are "
+                "not measured.", markup=False, highlight=False,
+            )
         for line in _kernel_lines(r):
             console.print(line, markup=False, highlight=False)
     if replicas.row_count > 1:
@@ -192,7 +197,7 @@ def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
 
 
 def _share(value: float) -> str:
-    return "not measured" if value != value else f"{value:.0%}"
+    return "-" if value != value else f"{value:.0%}"  # not measured: the line under the table says so
 
 
 def _kernel_lines(r: RunSummary) -> list[str]:
