@@ -221,9 +221,10 @@ class _FakeProfiler:
 
 def test_one_trace_without_gpu_activity_stops_tracing_in_the_process(tmp_path, monkeypatch, caplog):
     from keras_gpu.core import log as _log
+    from keras_gpu.hooks import device_profiler
     from keras_gpu.hooks import step_time_trace as trace
 
-    monkeypatch.setattr(trace, "_DEVICE_PROFILER_FAILED", threading.Event())
+    monkeypatch.setattr(device_profiler, "_FAILED", threading.Event())
     monkeypatch.setattr(_log, "_process", _log.Once())
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -237,7 +238,7 @@ def test_one_trace_without_gpu_activity_stops_tracing_in_the_process(tmp_path, m
         trace.read_trace(job, _log.Once(), 5, lambda result, labels, step: written.append(result))
         trace.read_trace(job, _log.Once(), 5, lambda result, labels, step: written.append(result))  # staging is gone
     (result,) = written
-    assert result.unmeasured.startswith("no GPU activity") and trace.device_profiler_failed()
+    assert result.unmeasured.startswith("no GPU activity") and device_profiler.failed()
     warnings = [r for r in caplog.records if "no GPU activity" in r.getMessage()]
     assert len(warnings) == 1 and "starts no more traces in this process" in warnings[0].getMessage()
     # A later fit's schedule in the same process never starts the profiler.
@@ -250,15 +251,18 @@ def test_one_trace_without_gpu_activity_stops_tracing_in_the_process(tmp_path, m
 
 
 def test_a_schedule_starts_the_profiler_while_no_trace_failed(monkeypatch):
+    from keras_gpu.hooks import device_profiler
     from keras_gpu.hooks import step_time_trace as trace
 
-    monkeypatch.setattr(trace, "_DEVICE_PROFILER_FAILED", threading.Event())
+    monkeypatch.setattr(device_profiler, "_FAILED", threading.Event())
     profiler = _FakeProfiler()
     schedule = trace.TraceSchedule(profiler, [("0_CPU_0", "/device:CPU:0")], warmup_steps=1, profile_steps=2)
     schedule.epoch_begin(0)
     schedule.batch_end(0)
     assert profiler.starts == 1 and schedule.tracing
     shutil.rmtree(schedule.staging, ignore_errors=True)
+    assert device_profiler.expected_device(["/device:CPU:0", "/job:worker/replica:0/task:0/device:GPU:1"]) == "GPU"
+    assert device_profiler.expected_device(["/device:CPU:0"]) is None
 
 
 def _log_traces(run_dir, results):

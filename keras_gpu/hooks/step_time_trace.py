@@ -24,7 +24,8 @@ from typing import Any
 
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
-from keras_gpu.core.log import Once, log_once, logger
+from keras_gpu.core.log import Once, logger
+from keras_gpu.hooks import device_profiler
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
@@ -36,7 +37,6 @@ __all__ = [
     "TraceParser",
     "TraceSchedule",
     "backend_profiler",
-    "device_profiler_failed",
     "read_trace",
     "steps_done",
     "steps_per_execution",
@@ -70,15 +70,6 @@ class _Stops:
 
 
 _STOPS = _Stops()
-#: Set once a GPU job's trace held no GPU activity (the GPU profiler did not start): no trace starts in this
-#: process after it. JAX's GPU profiler, once it failed to start (`CUPTI_ERROR_NOT_INITIALIZED`), failed again
-#: at every later start in the same process on an H200, and each start still cost about 0.3 s.
-_DEVICE_PROFILER_FAILED = threading.Event()
-
-
-def device_profiler_failed() -> bool:
-    """Whether a trace of this process held no GPU activity where the job runs on GPUs (tracing is then off)."""
-    return _DEVICE_PROFILER_FAILED.is_set()
 #: How long a trace's start waits for the last trace's stop; past it, tracing is off for the fit (one warning).
 STOP_WAIT_S = 30.0
 
@@ -334,10 +325,10 @@ class TraceSchedule:
 
     def start(self, batch: int) -> None:
         """Start a trace at the end of `batch` (one warning where the profiler cannot start); none at all once a
-        trace of this process held no GPU activity (`device_profiler_failed`)."""
+        trace of this process held no GPU activity (`keras_gpu.hooks.device_profiler`)."""
         self.start_at = None
         self.first = False
-        if _DEVICE_PROFILER_FAILED.is_set():
+        if device_profiler.failed():
             return
         self.tracing = True
         self.start_step = self.step_of(batch)
@@ -413,7 +404,7 @@ class TraceSchedule:
             labels=tuple(label for label, _ in self.replicas),
             gpu_replicas=self.gpu_replicas,
             stop_profiler=stop_profiler,
-            expect_device="GPU" if any(_on_gpu(d) for _, d in self.replicas) else None,
+            expect_device=device_profiler.expected_device(d for _, d in self.replicas),
         )
 
     def _stopper(self, mark: Any, staging: str) -> Callable[[], bool]:
@@ -458,11 +449,6 @@ class TraceSchedule:
             return bool(stopped)
 
         return wait_stopped
-
-
-def _on_gpu(device: str) -> bool:
-    parsed = topology.parse_device(device)
-    return parsed is not None and parsed.device_type == "GPU"
 
 
 class TraceParser:
@@ -531,7 +517,7 @@ def read_trace(
     that cannot be read, costs one warning (per `once` scope). A GPU job's
     trace without GPU activity (`StepTime.unmeasured`) is written with what
     it measured, and turns tracing off in this process with one warning
-    (`device_profiler_failed`). The trace moves
+    (`keras_gpu.hooks.device_profiler`). The trace moves
     under `job.profile_dir` where the run is written, which keeps the newest
     `max_traces`; its staging directory is removed.
     """
@@ -554,7 +540,7 @@ def read_trace(
             expect_device=job.expect_device,
         )
         if result.unmeasured:
-            _device_profiler_off(result.unmeasured)
+            device_profiler.turn_off(result.unmeasured)
         elif result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
             once.log(
                 logging.WARNING,
@@ -575,19 +561,6 @@ def read_trace(
         shutil.rmtree(job.staging, ignore_errors=True)
         if job.keep:
             _prune(job.profile_dir, max_traces)
-
-
-def _device_profiler_off(sentence: str) -> None:
-    """Turn tracing off in this process after a trace without GPU activity, with one warning."""
-    _DEVICE_PROFILER_FAILED.set()
-    log_once(
-        logging.WARNING,
-        "step_time:no-device-activity",
-        "keras-gpu: StepTimeLogger: %s, so the trace's compute, communication and other are not measured; "
-        "StepTimeLogger starts no more traces in this process (a GPU profiler that failed to start fails again, "
-        "and each start costs time).",
-        sentence,
-    )
 
 
 def _keep(session_dir: str, profile_dir: str) -> str:

@@ -155,7 +155,7 @@ class HostEvents(NamedTuple):
     markers: dict[int, Span]
     iterators: list[xspace.TraceEvent]
     python_input: list[PythonRead]
-    python: list[xspace.TraceEvent] = []
+    python: list[xspace.TraceEvent]
 
 
 class GpuEvents:
