@@ -315,3 +315,29 @@ def test_report_shows_the_kernel_view_the_host_verdict_and_the_steady_mfu(read, 
     assert "cudnn_generated_fort_native_sdpa_sm90_flash_bprop" in flat
     # The two traces' mean: 19 steps of 1.92 ms and 20 of 8.47 ms, the GPU busy 41%: the idle share is explained.
     assert "the GPU is idle" in flat and "Keras' log conversion" in flat
+
+
+def test_the_end_of_fit_line_of_a_failed_trace_says_so_without_device_shares(read, tmp_path, caplog):
+    from keras_gpu.hooks.step_time_logger import StepTimeLogger
+
+    logger = StepTimeLogger(str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="keras_gpu"):
+        logger._log_breakdown(read(CUPTI_FAILED), ["replica 0 (GPU:0)"])
+        logger._log_breakdown(read(SMALL_MLP), ["replica 0 (GPU:0)"])
+    failed, host_bound = (r.getMessage() for r in caplog.records)
+    assert "1.12 ms per step over 20 traced steps: input 7%; no GPU activity in this trace" in failed
+    assert "compute" not in failed and "nan" not in failed
+    assert "compute 1%, communication 0%, transfer 0%, other 94% (host 78%)" in host_bound
+    assert "Hint: host-bound: the GPU computes 0.028 ms" in host_bound
+
+
+def test_report_mfu_column_without_a_steady_mfu_says_wall_clock(tmp_path, capsys):
+    from keras_gpu.output import writer as _writer
+
+    log_dir = str(tmp_path / "logs")
+    writer = _writer.SummaryWriter(os.path.join(log_dir, "train"))
+    writer.scalars({"throughput/mfu": 0.08, "throughput/steps_per_sec": 10.0}, 10)
+    writer.close()
+    assert main(["report", log_dir]) == 0
+    out = capsys.readouterr().out
+    assert "wall-clock 8.0%" in out and "(wall-clock" not in out  # no steady MFU logged: none shown
