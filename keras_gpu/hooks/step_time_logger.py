@@ -1,4 +1,4 @@
-"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, other), sampled from profiler traces.
+"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, transfer, other), sampled from traces.
 
 The trace schedule and the parser thread are in `keras_gpu.hooks.step_time_trace`,
 the cluster view of multi-worker jobs in `keras_gpu.hooks.step_time_cluster`;
@@ -85,7 +85,11 @@ class StepTimeLogger(LoggingCallback):
     At the end of `fit` one INFO line gives the last breakdown and the hints
     that follow from it ("input-bound: 62% of each step waits for input"),
     and `last` holds it. Where the profiler is not available or fails,
-    one warning says so and training goes on.
+    one warning says so and training goes on. A GPU job's trace without GPU
+    activity (the GPU profiler did not start) logs no device part and says
+    so; after it, no trace starts in the process
+    (`keras_gpu.hooks.device_profiler`), with one warning. Each trace's
+    kernel view and the host's work per step are logged as text summaries.
 
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step

@@ -2,25 +2,41 @@
 
 Plain Python over an XSpace (see `keras_gpu.meters.xspace`), as TensorFlow's and
 JAX's profilers write it. `analyze` takes the trace of a few training
-steps and splits each step's time into four parts that add up to it:
+steps and splits each step's time into five parts that add up to it:
 
 * **input**: the step waited for the input pipeline (`tf.data` `GetNext`
   calls, `IteratorGetNext` ops, and on JAX the `next()` of Keras' data
-  iterator, `keras_gpu.meters.python_input`) while no device computed
-  or communicated;
+  iterator, `keras_gpu.meters.python_input`) while no device computed,
+  communicated or copied;
 * **compute**: at least one replica device ran a model op, a kernel, or a
   compiled (XLA) program;
-* **communication**: a cross-replica or cross-worker reduction or transfer
-  ran (`_Send`/`_Recv`, collectives, NCCL kernels, device-to-device and
-  host-device copies) while no device computed; a multi-worker collective
-  counts from its start to its end, so the time a worker waits for a slower
-  peer is here;
+* **communication**: a collective, a cross-replica or cross-worker
+  reduction or exchange, ran (`_Send`/`_Recv`, collective ops, NCCL
+  kernels, peer-to-peer copies between GPUs) while no device computed; a
+  multi-worker collective counts from its start to its end, so the time a
+  worker waits for a slower peer is here;
+* **transfer**: a copy between host and device (or within one device's
+  memory) ran while no device computed or communicated: a single GPU's
+  input copies are transfers, never communication;
 * **other**: the rest: host-side overhead (Python, callbacks, launching
-  work) and idle time.
+  work) and idle time; `StepTime.host_sec` is its part outside the
+  backend's step function.
 
 Each instant of the traced window counts once, in the first of compute,
-communication, input that is active then, so the parts never add up to more
-than the step.
+communication, transfer, input that is active then, so the parts never add
+up to more than the step.
+
+**What a trace cannot show.** A GPU job's trace without GPU activity (the
+GPU profiler did not start: host planes only, while the trace's
+`/host:metadata` names a GPU, or the caller says the job ran on GPUs)
+measures no device part: `StepTime.unmeasured` says so, and compute,
+communication, transfer, other and host are NaN (`no_device_activity`).
+
+**The kernel view and the host's work.** `StepTime.kernels` and
+`StepTime.kernel_classes` sum each kernel's time per step inside the
+devices' windows, classed by `keras_gpu.meters.kernels`;
+`StepTime.host_work` names what the training thread did per step
+(`keras_gpu.meters.host_work`), where the Python tracer was on.
 
 **The window and the step count.** Where the trace marks its steps, the
 breakdown uses the marks and says so (`StepTime.step_source`): host
@@ -38,10 +54,10 @@ traced steps: the time after an epoch's last batch end (Keras' epoch-end
 work, stopping a `PyDataset`'s workers, epoch-end callbacks) is never in it.
 
 **GPU planes** are read line by line (`keras_gpu.meters.gpu_lines`): kernels on
-the streams are compute, NCCL kernels and device-to-device copies are
-communication, host-device copies are transfers (communication in the four
-parts, and their own figure per device), and derived lines (`Steps`,
-`TensorFlow Ops`, `TensorFlow Name Scope`, `XLA Ops`, ...) add nothing.
+the streams are compute, NCCL kernels and peer-to-peer copies are
+communication, host-device copies and copies within a device are
+transfers, and derived lines (`Steps`, `TensorFlow Ops`, `TensorFlow Name
+Scope`, `XLA Ops`, ...) add nothing.
 **TPU planes** (`/device:TPU:k`, in a trace without GPU planes) are read
 from their `XLA Ops` line: HLO ops are compute, collectives communication,
 asynchronous copies (`copy-start`, `copy-done`) transfers.
