@@ -61,7 +61,9 @@ def test_fixture_compute_per_gpu_is_the_compute_stream(fixture_space):
     assert st.steps == 1 and st.step_source == "device markers"
     assert st.step_sec == pytest.approx(0.02131, rel=1e-3)
     assert 0.65 <= st.share("compute") <= 0.75  # xprof: 14.88 ms of 21.31 ms, 0.70
-    assert st.input_sec + st.compute_sec + st.communication_sec + st.other_sec == pytest.approx(st.step_sec)
+    assert st.input_sec + st.compute_sec + st.communication_sec + st.transfer_sec + st.other_sec == pytest.approx(
+        st.step_sec
+    )
     # Replicas mapped to GPUs 4 and 6 each get their GPU's compute.
     assert [r.compute_sec for r in st.replicas] == pytest.approx([devices["GPU:4"].compute_sec, devices["GPU:6"].compute_sec])
 
@@ -130,7 +132,8 @@ def test_gpu_lines_kernels_copies_nccl_and_derived_exactly():
     assert (st.steps, st.step_source, st.source) == (1, "device markers", "gpu")
     assert st.step_sec == pytest.approx(80e-6)
     assert st.compute_sec == pytest.approx(60e-6)  # kernels 10..70
-    assert st.communication_sec == pytest.approx(8e-6)  # copies 0..8 (NCCL and P2P overlap GPU:1's kernel)
+    assert st.communication_sec == 0.0  # NCCL and P2P overlap GPU:1's kernel
+    assert st.transfer_sec == pytest.approx(8e-6)  # host-device copies 0..8: transfers, not communication
     assert st.input_sec == pytest.approx(8e-6)  # 70..78
     assert st.other_sec == pytest.approx(4e-6)
     devices = {d.name: d for d in st.devices}
@@ -138,7 +141,7 @@ def test_gpu_lines_kernels_copies_nccl_and_derived_exactly():
     assert devices["GPU:1"] == steptime.DeviceTime("GPU:1", pytest.approx(50e-6), 0.0, 0.0, (1,))
     assert devices["GPU:2"].transfer_sec == pytest.approx(3e-6) and devices["GPU:2"].replicas == ()
     assert [r.compute_sec for r in st.replicas] == pytest.approx([30e-6, 50e-6])
-    assert [r.communication_sec for r in st.replicas] == pytest.approx([20e-6, 0.0])
+    assert [r.communication_sec for r in st.replicas] == pytest.approx([15e-6, 0.0])  # NCCL and P2P only
     assert any(n.startswith("GPU:2 did work") for n in st.notes)
     assert not any("replica_1/" in n for n in st.notes)  # GPU:1's scope agrees with its replica
     # The derived lines add nothing.

@@ -180,7 +180,7 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
         assert len(matching) == (1 if tag in charted else 0), name
     (run,) = summarize(log_dir)["runs"]
     assert run["keras_gpu_tags"] == sorted(values)
-    step_parts = ("step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec")
+    step_parts = ("step_sec", "input_sec", "compute_sec", "communication_sec", "transfer_sec", "other_sec", "host_sec")
     found = (
         {f"throughput/{k}" for k in run["throughput"]}
         | {f"time/{k}" for k in run["time"] if k != "epochs"}

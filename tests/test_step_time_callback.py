@@ -20,7 +20,7 @@ from keras_gpu.hooks import step_time_trace
 from keras_gpu.hooks.step_time_logger import StepTimeLogger
 from keras_gpu.output.reader import read_scalars
 
-PARTS = ("input_sec", "compute_sec", "communication_sec", "other_sec")
+PARTS = ("input_sec", "compute_sec", "communication_sec", "transfer_sec", "other_sec")
 
 
 def _arrays(n, features=32):
@@ -89,6 +89,7 @@ def test_default_schedule_tags_and_trace_files(tmp_path):
         "step_time/step_sec",
         "step_time/traced_steps",
         *(f"step_time/{p}" for p in PARTS),
+        "step_time/host_sec",
         "step_time/replica_0_CPU_0/compute_sec",
         "step_time/replica_0_CPU_0/communication_sec",
     }

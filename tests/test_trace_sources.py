@@ -161,7 +161,7 @@ def test_data_reads_follow_the_callers_frame():
 # --------------------------------------------------------------------------- ROCm copies, TPU planes
 
 
-def test_rocm_copies_are_transfers_and_communication_not_compute():
+def test_rocm_copies_are_transfers_not_compute():
     space = _space(
         {
             "/host:CPU": {"python": [("PjitFunction(step)", 0, 100)]},
@@ -174,10 +174,11 @@ def test_rocm_copies_are_transfers_and_communication_not_compute():
     st = steptime.analyze(space)
     (gpu,) = st.devices
     assert (gpu.name, gpu.compute_sec) == ("GPU:0", 0.0)
-    assert gpu.communication_sec == pytest.approx(10e-6) and gpu.transfer_sec == pytest.approx(9e-6)
-    assert st.compute_sec == 0.0 and st.communication_sec == pytest.approx(19e-6)
+    # ROCm's CopyDeviceToDevice does not say which devices: a copy, not a collective.
+    assert gpu.communication_sec == 0.0 and gpu.transfer_sec == pytest.approx(19e-6)
+    assert st.compute_sec == 0.0 and st.communication_sec == 0.0 and st.transfer_sec == pytest.approx(19e-6)
     assert [gpu_lines.event_kind(n).part for n in ("CopyHostToDevice", "CopyDeviceToHost", "CopyDeviceToDevice")] == [
-        "transfer", "transfer", "communication"
+        "transfer", "transfer", "transfer"
     ]
 
 

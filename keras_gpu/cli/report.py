@@ -104,6 +104,14 @@ def render(report: Report, console: Any = None) -> None:
                 f"  {r.label}: the slowest input stage is {stage.name}{where}, "
                 f"{1e3 * stage.sec_per_step:,.3g} ms per batch of its own time."
             )
+    for r in runs:
+        if r.step_time is not None and r.step_time.step.unmeasured:
+            console.print(
+                f"  {r.label}: {r.step_time.step.unmeasured}: compute, communication, transfer, other and host are "
+                "not measured.", markup=False, highlight=False,
+            )
+        for line in _kernel_lines(r):
+            console.print(line, markup=False, highlight=False)
     if replicas.row_count > 1:
         console.print(replicas)
 
@@ -144,9 +152,17 @@ def _throughput_table(runs: list[RunSummary], log_dir: str) -> Any:
         table.add_row(
             r.label, r.run, _num(t.samples_per_sec), _num(t.steady_samples_per_sec),
             _num(t.steps_per_sec, "mean", "{:,.2f}"), _num(t.tflops_per_sec, "mean", "{:.3f}"),
-            _num(t.mfu, "mean", "{:.1%}"), str(r.steps),
+            _mfu(t), str(r.steps),
         )
     return table
+
+
+def _mfu(t: Any) -> str:
+    """"steady X% (wall-clock Y%)" where the steady MFU was logged, else the wall-clock MFU alone."""
+    wall = _num(t.mfu, "mean", "{:.1%}")
+    if t.steady_mfu is None:
+        return wall if t.mfu is None else f"wall-clock {wall}"
+    return f"steady {t.steady_mfu.mean:.1%}" + ("" if t.mfu is None else f" (wall-clock {wall})")
 
 
 def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
@@ -154,7 +170,7 @@ def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
     times = _table(
         "Where the time goes",
         ("worker", "epochs", "training s", "first executions s", "validation s", "other s",
-         "ms/step", "input", "compute", "communication", "other", "traced steps"),
+         "ms/step", "input", "compute", "communication", "transfer", "other", "host", "traced steps"),
         ("worker",),
     )
     replicas = _table(
@@ -169,14 +185,32 @@ def _time_tables(runs: list[RunSummary]) -> tuple[Any, Any]:
         epoch_cols = ["-"] * 5
         if e is not None:
             epoch_cols = [str(e.epochs)] + [f"{s:,.2f}" for s in (e.train_sec, e.first_step_sec, e.validation_sec, e.other_sec)]
-        step_cols = ["-"] * 6
+        step_cols = ["-"] * 8
         if st is not None:
             shares = st.shares
-            step_cols = [f"{1e3 * st.step.step_sec:,.3g}"] + [f"{shares[p]:.0%}" for p in ("input", "compute", "communication", "other")] + [str(st.step.steps)]
+            parts = ("input", "compute", "communication", "transfer", "other", "host")
+            step_cols = [f"{1e3 * st.step.step_sec:,.3g}"] + [_share(shares[p]) for p in parts] + [str(st.step.steps)]
             for label, rep in zip(st.replica_labels, st.step.replicas):
                 replicas.add_row(r.label, label, f"{1e3 * rep.compute_sec:,.3g}", f"{1e3 * rep.communication_sec:,.3g}")
         times.add_row(r.label, *epoch_cols, *step_cols)
     return times, replicas
+
+
+def _share(value: float) -> str:
+    return "-" if value != value else f"{value:.0%}"  # not measured: the line under the table says so
+
+
+def _kernel_lines(r: RunSummary) -> list[str]:
+    """The kernel view of a run's last trace: kernel time per step by class, then the top kernels."""
+    st = r.step_time
+    if st is None or not st.step.kernel_classes:
+        return []
+    classes = ", ".join(f"{k.name} {1e3 * k.sec_per_step:,.3g} ms ({k.share:.0%})" for k in st.step.kernel_classes)
+    lines = [f"  {r.label}: kernel time per step by class: {classes}. Top kernels:"]
+    lines += [
+        f"    {1e3 * k.sec_per_step:8.3f} ms  {k.share:>4.0%}  {k.kind:<12} {k.name}" for k in st.step.kernels[:5]
+    ]
+    return lines
 
 
 def _memory_table(runs: list[RunSummary]) -> tuple[Any, list[str]]:

@@ -4,16 +4,23 @@ PATH is an `.xplane.pb` file, or a directory (a run, its `plugins/profile/`,
 or a log dir) whose traces are each read, oldest first. Traces written by
 keras-gpu's `StepTimeLogger` and traces a user captured with TensorFlow's or
 JAX's profiler read alike (`keras_gpu.meters.step_time.analyze`): the step count
-and mean step time, input, compute, communication and other per step, each
-GPU's (or TPU core's) compute, communication and transfer time, the slowest
-input stage, notes (a trace without step markers says so, and how its window
-was chosen), and the hints.
+and mean step time, input, compute, communication (collectives), transfer
+(host-device copies) and other per step, the host's part of other (outside
+the compiled step) with the host activities the trace names, each GPU's (or
+TPU core's) compute, communication and transfer time, the kernel view
+(kernel time per step by class, and the top kernels), the slowest input
+stage, notes (a trace without step markers says so, and how its window was
+chosen), and the hints. A GPU job's trace without GPU activity says so, and
+gives no device figure.
 
 With `--json`, each trace is one JSON object on its own line: `path`,
 `steps`, `step_sec`, `input_sec`, `compute_sec`, `communication_sec`,
-`other_sec`, `devices` (`{"GPU:4": {"compute_sec", "communication_sec",
-"transfer_sec", "replicas"}}`), `step_source`, `input_stage`, `notes` and
-`hints`, all times in seconds per step.
+`transfer_sec`, `other_sec`, `host_sec` (`null` where not measured),
+`unmeasured` (the sentence of a trace without GPU activity, else `null`),
+`host_work`, `kernels`, `kernel_classes`, `devices` (`{"GPU:4":
+{"compute_sec", "communication_sec", "transfer_sec", "replicas"}}`),
+`step_source`, `input_stage`, `notes` and `hints`, all times in seconds
+per step.
 
 A file that cannot be read (truncated, damaged, not a trace) gets one line
 on stderr naming it, `keras-gpu trace: error: cannot read PATH: why`; the
@@ -131,30 +138,54 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any("error" in result for result in results) else 0
 
 
-def _ms(seconds: float) -> str:
-    return f"{1e3 * seconds:.3f} ms"
+def _ms(seconds: float | None) -> str:
+    return "not measured" if seconds is None else f"{1e3 * seconds:.3f} ms"
 
 
 def render(result: dict[str, Any]) -> None:
     """Print one trace's breakdown (an `analyze_path` entry) as text."""
     step = result["step_sec"]
-    share = (lambda s: f"{100 * s / step:.0f}%") if step > 0 else (lambda s: "-")
+    share = (lambda s: "" if s is None else f"{100 * s / step:.0f}%") if step > 0 else (lambda s: "-")
     steps = result["steps"]
     print(result["path"])
     print(f"  {steps} step{'s' if steps != 1 else ''} ({result['step_source']}), {_ms(step)} per step")
-    for part in ("input", "compute", "communication", "other"):
+    if result.get("unmeasured"):
+        print(f"  {result['unmeasured']}: no compute, communication, transfer or other figure is measured")
+    for part in ("input", "compute", "communication", "transfer", "other"):
         value = result[f"{part}_sec"]
-        print(f"  {part:<14} {_ms(value):>12}  {share(value):>4}")
+        if value is not None:
+            print(f"  {part:<14} {_ms(value):>12}  {share(value):>4}")
+        if part == "other" and value is not None and result.get("host_sec"):
+            host = result["host_sec"]
+            print(f"    {'host':<12} {_ms(host):>12}  {share(host):>4}  outside the compiled step (Python, callbacks)")
+            if result.get("host_work"):
+                print("      on the training thread per step (activities can nest, and overlap the device's work):")
+            for work in result.get("host_work", ()):
+                print(f"      {_ms(work['sec_per_step']):>12}  {work['name']}")
     for name, device in result["devices"].items():
         replicas = ", ".join(str(r) for r in device["replicas"]) or "none"
         print(
             f"  {name:<8} compute {_ms(device['compute_sec'])}, communication {_ms(device['communication_sec'])}, "
             f"transfer {_ms(device['transfer_sec'])}; replica {replicas}"
         )
+    _render_kernels(result)
     stage = result.get("input_stage")
     if stage:
         print(f"  slowest input stage: {stage['name']} ({_ms(stage['sec_per_step'])} per batch; {stage['path']})")
     for note in result["notes"]:
         print(f"  note: {note}")
     for hint in result["hints"]:
-        print(f"  hint: {hint}")
+        if hint != result.get("unmeasured"):  # said above
+            print(f"  hint: {hint}")
+
+
+def _render_kernels(result: dict[str, Any]) -> None:
+    """The kernel view: time per step by class, then the top kernels."""
+    classes = result.get("kernel_classes") or {}
+    if not classes:
+        return
+    total = sum(c["sec_per_step"] for c in classes.values())
+    by_class = ", ".join(f"{k} {_ms(c['sec_per_step'])} ({c['share']:.0%})" for k, c in classes.items())
+    print(f"  kernels     {_ms(total)} per step: {by_class}")
+    for kernel in result.get("kernels", ()):
+        print(f"    {_ms(kernel['sec_per_step']):>12}  {kernel['share']:>4.0%}  {kernel['kind']:<12} {kernel['name']}")

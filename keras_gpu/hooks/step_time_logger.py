@@ -1,4 +1,4 @@
-"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, other), sampled from profiler traces.
+"""`StepTimeLogger`: a measured step-time breakdown (input, compute, communication, transfer, other), sampled from traces.
 
 The trace schedule and the parser thread are in `keras_gpu.hooks.step_time_trace`,
 the cluster view of multi-worker jobs in `keras_gpu.hooks.step_time_cluster`;
@@ -42,7 +42,7 @@ from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
 from keras_gpu.output import tags as _tags
 from keras_gpu.output import writer as _writer
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
-from keras_gpu.output.step_time_text import input_stage_markdown
+from keras_gpu.output.step_time_text import host_work_markdown, input_stage_markdown, kernels_markdown
 
 __all__ = ["CLUSTER_EVERY_S", "StepTimeLogger", "check_profile_every_s"]
 
@@ -92,7 +92,11 @@ class StepTimeLogger(LoggingCallback):
     At the end of `fit` one INFO line gives the last breakdown and the hints
     that follow from it ("input-bound: 62% of each step waits for input"),
     and `last` holds it. Where the profiler is not available or fails,
-    one warning says so and training goes on.
+    one warning says so and training goes on. A GPU job's trace without GPU
+    activity (the GPU profiler did not start) logs no device part and says
+    so; after it, no trace starts in the process
+    (`keras_gpu.hooks.device_profiler`), with one warning. Each trace's
+    kernel view and the host's work per step are logged as text summaries.
 
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step
@@ -534,16 +538,24 @@ class StepTimeLogger(LoggingCallback):
         # workers is in its communication.
         hints = steptime.verdict(last, labels) if labels else steptime.verdict(last)
         measured = "probed steps" if last.source == "probe" else "traced steps"
+        if last.unmeasured:
+            logger.info(
+                "keras-gpu: StepTimeLogger: %.3g ms per step over %d %s: input %.0f%%; %s.",
+                1e3 * last.step_sec, last.steps, measured, 100 * last.share("input"), "; ".join(hints),
+            )
+            return
         logger.info(
             "keras-gpu: StepTimeLogger: %.3g ms per step over %d %s: input %s, compute %.0f%%, "
-            "communication %.0f%%, other %.0f%%.%s",
+            "communication %.0f%%, transfer %.0f%%, other %.0f%% (host %.0f%%).%s",
             1e3 * last.step_sec,
             last.steps,
             measured,
             "not measured" if last.input_sec != last.input_sec else f"{100 * last.share('input'):.0f}%",
             100 * last.share("compute"),
             100 * last.share("communication"),
+            100 * last.share("transfer"),
             100 * last.share("other"),
+            100 * last.share("host"),
             "".join(f" Hint: {h}." for h in hints),
         )
 
@@ -566,9 +578,15 @@ class _FitOutput:
         writer = self.writer
         if writer is not None:
             writer.scalars(step_time_values(result, labels), step)
-            stage = input_stage_markdown(result)
-            if stage is not None:
-                writer.text(_tags.STEP_INPUT_STAGE.name(), stage, step)
+            texts = (
+                (_tags.STEP_INPUT_STAGE, input_stage_markdown(result)),
+                (_tags.STEP_KERNELS, kernels_markdown(result)),
+                (_tags.STEP_HOST_WORK, host_work_markdown(result)),
+                (_tags.STEP_UNMEASURED, result.unmeasured or None),
+            )
+            for tag, text in texts:
+                if text is not None:
+                    writer.text(tag.name(), text, step)
         self.traces.append(result)
         self.last = result
 

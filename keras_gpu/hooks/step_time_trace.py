@@ -25,6 +25,7 @@ from typing import Any
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
+from keras_gpu.hooks import device_profiler
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
@@ -144,6 +145,7 @@ class TraceJob:
         num_replicas: This worker's replicas.
         labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
         gpu_replicas: `{GPU index in the trace: local replicas on it}`.
+        expect_device: `"GPU"` where the replicas run on GPUs (a trace without GPU activity then says so).
         write: Where its breakdown goes, `write(breakdown, labels, step)`
             (the output of the `fit` that traced it).
         stop_profiler: Waits for the profiler's stop, under way on a thread
@@ -164,6 +166,7 @@ class TraceJob:
     gpu_replicas: dict[int, tuple[int, ...]]
     write: Callable[[steptime.StepTime, tuple[str, ...], int], None] | None = None
     stop_profiler: Callable[[], bool] | None = None
+    expect_device: str | None = None
 
 
 class TraceSchedule:
@@ -321,9 +324,12 @@ class TraceSchedule:
         return job
 
     def start(self, batch: int) -> None:
-        """Start a trace at the end of `batch` (one warning where the profiler cannot start)."""
+        """Start a trace at the end of `batch` (one warning where the profiler cannot start); none at all once a
+        trace of this process held no GPU activity (`keras_gpu.hooks.device_profiler`)."""
         self.start_at = None
         self.first = False
+        if device_profiler.failed():
+            return
         self.tracing = True
         self.start_step = self.step_of(batch)
         self.stop_at = self.start_step + self.requested_steps
@@ -398,6 +404,7 @@ class TraceSchedule:
             labels=tuple(label for label, _ in self.replicas),
             gpu_replicas=self.gpu_replicas,
             stop_profiler=stop_profiler,
+            expect_device=device_profiler.expected_device(d for _, d in self.replicas),
         )
 
     def _stopper(self, mark: Any, staging: str) -> Callable[[], bool]:
@@ -507,7 +514,10 @@ def read_trace(
     """Read a finished trace (on the parser thread) and `write(breakdown, labels, step)`.
 
     A trace of no complete step is skipped; one without training ops, or one
-    that cannot be read, costs one warning (per `once` scope). The trace moves
+    that cannot be read, costs one warning (per `once` scope). A GPU job's
+    trace without GPU activity (`StepTime.unmeasured`) is written with what
+    it measured, and turns tracing off in this process with one warning
+    (`keras_gpu.hooks.device_profiler`). The trace moves
     under `job.profile_dir` where the run is written, which keeps the newest
     `max_traces`; its staging directory is removed.
     """
@@ -527,8 +537,11 @@ def read_trace(
             num_replicas=job.num_replicas,
             gpu_replicas=job.gpu_replicas,
             steps_per_mark=job.steps_per_mark,
+            expect_device=job.expect_device,
         )
-        if result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
+        if result.unmeasured:
+            device_profiler.turn_off(result.unmeasured)
+        elif result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
             once.log(
                 logging.WARNING,
                 "empty-trace",

@@ -59,7 +59,7 @@ class EventKind(NamedTuple):
     """One kind of event on a GPU stream.
 
     Attributes:
-        name: The kind's name (`"kernel"`, `"collective"`, `"host_copy"`, `"device_copy"`).
+        name: The kind's name (`"kernel"`, `"collective"`, `"host_copy"`, `"peer_copy"`, `"device_copy"`).
         pattern: Matches the event's name.
         part: What its time counts as: `"compute"`, `"communication"` or `"transfer"`.
         meaning: What the event is.
@@ -99,10 +99,16 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         "a copy between host and device memory",
     ),
     EventKind(
-        "device_copy",
-        re.compile(r"(?i)^memcpy ?(d2d|p2p|dtod|ptop|peer)|^CopyDeviceToDevice"),
+        "peer_copy",
+        re.compile(r"(?i)^memcpy ?(p2p|ptop|peer)"),
         "communication",
-        "a copy between devices (or within one)",
+        "a copy between two devices (peer to peer)",
+    ),
+    EventKind(
+        "device_copy",
+        re.compile(r"(?i)^memcpy ?(d2d|dtod)|^CopyDeviceToDevice"),
+        "transfer",
+        "a copy within one device's memory (ROCm's `CopyDeviceToDevice` too, which does not say which devices)",
     ),
     EventKind(
         "collective",

@@ -6,10 +6,17 @@ measures it from a trace, the step probe from timestamps inside the step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeviceTime", "InputStage", "ReplicaTime", "StepTime"]
+from keras_gpu.meters.host_work import HostWork
+from keras_gpu.meters.kernels import KernelTime
+
+__all__ = ["DEVICE_PARTS", "DeviceTime", "InputStage", "ReplicaTime", "StepTime"]
+
+#: The parts of a step that only a device's timeline measures (not measured where the trace holds none).
+DEVICE_PARTS = ("compute", "communication", "transfer", "other")
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,8 @@ class ReplicaTime:
 
     Attributes:
         compute_sec: Seconds per step its device ran model ops.
-        communication_sec: Seconds per step its reductions and transfers ran.
+        communication_sec: Seconds per step its collectives (reductions, exchanges between devices) ran;
+            host-device copies are not in it.
     """
 
     compute_sec: float
@@ -32,8 +40,8 @@ class DeviceTime:
     Attributes:
         name: The device as the trace names it, `"GPU:4"`, `"TPU:0"`.
         compute_sec: Kernels (NCCL kernels left out).
-        communication_sec: NCCL kernels and device-to-device copies.
-        transfer_sec: Host-to-device and device-to-host copies.
+        communication_sec: NCCL kernels and copies between devices (peer-to-peer).
+        transfer_sec: Host-to-device and device-to-host copies, and copies within the device's memory.
         replicas: The local replicas mapped to it; empty when none is.
     """
 
@@ -66,14 +74,18 @@ class InputStage:
 class StepTime:
     """The measured breakdown of the traced steps, in seconds per step.
 
-    `input_sec + compute_sec + communication_sec + other_sec == step_sec`.
+    `input_sec + compute_sec + communication_sec + transfer_sec + other_sec == step_sec`.
+
+    Where a GPU job's trace holds no GPU activity (`unmeasured`), the device
+    parts (`DEVICE_PARTS`) and `host_sec` are NaN: not measured.
 
     Attributes:
         steps: Training steps in the trace.
         step_sec: Wall time per step.
         input_sec: Waiting for input while nothing else ran.
         compute_sec: At least one replica device computing.
-        communication_sec: Reductions and transfers while no device computed.
+        communication_sec: Collectives (reductions, exchanges between devices or
+            workers) while no device computed.
         other_sec: Host-side overhead and idle time.
         replicas: Per local replica (in replica order), its own busy time.
         source: `"gpu"` when GPU timelines were read, `"tpu"` when TPU ones
@@ -90,6 +102,16 @@ class StepTime:
         notes: What the reader could not attribute (a GPU that maps to no
             replica, a line it does not know, a replica scope that
             contradicts the mapping).
+        transfer_sec: Copies between host and device (and within a device's
+            memory) while no device computed or communicated.
+        unmeasured: Where a GPU job's trace holds no GPU activity, the
+            sentence that says so ("no GPU activity in this trace: the GPU
+            profiler did not start"); else empty.
+        host_work: What the training thread did per step, largest first
+            (`keras_gpu.meters.host_work`), where the trace shows it.
+        kernels: The kernels (and copies) with the most time per step
+            (`keras_gpu.meters.kernels`), on all devices.
+        kernel_classes: Kernel time per step by class, largest first.
     """
 
     steps: int
@@ -105,6 +127,16 @@ class StepTime:
     devices: tuple[DeviceTime, ...] = ()
     input_stage: InputStage | None = None
     notes: tuple[str, ...] = field(default=())
+    transfer_sec: float = 0.0
+    unmeasured: str = ""
+    host_work: tuple[HostWork, ...] = ()
+    kernels: tuple[KernelTime, ...] = ()
+    kernel_classes: tuple[KernelTime, ...] = ()
+
+    @property
+    def device_busy_sec(self) -> float:
+        """Seconds per step a device computed, communicated or copied (NaN where not measured)."""
+        return self.compute_sec + self.communication_sec + self.transfer_sec
 
     @property
     def busy_sec(self) -> float:
@@ -119,15 +151,19 @@ class StepTime:
     def share(self, part: str) -> float:
         """A part's share of the step, 0..1 (`part` is `"input"`, `"compute"`, ...)."""
         value = getattr(self, f"{part}_sec")
-        return value / self.step_sec if self.step_sec > 0 else 0.0
+        return value / self.step_sec if self.step_sec > 0 else 0.0 * value
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
         fields = (
-            "steps", "step_sec", "input_sec", "compute_sec", "communication_sec", "other_sec", "host_sec", "source",
-            "step_source",
+            "steps", "step_sec", "input_sec", "compute_sec", "communication_sec", "transfer_sec", "other_sec",
+            "host_sec", "source", "step_source",
         )
-        out = {k: getattr(self, k) for k in fields}
+        out = {k: _measured(getattr(self, k)) for k in fields}
+        out["unmeasured"] = self.unmeasured or None
+        out["host_work"] = [w._asdict() for w in self.host_work]
+        out["kernels"] = [k._asdict() for k in self.kernels]
+        out["kernel_classes"] = {k.name: {"sec_per_step": k.sec_per_step, "share": k.share} for k in self.kernel_classes}
         out["replicas"] = [{"compute_sec": r.compute_sec, "communication_sec": r.communication_sec} for r in self.replicas]
         out["devices"] = {
             d.name: {
@@ -142,3 +178,8 @@ class StepTime:
         out["input_stage"] = None if stage is None else {"name": stage.name, "path": stage.path, "sec_per_step": stage.sec_per_step}
         out["notes"] = list(self.notes)
         return out
+
+
+def _measured(value: Any) -> Any:
+    """`None` for a figure that was not measured (NaN), else the value (JSON has no NaN)."""
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -2,25 +2,41 @@
 
 Plain Python over an XSpace (see `keras_gpu.meters.xspace`), as TensorFlow's and
 JAX's profilers write it. `analyze` takes the trace of a few training
-steps and splits each step's time into four parts that add up to it:
+steps and splits each step's time into five parts that add up to it:
 
 * **input**: the step waited for the input pipeline (`tf.data` `GetNext`
   calls, `IteratorGetNext` ops, and on JAX the `next()` of Keras' data
-  iterator, `keras_gpu.meters.python_input`) while no device computed
-  or communicated;
+  iterator, `keras_gpu.meters.python_input`) while no device computed,
+  communicated or copied;
 * **compute**: at least one replica device ran a model op, a kernel, or a
   compiled (XLA) program;
-* **communication**: a cross-replica or cross-worker reduction or transfer
-  ran (`_Send`/`_Recv`, collectives, NCCL kernels, device-to-device and
-  host-device copies) while no device computed; a multi-worker collective
-  counts from its start to its end, so the time a worker waits for a slower
-  peer is here;
+* **communication**: a collective, a cross-replica or cross-worker
+  reduction or exchange, ran (`_Send`/`_Recv`, collective ops, NCCL
+  kernels, peer-to-peer copies between GPUs) while no device computed; a
+  multi-worker collective counts from its start to its end, so the time a
+  worker waits for a slower peer is here;
+* **transfer**: a copy between host and device (or within one device's
+  memory) ran while no device computed or communicated: a single GPU's
+  input copies are transfers, never communication;
 * **other**: the rest: host-side overhead (Python, callbacks, launching
-  work) and idle time.
+  work) and idle time; `StepTime.host_sec` is its part outside the
+  backend's step function.
 
 Each instant of the traced window counts once, in the first of compute,
-communication, input that is active then, so the parts never add up to more
-than the step.
+communication, transfer, input that is active then, so the parts never add
+up to more than the step.
+
+**What a trace cannot show.** A GPU job's trace without GPU activity (the
+GPU profiler did not start: host planes only, while the trace's
+`/host:metadata` names a GPU, or the caller says the job ran on GPUs)
+measures no device part: `StepTime.unmeasured` says so, and compute,
+communication, transfer, other and host are NaN (`no_device_activity`).
+
+**The kernel view and the host's work.** `StepTime.kernels` and
+`StepTime.kernel_classes` sum each kernel's time per step inside the
+devices' windows, classed by `keras_gpu.meters.kernels`;
+`StepTime.host_work` names what the training thread did per step
+(`keras_gpu.meters.host_work`), where the Python tracer was on.
 
 **The window and the step count.** Where the trace marks its steps, the
 breakdown uses the marks and says so (`StepTime.step_source`): host
@@ -38,10 +54,10 @@ traced steps: the time after an epoch's last batch end (Keras' epoch-end
 work, stopping a `PyDataset`'s workers, epoch-end callbacks) is never in it.
 
 **GPU planes** are read line by line (`keras_gpu.meters.gpu_lines`): kernels on
-the streams are compute, NCCL kernels and device-to-device copies are
-communication, host-device copies are transfers (communication in the four
-parts, and their own figure per device), and derived lines (`Steps`,
-`TensorFlow Ops`, `TensorFlow Name Scope`, `XLA Ops`, ...) add nothing.
+the streams are compute, NCCL kernels and peer-to-peer copies are
+communication, host-device copies and copies within a device are
+transfers, and derived lines (`Steps`, `TensorFlow Ops`, `TensorFlow Name
+Scope`, `XLA Ops`, ...) add nothing.
 **TPU planes** (`/device:TPU:k`, in a trace without GPU planes) are read
 from their `XLA Ops` line: HLO ops are compute, collectives communication,
 asynchronous copies (`copy-start`, `copy-done`) transfers.
@@ -65,12 +81,15 @@ here too. The slowest input stage as Markdown is output
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_gpu.meters import xspace
 from keras_gpu.meters._spans import Span, clip, union_length
+from keras_gpu.meters.host_work import host_work
 from keras_gpu.meters.input_stages import input_stage
+from keras_gpu.meters.kernels import class_times, kernel_times
 from keras_gpu.meters.step_hints import (
     BOUND_SHARE,
     SLOW_REPLICA_RATIO,
@@ -83,6 +102,7 @@ from keras_gpu.meters.step_trace import (
     COMMUNICATION_OPS,
     HOST_PLANE,
     INPUT_OPS,
+    METADATA_PLANE,
     STEP_MARKER,
     GpuEvents,
     HostEvents,
@@ -110,9 +130,11 @@ __all__ = [
     "analyze",
     "classify_op",
     "input_stage",
+    "no_device_activity",
     "slow_replica",
     "step_marker",
     "trace_steps",
+    "unmeasured",
     "verdict",
 ]
 
@@ -125,6 +147,7 @@ def analyze(
     num_replicas: int = 1,
     gpu_replicas: Mapping[int, int | Sequence[int]] | None = None,
     steps_per_mark: int = 1,
+    expect_device: str | None = None,
 ) -> StepTime:
     """The step-time breakdown of a trace of `steps` training steps that took `wall_sec`.
 
@@ -146,6 +169,11 @@ def analyze(
         steps_per_mark: Training steps in each marked step: Keras'
             `steps_per_execution`, where each mark holds one call of the
             train function.
+        expect_device: `"GPU"` where the caller knows the job ran on GPUs
+            (its replicas' devices): a trace without GPU activity then says
+            so (`StepTime.unmeasured`) instead of reading as a host-only
+            trace. A trace whose `/host:metadata` names a GPU
+            (`gpu_version`) says so too.
 
     Raises:
         ValueError: For `steps < 1`, `wall_sec <= 0`, `steps_per_mark < 1`,
@@ -185,18 +213,20 @@ def analyze(
     windows = marked.windows if marked is not None else None
     parts = {k: clip(v, windows) for k, v in host.parts.items()}
     replicas = [{k: clip(v, windows) for k, v in r.items()} for r in host.replicas]
+    parts["transfer"] = []
     for g, gpu in gpus.items():
         own = _device_windows(marked, g)
-        busy = {"compute": clip(gpu.parts["compute"], own)}
-        busy["communication"] = clip(gpu.parts["communication"] + gpu.parts["transfer"], own)
-        for kind in ("compute", "communication"):
-            parts[kind].extend(clip(busy[kind], windows))
-            for r in mapping.get(g, ()):
-                replicas[r][kind].extend(busy[kind])
-    return _result(
+        for kind in ("compute", "communication", "transfer"):
+            busy = clip(gpu.parts[kind], own)
+            parts[kind].extend(clip(busy, windows))
+            for r in mapping.get(g, ()) if kind != "transfer" else ():
+                replicas[r][kind].extend(busy)
+    result = _result(
         parts, replicas, host, gpus, mapping, marked,
         steps=steps, wall_sec=wall_sec, source=source, notes=tuple(notes + mapping_notes), on_gpu=on_gpu,
     )
+    missing = None if on_gpu else no_device_activity(by_name, expect_device)
+    return result if missing is None else unmeasured(result, missing)
 
 
 #: The note of a trace without step markers, by where its window and step count came from.
@@ -245,15 +275,18 @@ def _result(
     on_gpu: bool,
 ) -> StepTime:
     """Assemble the `StepTime` from the intervals of each part, per step."""
-    compute = union_length(parts["compute"])
-    busy = union_length(parts["compute"] + parts["communication"])
-    everything = union_length(parts["compute"] + parts["communication"] + parts["input"])
-    shares = [compute / 1e12, (busy - compute) / 1e12, (everything - busy) / 1e12]
+    # Each instant counts once, in the first part active then: compute, communication, transfer, input.
+    covered, shares, active = 0, [], []
+    for part in ("compute", "communication", "transfer", "input"):
+        active.extend(parts.get(part, ()))
+        union = union_length(active)
+        shares.append((union - covered) / 1e12)
+        covered = union
     if sum(shares) > wall_sec:  # the trace ran a little past the caller's window
         shares = [p * wall_sec / sum(shares) for p in shares]
-    compute_s, comm_s, input_s = shares
+    compute_s, comm_s, transfer_s, input_s = shares
     per_step = 1.0 / steps
-    other_s = max(0.0, wall_sec - compute_s - comm_s - input_s)
+    other_s = max(0.0, wall_sec - compute_s - comm_s - transfer_s - input_s)
     functions = clip(host.functions, marked.windows if marked is not None else None)
     host_s = other_s if not functions else min(other_s, max(0.0, wall_sec - union_length(functions) / 1e12))
     devices = []
@@ -278,6 +311,9 @@ def _result(
         ),
         source=next((gpu.device.lower() for gpu in gpus.values()), "gpu") if on_gpu else "host",
         host_sec=host_s * per_step,
+        transfer_sec=transfer_s * per_step,
+        host_work=host_work(host.python, marked.windows if marked is not None else None, steps),
+        **_kernel_view(gpus, marked, steps),
         step_source=source,
         devices=tuple(devices),
         input_stage=input_stage(
@@ -286,6 +322,42 @@ def _result(
             [r for r in host.python_input if _starts_in(r.span[0], marked)],
         ),
         notes=notes,
+    )
+
+
+def _kernel_view(gpus: Mapping[int, GpuEvents], marked: TraceSteps | None, steps: int) -> dict[str, Any]:
+    """`kernels` and `kernel_classes` of a `StepTime`: every device's kernels inside its own windows."""
+    found: list[tuple[str, Span]] = []
+    for g, gpu in gpus.items():
+        own = _device_windows(marked, g)
+        found.extend((name, span) for name, span in gpu.kernels for span in clip([span], own))
+    top, _total = kernel_times(found, None, steps)
+    return {"kernels": top, "kernel_classes": class_times(found, None, steps)}
+
+
+def no_device_activity(by_name: Mapping[str, Any], expect_device: str | None = None) -> str | None:
+    """The sentence for a trace of a GPU job without GPU activity; `None` where the job is not known to use a GPU.
+
+    A GPU job is one whose caller says so (`expect_device="GPU"`), or whose
+    trace's `/host:metadata` plane names a GPU (`gpu_version`, as JAX's
+    profiler writes it), or that has a GPU plane at all.
+    """
+    meta = by_name.get(METADATA_PLANE)
+    gpu_version = str(xspace.plane_stats(meta).get("gpu_version") or "") if meta is not None else ""
+    has_plane = any(name.startswith("/device:GPU:") for name in by_name)
+    if not (gpu_version or has_plane or (expect_device or "").upper() == "GPU"):
+        return None
+    why = f" (the trace's metadata names GPU {gpu_version})" if gpu_version else ""
+    return f"no GPU activity in this trace: the GPU profiler did not start{why}"
+
+
+def unmeasured(step: StepTime, sentence: str) -> StepTime:
+    """`step` with its device parts not measured (NaN) and `sentence` saying why (`StepTime.unmeasured`)."""
+    nan = float("nan")
+    return dataclasses.replace(
+        step, compute_sec=nan, communication_sec=nan, transfer_sec=nan, other_sec=nan, host_sec=nan,
+        replicas=tuple(ReplicaTime(nan, nan) for _ in step.replicas), devices=(), kernels=(), kernel_classes=(),
+        unmeasured=sentence,
     )
 
 

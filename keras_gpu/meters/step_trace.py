@@ -25,6 +25,7 @@ __all__ = [
     "COMMUNICATION_OPS",
     "HOST_PLANE",
     "INPUT_OPS",
+    "METADATA_PLANE",
     "STEP_MARKER",
     "GpuEvents",
     "HostEvents",
@@ -63,6 +64,8 @@ STEP_MARKER = "train"
 
 #: The host plane of a trace.
 HOST_PLANE = "/host:CPU"
+#: The plane whose stats name the versions of the profiled process (`gpu_version`, ...): JAX's profiler writes it.
+METADATA_PLANE = "/host:metadata"
 _REPLICA_SCOPE = re.compile(r"(?:^|/)replica_(\d+)(?:/|$)")
 _UPDATE_SCOPE = re.compile(r"(?:^|/)update_(\d+)(?:_\d+)?(?:/|$)")
 _INPUT_ACTIVITY = re.compile(r"^Iterator.*::DoCompute$|^IteratorGetNext")
@@ -152,6 +155,7 @@ class HostEvents(NamedTuple):
     markers: dict[int, Span]
     iterators: list[xspace.TraceEvent]
     python_input: list[PythonRead]
+    python: list[xspace.TraceEvent]
 
 
 class GpuEvents:
@@ -164,6 +168,7 @@ class GpuEvents:
         self.parts: dict[str, list[Span]] = {"compute": [], "communication": [], "transfer": []}
         self.steps: dict[Any, Span] = {}
         self.scopes: Counter[int | None] = Counter()
+        self.kernels: list[tuple[str, Span]] = []  # every kernel and copy on the streams, by name
         self.unknown_lines: set[str] = set()
 
     @property
@@ -175,7 +180,7 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
     """Sort the host plane's events into parts (on GPUs, host op events are launches and count for nothing);
     `plane=None` (a trace of device planes only) holds nothing."""
     host = HostEvents({"compute": [], "communication": [], "input": []}, [{"compute": [], "communication": []}
-                 for _ in range(num_replicas)], [], {}, [], [])
+                 for _ in range(num_replicas)], [], {}, [], [], [])
     parts, replicas = host.parts, host.replicas
     marker_lines: set[str] = set()
     python_lines: dict[str, list[xspace.TraceEvent]] = {}
@@ -219,6 +224,7 @@ def read_host(plane: Any, on_gpu: bool, num_replicas: int) -> HostEvents:
     host.functions[:] = _outermost(host.functions)
     # Input on the Python lines: the data iterator's `next()` only.
     for found in python_lines.values():
+        host.python.extend(found)
         reads = data_reads(found)
         host.python_input.extend(reads)
         parts["input"].extend(read.span for read in reads)
@@ -265,6 +271,7 @@ def read_gpus(by_name: Mapping[str, Any]) -> dict[int, GpuEvents]:
             elif kind.busy:
                 part = gpu_lines.event_kind(event.name, device).part
                 gpu.parts[part].append((event.start_ps, event.end_ps))
+                gpu.kernels.append((event.name, (event.start_ps, event.end_ps)))
                 if part == "compute":
                     stats = event.stats or {}
                     gpu.scopes[_replica_scope(str(stats.get("annotation") or stats.get("level 0") or ""))] += 1

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-__all__ = ["TraceEvent", "events", "find_traces", "load", "parse", "planes"]
+__all__ = ["TraceEvent", "events", "find_traces", "load", "parse", "plane_stats", "planes"]
 
 _PACKAGE = "keras_gpu.meters.xspace"
 
@@ -69,9 +69,12 @@ _SCHEMA: tuple[tuple[str, tuple[tuple[str, int, str, bool, str | None], ...]], .
         ("lines", 3, "MESSAGE", True, "XLine"),
         ("event_metadata", 4, "MESSAGE", True, "EventMetadataEntry"),
         ("stat_metadata", 5, "MESSAGE", True, "StatMetadataEntry"),
+        ("stats", 6, "MESSAGE", True, "XStat"),
     )),
     ("XSpace", (
         ("planes", 1, "MESSAGE", True, "XPlane"),
+        ("errors", 2, "STRING", True, None),
+        ("warnings", 3, "STRING", True, None),
         ("hostnames", 4, "STRING", True, None),
     )),
 )
@@ -173,6 +176,11 @@ class TraceEvent(NamedTuple):
 def planes(space: Any) -> dict[str, Any]:
     """The planes of a trace by name (`/host:CPU`, `/device:GPU:0`, ...)."""
     return {plane.name: plane for plane in space.planes}
+
+
+def plane_stats(plane: Any) -> dict[str, Any]:
+    """A plane's own stats by name (`/host:metadata` holds the versions: `gpu_version`, `jax_version`, ...)."""
+    return _stats(plane.stats, {entry.key: entry.value.name for entry in plane.stat_metadata})
 
 
 def events(

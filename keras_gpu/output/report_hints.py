@@ -21,7 +21,8 @@ def run_hints(r: RunSummary) -> list[str]:
     step = r.step_time
     if step is not None:
         for hint in verdict(step.step, step.replica_names):
-            hints.append(f"{r.label}: {hint} (measured on {step.step.steps} traced steps).")
+            where = "in" if hint == step.step.unmeasured else "measured on"
+            hints.append(f"{r.label}: {hint} ({where} {step.step.steps} traced steps).")
     times = r.time
     if times and times.train_sec > 0 and times.first_step_sec / times.train_sec >= FIRST_STEP_SHARE:
         hints.append(_first_execution_hint(r.label, times))

@@ -12,6 +12,7 @@ rates, fractions 0..1 for shares and the imbalance.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 #: The parts of a step whose shares the report gives.
-_SHARE_PARTS = ("input", "compute", "communication", "other")
+_SHARE_PARTS = ("input", "compute", "communication", "transfer", "other", "host")
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class StepTimeSummary:
 
     @property
     def shares(self) -> dict[str, float]:
-        """Each part's share of the step, 0..1."""
+        """Each part's share of the step, 0..1 (`host`: the part of `other` outside the compiled step; NaN where
+        not measured)."""
         return {part: self.step.share(part) for part in _SHARE_PARTS}
 
     @property
@@ -160,7 +162,7 @@ class StepTimeSummary:
         """`StepTime.as_dict` with `traces`, `shares` and `replica_labels`."""
         out = self.step.as_dict()
         out["traces"] = self.traces
-        out["shares"] = self.shares
+        out["shares"] = {k: None if math.isnan(v) else v for k, v in self.shares.items()}
         out["replica_labels"] = list(self.replica_labels)
         return out
 

@@ -26,7 +26,9 @@ STEP_PARTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.STEP_INPUT_SEC, "input_sec"),
     (tags.STEP_COMPUTE_SEC, "compute_sec"),
     (tags.STEP_COMMUNICATION_SEC, "communication_sec"),
+    (tags.STEP_TRANSFER_SEC, "transfer_sec"),
     (tags.STEP_OTHER_SEC, "other_sec"),
+    (tags.STEP_HOST_SEC, "host_sec"),
 )
 #: A replica's `step_time/replica_{replica}/*` tags, each with the
 #: `ReplicaTime` field it holds (compute first).
@@ -57,10 +59,11 @@ CLUSTER_SPREADS: tuple[tuple[str, tuple[tags.Tag, tags.Tag, tags.Tag]], ...] = (
 def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float]:
     """The `step_time/*` scalars of a breakdown, in seconds per step (`traced_steps`: a count).
 
-    `step_time/input_sec` is left out where the input wait was not measured
-    (NaN: the step probe with several steps per call), and the replicas'
-    `communication_sec` where the breakdown comes from the probe (it measures
-    each replica's compute only).
+    A part that was not measured (NaN) is left out: `step_time/input_sec`
+    for the step probe with several steps per call, the device parts of a
+    GPU job's trace without GPU activity (`StepTime.unmeasured`); and the
+    replicas' `communication_sec` where the breakdown comes from the probe
+    (it measures each replica's compute only).
 
     Args:
         result: The breakdown.
@@ -69,13 +72,13 @@ def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float
     """
     values = {tags.STEP_TRACED_STEPS.name(): float(result.steps)}
     for tag, field in STEP_PARTS:
-        values[tag.name()] = getattr(result, field)
-    if math.isnan(result.input_sec):
-        del values[tags.STEP_INPUT_SEC.name()]
+        if not math.isnan(getattr(result, field)):
+            values[tag.name()] = getattr(result, field)
     parts = REPLICA_PARTS[:1] if result.source == "probe" else REPLICA_PARTS  # the probe: compute only
     for label, replica in zip(labels, result.replicas):
         for tag, field in parts:
-            values[tag.name(replica=label)] = getattr(replica, field)
+            if not math.isnan(getattr(replica, field)):
+                values[tag.name(replica=label)] = getattr(replica, field)
     return values
 
 

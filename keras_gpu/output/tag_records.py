@@ -40,7 +40,7 @@ from keras_gpu.output.step_time_tags import (
     SPREAD_STATS,
     STEP_PARTS,
 )
-from keras_gpu.output.step_time_text import read_input_stage_markdown
+from keras_gpu.output.step_time_text import read_host_work_markdown, read_input_stage_markdown, read_kernels_markdown
 
 __all__ = [
     "Scalars",
@@ -173,28 +173,48 @@ def read_step_time(scalars: Scalars, texts: Texts | None = None) -> StepTimeSumm
 
     The slowest input stage is the one the traces name for the most steps
     (`step_time/input_stage`), with its mean time per batch over those traces.
+    The device parts (compute, communication, transfer, other, host) are
+    means over the traces that measured them: a GPU job's trace without GPU
+    activity (`step_time/unmeasured`) logs none, and where no trace measured
+    them they are NaN, with the trace's sentence in `StepTime.unmeasured`.
+    The kernel view and the host's work are the last trace's
+    (`step_time/kernels`, `step_time/host_work`).
     """
     points = scalars.get(_tags.STEP_SEC.name())
     if not points:
         return None
+    texts = texts or {}
     counts = dict(scalars.get(_tags.STEP_TRACED_STEPS.name(), []))
     weights = {s: counts.get(s, 1.0) for s, _ in points}
     total = sum(weights.values())
+    unmeasured = dict(texts.get(_tags.STEP_UNMEASURED.name(), []))
+    measured = {s: w for s, w in weights.items() if s not in unmeasured}
 
-    def mean(tag: str) -> float:
+    def mean(tag: str, over: dict[int, float] = weights) -> float:
         values = dict(scalars.get(tag, []))
-        return sum(w * values.get(s, 0.0) for s, w in weights.items()) / total
+        if not over:
+            return math.nan
+        return sum(w * values.get(s, 0.0) for s, w in over.items()) / sum(over.values())
 
     replica_tag = REPLICA_PARTS[0][0]
     labels = sorted({fields["replica"] for t in scalars if (fields := replica_tag.match(t))}, key=_replica_order)
+    device = ("compute_sec", "communication_sec", "transfer_sec", "other_sec", "host_sec")
+    kernels = texts.get(_tags.STEP_KERNELS.name(), [])
+    classes, top = read_kernels_markdown(kernels[-1][1]) if kernels and measured else ([], [])
+    work = texts.get(_tags.STEP_HOST_WORK.name(), [])
     step = StepTime(
         steps=int(total),
-        **{field: mean(tag.name()) for tag, field in STEP_PARTS},
+        **{field: mean(tag.name(), measured if field in device else weights) for tag, field in STEP_PARTS},
         replicas=tuple(
-            ReplicaTime(**{field: mean(tag.name(replica=label)) for tag, field in REPLICA_PARTS}) for label in labels
+            ReplicaTime(**{field: mean(tag.name(replica=label), measured) for tag, field in REPLICA_PARTS})
+            for label in labels
         ),
         source="report",
-        input_stage=_input_stage(texts or {}, weights),
+        input_stage=_input_stage(texts, weights),
+        unmeasured="" if measured else next(iter(unmeasured.values()), ""),
+        kernels=tuple(top),
+        kernel_classes=tuple(classes),
+        host_work=tuple(read_host_work_markdown(work[-1][1])) if work and measured else (),
     )
     return StepTimeSummary(step=step, traces=len(points), replica_labels=tuple(labels))
 

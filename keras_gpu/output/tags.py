@@ -219,7 +219,7 @@ OTHER_EPOCH_SEC = Tag(
 )
 
 # -- step-time breakdown (sampled from profiler traces) ----------------------------
-_STEP_CHART = (_TIME, "seconds per step: input, compute, communication, other")
+_STEP_CHART = (_TIME, "seconds per step: input, compute, communication, transfer, other")
 STEP_SEC = Tag(
     "step_time/step_sec", "s/step", "measured wall time per training step over the traced steps",
     "StepTimeLogger", _STEP_CHART,
@@ -239,13 +239,25 @@ STEP_COMPUTE_SEC = Tag(
 )
 STEP_COMMUNICATION_SEC = Tag(
     "step_time/communication_sec", "s/step",
-    "time per step spent in cross-replica or cross-worker reductions and transfers while no device computed",
+    "time per step spent in collectives (cross-replica or cross-worker reductions and exchanges, copies between "
+    "devices) while no device computed",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_TRANSFER_SEC = Tag(
+    "step_time/transfer_sec", "s/step",
+    "time per step spent copying between host and device (and within a device's memory) while no device computed "
+    "or communicated",
     "StepTimeLogger", _STEP_CHART,
 )
 STEP_OTHER_SEC = Tag(
     "step_time/other_sec", "s/step",
     "the rest of the step: host-side overhead (Python, callbacks, launching) and idle time; "
-    "input_sec + compute_sec + communication_sec + other_sec = step_sec",
+    "input_sec + compute_sec + communication_sec + transfer_sec + other_sec = step_sec",
+    "StepTimeLogger", _STEP_CHART,
+)
+STEP_HOST_SEC = Tag(
+    "step_time/host_sec", "s/step",
+    "the part of other_sec outside the backend's compiled step: Python between steps (Keras' loop, callbacks)",
     "StepTimeLogger", _STEP_CHART,
 )
 REPLICA_COMPUTE_SEC = Tag(
@@ -255,13 +267,31 @@ REPLICA_COMPUTE_SEC = Tag(
 )
 REPLICA_COMMUNICATION_SEC = Tag(
     "step_time/replica_{replica}/communication_sec", "s/step",
-    "time per step this replica's reductions and transfers ran",
+    "time per step this replica's collectives (reductions, exchanges between devices) ran",
     "StepTimeLogger", (_TIME, "communication seconds per step, per replica"),
 )
 STEP_INPUT_STAGE = Tag(
     "step_time/input_stage", "Markdown",
     "the input stage with the most self time per batch in the traced steps (a tf.data stage, or the Python input "
     "that reads a PyDataset or generator), its milliseconds per batch, and the input-bound hint with what to try",
+    "StepTimeLogger", text=True,
+)
+STEP_KERNELS = Tag(
+    "step_time/kernels", "Markdown",
+    "the kernel view of the trace: kernel time per step by class (attention, matmul, convolution, elementwise, "
+    "copy, collective) and the kernels with the most time per step",
+    "StepTimeLogger", text=True,
+)
+STEP_HOST_WORK = Tag(
+    "step_time/host_work", "Markdown",
+    "what the training thread did per step, as the profiler's Python tracer saw it (dispatch of the compiled step, "
+    "Keras' log conversion, ...), milliseconds per step each",
+    "StepTimeLogger", text=True,
+)
+STEP_UNMEASURED = Tag(
+    "step_time/unmeasured", "text",
+    "where a GPU job's trace holds no GPU activity, the sentence that says so (\"no GPU activity in this trace: the "
+    "GPU profiler did not start\"); that trace's compute, communication, transfer and other are not logged",
     "StepTimeLogger", text=True,
 )
 

@@ -60,8 +60,9 @@ def test_trace_prints_the_fixture_breakdown_without_tensorflow_or_keras():
     data = json.loads(line)
     assert data["steps"] == 1 and data["step_sec"] == pytest.approx(0.02131, rel=1e-3)
     assert 0.65 <= data["compute_sec"] / data["step_sec"] <= 0.75
-    parts = ("input_sec", "compute_sec", "communication_sec", "other_sec")
+    parts = ("input_sec", "compute_sec", "communication_sec", "transfer_sec", "other_sec")
     assert sum(data[k] for k in parts) == pytest.approx(data["step_sec"])
+    assert data["communication_sec"] == 0.0 and data["transfer_sec"] > 0  # copies, no collective
     assert data["devices"]["GPU:4"]["compute_sec"] == pytest.approx(14.83e-3, rel=0.01)
     assert data["devices"]["GPU:6"]["compute_sec"] == pytest.approx(14.87e-3, rel=0.01)
     assert set(data["devices"]["GPU:6"]) >= {"compute_sec", "transfer_sec"}
