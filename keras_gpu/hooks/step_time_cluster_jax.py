@@ -88,6 +88,7 @@ class _TimedIterator:
 
     def __next__(self) -> Any:
         start = time.perf_counter()
+        self.clock.seen_ready(start)
         try:
             batch = next(self.inner)
         finally:
@@ -129,10 +130,14 @@ class StepClock:
         # of its epoch), appended on the training thread in order, and each batch end's time, from Keras' pool.
         self._begin = -1
         self._calls: list[tuple[int, float, float, float, int, bool]] = []
+        # Per call, when the training thread saw the previous call's outputs ready (`None`: not before it began).
+        self._ready: list[float | None] = []
         self._done: dict[int, float] = {}
         self._done_lock = threading.Lock()
         self._async_seen = False
         self._first = True  # the next call is its epoch's first
+        self._pending_logs: Any = None  # the last call's outputs, until seen ready
+        self._ready_by: float | None = None  # when the training thread first saw them ready
 
     def wrap(self, train_function: Any) -> Any:
         """`train_function(state, iterator)` timed; under synchronous dispatch, its outputs waited for."""
@@ -146,9 +151,13 @@ class StepClock:
             self.wait, self.batches = 0.0, 0
             if not self.blocking:
                 first, self._first = self._first, False
-                logs, state = train_function(state, _TimedIterator(iterator, self))
+                self.seen_ready(start)
+                logs, state = train_function(state, _TimedIterator(iterator, self))  # its next() looks again
+                ready_by, self._ready_by = self._ready_by, None  # the previous call's outputs, seen ready by then
                 if self.batches:
                     self._calls.append((self._begin, start, self.wait, time.perf_counter(), self.batches, first))
+                    self._ready.append(ready_by)
+                    self._pending_logs = logs
                 return logs, state
             prev, self._prev_end = self._prev_end, None  # a call that raises (the data's end) starts no gap
             logs, state = train_function(state, _TimedIterator(iterator, self))
@@ -164,6 +173,26 @@ class StepClock:
         setattr(timed, _MARK, True)
         return timed
 
+    def seen_ready(self, t: float) -> None:
+        """At `t`, on the training thread: note whether the last call's outputs are ready (never waits).
+
+        A batch end runs on Keras' pool a little after its step finished; an
+        output seen ready on the training thread bounds the step's end more
+        tightly, so a wait for input after it counts whole.
+        """
+        logs = self._pending_logs
+        if logs is None or self._ready_by is not None:
+            return
+        try:
+            import jax
+
+            leaf = jax.tree_util.tree_leaves(logs)[0]
+            ready = leaf.is_ready()
+        except Exception:  # noqa: BLE001 - no array, or an array without is_ready: the batch end tells
+            ready = False
+        if ready:
+            self._ready_by, self._pending_logs = t, None
+
     def _add(self, steps: int, host: float, wait: float, device: float) -> None:
         sums = self._sums
         sums[0] += steps
@@ -176,6 +205,8 @@ class StepClock:
         """Forget the previous call: the time between epochs (validation, epoch-end callbacks) is no gap."""
         self._account()  # every batch end of the last epoch ran (Keras waits for them at its end)
         self._calls.clear()
+        self._ready.clear()
+        self._pending_logs = self._ready_by = None
         with self._done_lock:
             self._done.clear()
         self._prev_end = None
@@ -217,7 +248,9 @@ class StepClock:
         for k in range(len(done) - 2, -1, -1):  # a later step cannot finish before an earlier one
             done[k] = min(done[k], done[k + 1])
         prev = self._prev_end
-        for (_, _, wait, dispatched, batches, first), end in zip(calls, done):
+        for (_, _, wait, dispatched, batches, first), end, ready_by in zip(calls, done, self._ready):
+            if prev is not None and ready_by is not None:
+                prev = min(prev, ready_by)  # the previous step was done by then
             if not first and prev is not None:
                 idle = max(0.0, dispatched - prev)
                 waited = min(wait, idle)
@@ -225,6 +258,7 @@ class StepClock:
             prev = end
         self._prev_end = prev
         del calls[: len(done)]
+        del self._ready[: len(done)]
 
     def read(self) -> ClockWindow | None:
         """The window since the previous read; `None` without a step."""

@@ -44,7 +44,11 @@ from keras_gpu.output import writer as _writer
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
 from keras_gpu.output.step_time_text import host_work_markdown, input_stage_markdown, kernels_markdown
 
-__all__ = ["CLUSTER_EVERY_S", "StepTimeLogger", "check_profile_every_s"]
+__all__ = ["CLUSTER_EVERY_S", "END_WAIT_S", "StepTimeLogger", "check_profile_every_s"]
+
+#: Seconds a traced step waits at most for the previous step's batch end (asynchronous dispatch) before the
+#: fit stops tracing: a step that long is no step to trace, and `fit` must never hang on keras-gpu.
+END_WAIT_S = 60.0
 
 
 class StepTimeLogger(LoggingCallback):
@@ -76,7 +80,12 @@ class StepTimeLogger(LoggingCallback):
     wait for each step; there the traces start, mark and stop at batch
     *begins*, on the training thread (a mark runs from one batch begin to the
     next, the step's dispatch and whatever the host does until the next one),
-    so a trace ends at a batch begin and an epoch's last step is never traced. The profiler stops and the trace
+    so a trace ends at a batch begin and an epoch's last step is never traced.
+    While a trace runs, each traced step begins only once the previous one
+    finished (its batch end ran), as in Keras' synchronous loop, so that each
+    step's device work falls inside its own mark: the breakdown is that of
+    the synchronous step, and only the few traced steps wait (never longer
+    than `END_WAIT_S`; the fit then stops tracing, with one warning). The profiler stops and the trace
     is parsed on a background thread, never on the training thread (the steps
     that run meanwhile are outside the marks; no trace starts while one is
     stopping); the traces stay in the
@@ -238,7 +247,7 @@ class StepTimeLogger(LoggingCallback):
         # driven from the batch begins, on the training thread; the batch ends only note the latest index.
         self._by_begins = False
         self._last_end = -1
-        self._ends_lock = threading.Lock()
+        self._ends = threading.Condition()  # notified at each batch end: a traced step waits for the last one
         self._train_thread = threading.get_ident()
 
     @property
@@ -375,6 +384,13 @@ class StepTimeLogger(LoggingCallback):
                 self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
         if fit is not None and self._by_begins and batch > 0 and batch - 1 >= fit.next_batch:  # not an epoch's first
+            # A trace starts, marks or stops here: the previous step must have finished first, as in Keras'
+            # synchronous loop, so that each traced step's device work falls inside its own mark.
+            if not self._wait_for_end(batch - 1):
+                if fit.tracing:
+                    self._submit(fit.stop())
+                self._fit = None
+                return
             self._submit(fit.batch_end(batch - 1))
 
     def on_train_batch_end(self, batch, logs=None):
@@ -391,12 +407,27 @@ class StepTimeLogger(LoggingCallback):
                 if batch >= fit.next_batch:
                     self._submit(fit.batch_end(batch))
             return
-        with self._ends_lock:  # the epoch's latest batch end, whatever order the pool runs them in
+        with self._ends:  # the epoch's latest batch end, whatever order the pool runs them in
             if batch > self._last_end:
                 self._last_end = batch
+                self._ends.notify_all()
         cluster = self._cluster_fit
         if cluster is not None:  # JAX's clock: the step's outputs were ready when its batch end ran
             cluster.probe.ended(batch, time.perf_counter(), threading.get_ident() != self._train_thread)
+
+    def _wait_for_end(self, batch: int) -> bool:
+        """Wait until the batch end of `batch` ran (its step finished); False, with one warning, after `END_WAIT_S`."""
+        with self._ends:
+            if self._ends.wait_for(lambda: self._last_end >= batch, timeout=END_WAIT_S):
+                return True
+        self._once.log(
+            logging.WARNING,
+            "end-wait",
+            "keras-gpu: StepTimeLogger stops tracing in this fit: the batch end of step %d had not run after %g s.",
+            batch,
+            END_WAIT_S,
+        )
+        return False
 
     def on_test_begin(self, logs=None):
         if self._fit is not None and self._fit.tracing:
