@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests import _events
+
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras
@@ -48,17 +50,7 @@ def _wait_no_threads(timeout: float) -> float:
     return time.monotonic() - t0
 
 
-def _read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
-    """`tag -> [(step, value), ...]` from every event file in `run_dir`, read by TensorBoard's own reader."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(run_dir, size_guidance={ea.TENSORS: 0}, purge_orphaned_data=False)
-    acc.Reload()
-    return {
-        tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
-        for tag in acc.Tags()["tensors"]
-        if acc.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
-    }
+_read_scalars = _events.read_scalars
 
 
 def _values(scalars, tag):

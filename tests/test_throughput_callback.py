@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests import _events
 from tests._util import run_python
 
 tf = pytest.importorskip("tensorflow")
@@ -24,16 +25,8 @@ MLP_FLOPS = 3 * 2 * (32 * 64 + 64 * 10)  # training FLOPs per sample of _mlp()
 
 
 def read_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in a run directory, as `tag -> [(step, value), ...]` in write order."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
-    acc.Reload()
-    out = {}
-    for tag in acc.Tags()["tensors"]:
-        if tag.startswith(("throughput/", "time/")):
-            out[tag] = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
-    return out
+    """Every `throughput/` and `time/` scalar in a run directory, as `tag -> [(step, value), ...]` in write order."""
+    return _events.read_scalars(run_dir, ("throughput/", "time/"))
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ import pytest
 from keras_gpu.core.checks import check_log_dir, check_positive
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.output import writer as _writer
+from tests import _events
 
 TWO = {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
 WITH_CHIEF = {"chief": ("h:1",), "worker": ("h:2", "h:3"), "evaluator": ("h:4",)}
@@ -73,13 +74,7 @@ def test_check_positive_integer_and_none():
         check_positive("n", 2.5, integer=True)
 
 
-def _read_scalars(path):
-    import tensorflow as tf
-    from tensorboard.backend.event_processing import event_accumulator
-
-    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
-    return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+_read_scalars = _events.read_scalars
 
 
 def test_writers_are_shared_per_directory_and_closed_by_the_last_user(tmp_path):

@@ -87,7 +87,13 @@ def test_a_straggler_on_process_1_is_named_with_its_part(job, fit, field):
     assert (result["straggler"], result["part"]) == (1, fit)
     assert all(g["clear"] and g["slowest"] == 1 and g["part"] == fit for g in result["gathers"])
     for gather in result["gathers"]:
-        assert gather[field][1] >= SLEEP  # the sleep, a lower bound by construction
+        if fit == "host":  # the sleeping callback overrides a batch end: Keras' synchronous dispatch
+            assert gather[field][1] >= SLEEP  # the sleep, a lower bound by construction
+        else:
+            # Asynchronous dispatch: the wait for the next batch starts while the step just dispatched still runs,
+            # so the sleep bounds the input wait and the device work it overlapped, together.
+            device = gather["step"][1] - gather["input"][1] - gather["host"][1]
+            assert gather["input"][1] + device >= SLEEP
         assert gather["busy"][1] >= gather[field][1]
     assert f"worker 1 is the straggler: its {'host time between steps' if fit == 'host' else 'input wait'}" in (
         launched.stderr + launched.stdout
