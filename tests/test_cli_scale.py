@@ -81,9 +81,140 @@ def test_cause_is_the_part_that_grew_most_against_linear():
         _result(1, 2, 64, 0.011, comm, grad_bytes=35_232_153),
         _result(1, 2, 128, 0.016, inp),
     ])
-    assert rows[0].cause == "baseline"
-    assert rows[1].cause.startswith("communication: the all-reduce of 33.6 MiB of gradients takes 6 ms per step")
+    assert rows[0].cause == "baseline (run-to-run spread not measured)"
+    assert rows[1].cause.startswith(
+        "communication: the all-reduce of 33.6 MiB of gradients with the update takes 6 ms per step")
     assert rows[2].cause.startswith("input: the host pipeline's time per step grows with the global batch")
+
+
+def test_a_cause_is_named_only_beyond_the_run_to_run_spread():
+    from keras_gpu.meters.scale_cause import explain_shortfall, measured_spread
+
+    base_parts = {"input": 0.001, "compute": 0.008, "communication": 0.0005, "other": 0.0005}
+    base = _result(1, 1, 64, 0.010, base_parts)
+    # Two replicas, batch grown with them: linear is the same 10 ms step; compute grew by 1 ms (10%).
+    row = _result(1, 2, 128, 0.011, dict(base_parts, compute=0.009))
+    assert explain_shortfall(base, row, 0.05).startswith("compute: the forward and backward pass takes 9 ms")
+    assert explain_shortfall(base, row, 0.2) == (
+        "within run-to-run spread (±10%): no part of the step grew by more than the baseline varies between runs")
+    assert explain_shortfall(base, row, None).startswith("compute:")  # no spread measured: every growth counts
+    first, second = build_rows([base, row], 0.2)
+    assert first.cause == "baseline (run-to-run spread ±10%)" and second.cause.startswith("within run-to-run")
+    with pytest.raises(ValueError, match="spread=-0.1"):
+        explain_shortfall(base, row, -0.1)
+    # Spread: (max - min) / mean over both runs' halves (9, 11, 10, 10 ms: mean 10, range 2 -> 0.2).
+    runs = [RunResult(1, 1, 10, 0.1, 640, None, halves=(0.009, 0.011)),
+            RunResult(1, 1, 10, 0.1, 640, None, halves=(0.010, 0.010))]
+    assert measured_spread(runs) == pytest.approx(0.2)
+    assert measured_spread([RunResult(1, 1, 10, 0.1, 640, None)]) is None  # one number has no spread
+    assert measured_spread([RunResult(1, 1, 10, 0.1, 640, None), RunResult(1, 1, 10, 0.12, 640, None)]) == (
+        pytest.approx(0.002 / 0.011))  # 10 and 12 ms: range 2, mean 11
+
+
+def test_replicas_waiting_on_shared_cores_are_named_contention_not_the_interconnect():
+    from keras_gpu.meters.scale_cause import explain_shortfall
+
+    base = _result(1, 1, 64, 0.002, {"input": 0.0002, "compute": 0.001, "communication": 0.0003, "other": 0.0005})
+    alone = AllReduce(nbytes=139_264, seconds=0.000171, ranks=2)
+    parts = {"input": 0.0002, "compute": 0.001, "communication": 0.00843, "other": 0.0005}
+    shared = RunResult(1, 2, 50, 0.0101 * 50, 128 * 50, parts, 139_264, alone, shares="2 logical CPUs on 2 CPU core(s)")
+    assert explain_shortfall(base, shared, 0.1) == (
+        "contention: the replicas wait for each other on shared hardware (2 logical CPUs on 2 CPU core(s)): the "
+        "all-reduce in the step (with the update) takes 8.43 ms per step, the same all-reduce of 136.0 KiB alone "
+        "0.171 ms; more cores or devices per replica is the fix, not the interconnect")
+    own = RunResult(1, 2, 50, 0.0101 * 50, 128 * 50, parts, 139_264, alone)  # a GPU each: the interconnect
+    assert explain_shortfall(base, own, 0.1).startswith("communication: the all-reduce of 136.0 KiB of gradients")
+    assert "(alone: 0.171 ms, bus bandwidth" in explain_shortfall(base, own, 0.1)
+
+
+def test_one_replicas_span_after_the_gradients_is_the_update_not_communication():
+    from keras_gpu.meters.scale_cause import explain_shortfall
+
+    parts = {"input": 0.001, "compute": 0.004, "communication": 0.002, "other": 0.001}
+    base = _result(1, 1, 64, 0.008, parts)
+    d = build_rows([base])[0].as_dict()
+    assert d["update_sec"] == 0.002 and d["communication_sec"] is None and d["device_sec"] is None
+    assert d["device"] == "CPU"
+    assert sum(d[f"{p}_sec"] or 0 for p in ("input", "compute", "communication", "update", "device", "other")) == (
+        pytest.approx(d["step_sec"]))
+    slower = _result(1, 1, 64, 0.011, dict(parts, communication=0.005))
+    assert explain_shortfall(base, slower, 0.0).startswith(
+        "update: the optimizer update (gradients ready to step done, no all-reduce on one replica) takes 5 ms")
+
+
+def test_the_cpu_row_of_a_gpu_machine_is_gpu_vs_cpu_with_its_parts():
+    gpu = RunResult(1, 1, 50, 0.000714 * 50, 64 * 50, {"input": 0.0001, "compute": 0.0004, "communication": 0.0001,
+                                                        "other": 0.000114}, device="NVIDIA H200")
+    cpu = RunResult(1, 1, 50, 0.00181 * 50, 64 * 50, {"input": 0.0002, "compute": 0.0013, "communication": 0.0002,
+                                                       "other": 0.00011}, label="CPU (GPUs hidden)", versus_gpu=True)
+    rows = build_rows([gpu, cpu], 0.05)
+    assert rows[1].cause == (
+        "GPU vs CPU: 2.54x (the NVIDIA H200 baseline's samples/s over the CPU's; CPU step 1.81 ms: input 0.2 ms, "
+        "compute 1.3 ms, update 0.2 ms, other 0.11 ms)")
+    assert rows[0].as_dict()["device"] == "NVIDIA H200" and rows[1].as_dict()["device"] == "CPU"
+
+
+def _table_rows():
+    base = {"input": 0.00046, "compute": 0.000119, "communication": 0.0000101, "other": 0.000615}
+    two = {"input": 0.00111, "compute": 0.000113, "communication": 0.075, "other": 0.000684}
+    results = [
+        RunResult(1, 1, 40, 0.00121 * 40, 64 * 40, base, 10_000, label="1 CPU"),
+        RunResult(1, 2, 40, 0.0771 * 40, 128 * 40, two, 10_000, AllReduce(10_000, 0.00272, 2), label="2 CPU",
+                  shares="2 logical CPUs on 2 CPU core(s)"),
+        RunResult(2, 1, 40, 0.00653 * 40, 128 * 40, {"input": 0.0001, "device": 0.0061, "other": 0.00033},
+                  10_000, label="1 CPU"),
+    ]
+    return [dict(r.as_dict(), devices=r.result.label) for r in build_rows(results, 0.12)]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_terminal_table_is_whole_at_80_and_120_columns(width):
+    from rich.console import Console
+
+    from keras_gpu.cli.scale import render
+    from keras_gpu.output.scale_output import format_cell
+
+    rows = _table_rows()
+    rows[2]["devices"] = "CPU (GPUs hidden)"
+    console = Console(width=width, record=True, color_system=None)
+    render(rows, console=console)
+    text = console.export_text()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    table_lines = [line.rstrip() for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert len(table_lines) >= 16 and all(line[-1] in "┓┃┩│┘" for line in table_lines)  # no table cut at the edge
+    for row in rows:  # every number of the rates and parts tables is printed whole
+        for key in ("samples_per_sec", "speedup", "efficiency", "step_sec", "input_sec", "communication_sec",
+                    "update_sec", "device_sec", "allreduce_bus_gbps"):
+            if row[key] is not None:
+                assert format_cell(key, row[key]) in text, (key, text)
+    assert "3. " in text and "contention: the replicas wait" in text.replace("\n", " ")
+
+
+def test_report_on_the_studys_own_folder_prints_its_table(tmp_path, capsys):
+    from keras_gpu.cli.main import main
+    from keras_gpu.output.scale_output import write_log_dir
+
+    rows = build_rows([_result(1, 1, 64, 0.01, {"input": 0.001, "compute": 0.008, "communication": 0.0005,
+                                                  "other": 0.0005}), _result(1, 2, 128, 0.0125)], 0.1)
+    run = write_log_dir(tmp_path, rows, ["1 CPU", "2 CPU"], 0.1)
+    for folder in (tmp_path, Path(run)):
+        assert main(["report", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert "scaling study" in out and "baseline (run-to-run spread ±5%)" in out, out
+
+
+def test_a_failing_scripts_traceback_starts_at_the_scripts_frame(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("def build():\n    raise ValueError('no such layer')\n\nbuild()\n")
+    proc = subprocess.run([sys.executable, "-m", "keras_gpu.cli._worker", "--", str(script)], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    start = lines.index("Traceback (most recent call last):")
+    assert lines[start + 1] == f'  File "{script}", line 4, in <module>', proc.stderr
+    assert "runpy" not in proc.stderr and "_worker.py" not in proc.stderr
+    assert lines[-1] == "ValueError: no such layer"
 
 
 def test_each_worker_gets_its_own_gpus_and_the_cpu_row_hides_them(tmp_path):
@@ -214,7 +345,7 @@ def test_a_wide_model_with_a_tiny_batch_on_two_workers_is_named_communication():
         (["--steps", "0"], "must be an integer >= 1. Received: --steps 0"),
         (["--hang-timeout", "-1"], "must be a finite number >= 0. Received: --hang-timeout -1"),
         (["--replicas", "4096"], "--replicas 4096 needs at least 4096 devices"),
-        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus"], "keras-gpu scale: error: unrecognized arguments: --bogus"),
     ],
 )
 def test_bad_arguments_get_a_message_and_exit_2(args, message):

@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         install_heartbeat()
     if replicas is not None:
         _split_cpu(replicas)
+    sys.excepthook = _from_the_scripts_frame(sys.excepthook)
     try:
         _run_target(target)
     except SystemExit as exc:
@@ -86,6 +87,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BaseException:
         _report_failure(report, 1)
         raise
+
+
+def _from_the_scripts_frame(hook: Any) -> Any:
+    """`hook` for an uncaught exception, its traceback starting at the script's frame (not the bootstrap's or runpy's)."""
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        tb = _user_frames(tb)
+        hook(kind, value.with_traceback(tb), tb)  # the default hook prints the exception's own traceback
+
+    return excepthook
+
+
+def _user_frames(tb: Any) -> Any:
+    """`tb` without its leading frames of this bootstrap and of `runpy` (all of it where nothing else is left)."""
+    first = tb
+    while tb is not None and _is_bootstrap(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb if tb is not None else first
+
+
+def _is_bootstrap(filename: str) -> bool:
+    return os.path.abspath(filename) == os.path.abspath(__file__) or filename in (runpy.__file__, "<frozen runpy>")
 
 
 def _exit_status(code: object) -> int:
