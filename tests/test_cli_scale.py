@@ -100,7 +100,7 @@ def test_a_cause_is_named_only_beyond_the_run_to_run_spread():
     assert explain_shortfall(base, row, None).startswith("compute:")  # no spread measured: every growth counts
     first, second = build_rows([base, row], 0.2)
     assert first.cause == "baseline (run-to-run spread ±10%)" and second.cause.startswith("within run-to-run")
-    with pytest.raises(ValueError, match="spread=-0.1"):
+    with pytest.raises(ValueError, match=r"spread=-0\.1"):
         explain_shortfall(base, row, -0.1)
     # Spread: (max - min) / mean over both runs' halves (9, 11, 10, 10 ms: mean 10, range 2 -> 0.2).
     runs = [RunResult(1, 1, 10, 0.1, 640, None, halves=(0.009, 0.011)),
@@ -182,7 +182,7 @@ def test_the_terminal_table_is_whole_at_80_and_120_columns(width):
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= width
     table_lines = [line.rstrip() for line in text.splitlines() if line[:1] in "┏┃┡│└"]
-    assert len(table_lines) >= 16 and all(line[-1] in "┓┃┩│┘" for line in table_lines)  # no table cut at the edge
+    assert len(table_lines) >= 14 and all(line[-1] in "┓┃┩│┘" for line in table_lines)  # no table cut at the edge
     for row in rows:  # every number of the rates and parts tables is printed whole
         for key in ("samples_per_sec", "speedup", "efficiency", "step_sec", "input_sec", "communication_sec",
                     "update_sec", "device_sec", "allreduce_bus_gbps"):
