@@ -188,7 +188,7 @@ def _shares(config: Config, cores: int) -> str:
     total = config.workers * config.replicas
     if config.gpus or config.hide_gpus or total < 2:
         return ""
-    return f"{total} logical CPUs on {cores} CPU core(s)"
+    return f"{total} replicas ({config.workers} process(es) x {config.replicas} logical CPU(s)) on {cores} CPU core(s)"
 
 
 def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[str]) -> list[dict[str, str]]:

@@ -8,8 +8,9 @@ keras-gpu scale --replicas 1,2,4 --cpu --json -m mypackage.train
 The script runs unchanged once per configuration (every worker count with
 every replica count), on TensorFlow or JAX (`KERAS_BACKEND`); see
 `keras_gpu.cli._scale_run` for how a configuration is run and
-`keras_gpu.hooks.scale_window` for what is measured in it, and
-`keras_gpu.meters.scale_table` for speed-up, efficiency and the cause.
+`keras_gpu.hooks.scale_window` for what is measured in it,
+`keras_gpu.meters.scale_table` for speed-up and efficiency, and
+`keras_gpu.meters.scale_cause` for the run-to-run spread and the cause.
 """
 
 from __future__ import annotations
@@ -88,10 +89,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run a training script unchanged once per configuration (each --workers count with each --replicas "
             "count), stop each run after W warm-up and N measured training steps, and print one row per "
-            "configuration: samples/s over the measured steps, speed-up against the first row, efficiency, the "
-            "step's input, compute, communication and other time, and the part that grew most (the cause). Rows "
-            "with more than one replica also get the all-reduce of a gradient-sized buffer over the same devices, "
-            "alone, as nccl-tests' bus bandwidth. The script must build its model under keras_gpu.make_strategy()."
+            "configuration: samples/s over the measured steps, speed-up against the first row, efficiency, and the "
+            "step's parts (input, compute, communication or, on one replica, the optimizer update, other; on JAX "
+            "input, the compiled step as device, other), which add up to the step. The first configuration runs "
+            "again at the end: its run-to-run spread decides the cause, the part that grew most where it grew by "
+            "more than the spread. Rows with more than one replica also get the all-reduce of a gradient-sized "
+            "buffer over the same devices, alone, as nccl-tests' bus bandwidth. The script must build its model "
+            "under keras_gpu.make_strategy()."
         ),
         epilog=(
             "Replicas are the first GPUs (worker i gets GPUs i*k..i*k+k-1), or on a machine without a GPU k logical "
@@ -105,7 +109,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=lambda t: parse_list(t, "--workers"), default=[1], metavar="LIST",
                         help="local worker processes, comma-separated (default: 1)")
     parser.add_argument("--cpu", action="store_true",
-                        help="add a row of one worker with every GPU hidden (the CPU against the GPUs)")
+                        help="on a GPU machine, add a row of one worker with every GPU hidden (GPU vs CPU)")
     parser.add_argument("--warmup", type=_count("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
                         help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
     parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
