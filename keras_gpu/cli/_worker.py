@@ -78,25 +78,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         install_heartbeat()
     if replicas is not None:
         _split_cpu(replicas)
-    sys.excepthook = _from_the_scripts_frame(sys.excepthook)
     try:
         _run_target(target)
     except SystemExit as exc:
         _report_failure(report, _exit_status(exc.code))
         raise
+    except Exception as exc:  # noqa: BLE001 - printed from the script's own frame, as Python would print it
+        _report_failure(report, 1)
+        tb = _user_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        raise SystemExit(1) from None
     except BaseException:
         _report_failure(report, 1)
         raise
-
-
-def _from_the_scripts_frame(hook: Any) -> Any:
-    """`hook` for an uncaught exception, its traceback starting at the script's frame (not the bootstrap's or runpy's)."""
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        tb = _user_frames(tb)
-        hook(kind, value.with_traceback(tb), tb)  # the default hook prints the exception's own traceback
-
-    return excepthook
 
 
 def _user_frames(tb: Any) -> Any:

@@ -8,7 +8,7 @@ and `explain_shortfall` names a part of the step as the cause only where
 it grew by more than the spread:
 
 * every part of the row's step is compared with the baseline's part scaled
-  by the work per replica (`keras_gpu.meters.scale_table.work_factor`: the
+  by the work per replica (`keras_gpu.meters.scale_runs.work_factor`: the
   same global batch over `k` times the replicas should take `1/k` of the
   time in every part, a batch that grows with the replicas the same time);
 * the part that grew most is the cause where its growth is larger than
@@ -25,7 +25,7 @@ it grew by more than the spread:
   scaling step: "GPU vs CPU: Nx" with the CPU step's parts.
 
 Example:
-    >>> from keras_gpu.meters.scale_table import RunResult
+    >>> from keras_gpu.meters.scale_runs import RunResult
     >>> base = RunResult(1, 1, 10, 0.10, 640, {"input": 0.002, "compute": 0.006, "communication": 0.001,
     ...                  "other": 0.001}, halves=(0.0101, 0.0099))
     >>> round(measured_spread([base]), 3)
@@ -39,12 +39,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from keras_gpu.core.units import format_bytes
-
-if TYPE_CHECKING:
-    from keras_gpu.meters.scale_table import RunResult
+from keras_gpu.meters.scale_runs import RunResult, work_factor
 
 __all__ = ["CONTENTION_RATIO", "explain_shortfall", "measured_spread"]
 
@@ -99,8 +96,6 @@ def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | No
         return _versus_gpu(baseline, result)
     if result.parts is None or baseline.parts is None:
         return f"not measured: {result.note or baseline.note or 'no step breakdown'}"
-    from keras_gpu.meters.scale_table import work_factor
-
     factor = work_factor(baseline, result)
     names = [p for p in _PART_ORDER if result.parts.get(p) is not None and baseline.parts.get(p) is not None]
     if not names:
