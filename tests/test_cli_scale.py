@@ -270,6 +270,10 @@ def test_rows_match_the_scripts_stopwatch_and_log_dir_and_report(tmp_path):
         truth = _stopwatch_rate(Path(f"{sw}.{row['replicas']}"), row["global_batch"])
         assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
         _assert_parts_add_up(row)
+    # The spread covers at least the two baseline runs' difference (halves range wider than whole windows).
+    again = _stopwatch_rate(Path(f"{sw}.1.again"), rows[0]["global_batch"])
+    first = _stopwatch_rate(Path(f"{sw}.1"), rows[0]["global_batch"])
+    assert out["baseline_spread"] >= 0.8 * abs(1 / first - 1 / again) / ((1 / first + 1 / again) / 2) - 0.02
     # One replica: gradients ready to step done is the update; two: the all-reduce with it.
     assert rows[0]["communication_sec"] is None and rows[0]["update_sec"] is not None
     assert rows[1]["communication_sec"] is not None and rows[1]["update_sec"] is None
