@@ -117,9 +117,9 @@ def test_replicas_waiting_on_shared_cores_are_named_contention_not_the_interconn
     base = _result(1, 1, 64, 0.002, {"input": 0.0002, "compute": 0.001, "communication": 0.0003, "other": 0.0005})
     alone = AllReduce(nbytes=139_264, seconds=0.000171, ranks=2)
     parts = {"input": 0.0002, "compute": 0.001, "communication": 0.00843, "other": 0.0005}
-    shared = RunResult(1, 2, 50, 0.0101 * 50, 128 * 50, parts, 139_264, alone, shares="2 logical CPUs on 2 CPU core(s)")
+    shared = RunResult(1, 2, 50, 0.0101 * 50, 128 * 50, parts, 139_264, alone, shares="2 replicas in 1 process of 2 logical CPUs on 2 CPU cores")
     assert explain_shortfall(base, shared, 0.1) == (
-        "contention: the replicas wait for each other on shared hardware (2 logical CPUs on 2 CPU core(s)): the "
+        "contention: the replicas wait for each other on shared hardware (2 replicas in 1 process of 2 logical CPUs on 2 CPU cores): the "
         "all-reduce in the step (with the update) takes 8.43 ms per step, the same all-reduce of 136.0 KiB alone "
         "0.171 ms; more cores or devices per replica is the fix, not the interconnect")
     own = RunResult(1, 2, 50, 0.0101 * 50, 128 * 50, parts, 139_264, alone)  # a GPU each: the interconnect
@@ -160,7 +160,7 @@ def _table_rows():
     results = [
         RunResult(1, 1, 40, 0.00121 * 40, 64 * 40, base, 10_000, label="1 CPU"),
         RunResult(1, 2, 40, 0.0771 * 40, 128 * 40, two, 10_000, AllReduce(10_000, 0.00272, 2), label="2 CPU",
-                  shares="2 logical CPUs on 2 CPU core(s)"),
+                  shares="2 replicas in 1 process of 2 logical CPUs on 2 CPU cores"),
         RunResult(2, 1, 40, 0.00653 * 40, 128 * 40, {"input": 0.0001, "device": 0.0061, "other": 0.00033},
                   10_000, label="1 CPU"),
     ]
@@ -227,6 +227,15 @@ def test_each_worker_gets_its_own_gpus_and_the_cpu_row_hides_them(tmp_path):
     assert all(e["KERAS_GPU_SCALE_WARMUP"] == "5" and e["KERAS_GPU_SCALE_STEPS"] == "10" for e in envs)
     (cpu,) = _envs(Config(1, 1, 0, hide_gpus=True), str(tmp_path), 5, 10, gpus)
     assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "TF_CONFIG" not in cpu
+
+
+def test_replicas_on_logical_cpus_share_the_cores_and_gpus_do_not():
+    from keras_gpu.cli._scale_run import Config, _shares
+
+    assert _shares(Config(2, 1, 0), 2) == "2 replicas in 2 processes of 1 logical CPU on 2 CPU cores"
+    assert _shares(Config(1, 4, 0), 1) == "4 replicas in 1 process of 4 logical CPUs on 1 CPU core"
+    assert _shares(Config(1, 1, 0), 2) == ""  # one replica shares with nobody
+    assert _shares(Config(2, 2, 2), 2) == "" and _shares(Config(1, 1, 0, hide_gpus=True), 2) == ""
 
 
 def test_configurations_that_do_not_fit_the_machine_are_left_out_or_refused():

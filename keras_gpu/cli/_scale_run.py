@@ -188,7 +188,14 @@ def _shares(config: Config, cores: int) -> str:
     total = config.workers * config.replicas
     if config.gpus or config.hide_gpus or total < 2:
         return ""
-    return f"{total} replicas ({config.workers} process(es) x {config.replicas} logical CPU(s)) on {cores} CPU core(s)"
+    return (
+        f"{total} replicas in {_plural(config.workers, 'process', 'processes')} of "
+        f"{_plural(config.replicas, 'logical CPU', 'logical CPUs')} on {_plural(cores, 'CPU core', 'CPU cores')}"
+    )
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[str]) -> list[dict[str, str]]:

@@ -134,12 +134,12 @@ def _named(part: str, first: RunResult, r: RunResult, ms: float, was: float) -> 
             f"step, against {was:.3g} ms at linear scaling"
         )
         if r.shares:
-            text += f" ({r.shares}: the replicas share the hardware)"
+            text += f" ({r.shares}: they share the hardware)"
         return text
     if part == "compute":
         text = f"compute: the forward and backward pass takes {ms:.3g} ms per step, against {was:.3g} ms at linear scaling"
         if r.shares:
-            text += f" ({r.shares}: the replicas share the hardware)"
+            text += f" ({r.shares}: they share the hardware)"
         return text
     return f"other: host work between steps (Keras' loop, callbacks) takes {ms:.3g} ms per step, against {was:.3g} ms"
 

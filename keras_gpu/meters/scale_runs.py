@@ -77,7 +77,7 @@ class RunResult:
         device: What the replicas are: `"CPU"` or the GPU's name.
         shares: Where the replicas share hardware (logical CPUs on the same
             cores, several replicas on one device), how, in words (e.g.
-            `"2 logical CPUs on 2 CPU cores"`); empty where each has its own.
+            `"2 replicas in 1 process of 2 logical CPUs on 2 CPU cores"`); empty where each has its own.
         versus_gpu: The `--cpu` row of a GPU machine: the CPU against the GPU
             baseline, not a scaling step.
     """
