@@ -21,6 +21,10 @@ give it, after:
   `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
   it measures the study's window, stops the run and ends the worker.
 
+A script that raises prints its traceback from its own frame on, without
+the bootstrap's and `runpy`'s frames above it (through `sys.excepthook`,
+so a hook the script set still prints it), and exits with status 1.
+
 The parent stays a small supervisor without TensorFlow or JAX, so that the
 worker stops when told, and ends when its script failed. A script that
 raises (or exits non-zero) has the child report its exit status to the
