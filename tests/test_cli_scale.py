@@ -238,6 +238,13 @@ def test_replicas_on_logical_cpus_share_the_cores_and_gpus_do_not():
     assert _shares(Config(2, 2, 2), 2) == "" and _shares(Config(1, 1, 0, hide_gpus=True), 2) == ""
 
 
+def test_a_gpu_that_nvml_cannot_name_is_called_gpu():
+    from keras_gpu.cli.scale import gpu_name
+
+    assert gpu_name(["GPU-6f2a"]) == "GPU"  # a UUID in CUDA_VISIBLE_DEVICES: no NVML index to ask
+    assert gpu_name([]) == "GPU"
+
+
 def test_configurations_that_do_not_fit_the_machine_are_left_out_or_refused():
     from keras_gpu.cli._scale_run import ScaleError, check_devices
 

@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
     device = gpu_name(gpu_ids) if gpus else "CPU"
     # The baseline runs again after the other rows: its spread says how far a row may vary by chance.
     results, repeat, error = _measure([*configs, configs[0]], args, target, is_module, script_args, gpu_ids, device)
-    spread = measured_spread([results[0], repeat]) if results and repeat else (
-        measured_spread(results[:1]) if results else None)
+    # Both baseline runs and their halves; the first run's halves alone where the repeat did not run.
+    spread = measured_spread([results[0], *([repeat] if repeat else [])]) if results else None
     rows = build_rows(results, spread)
     labels = [r.label for r in results]
     if args.log_dir and rows:
