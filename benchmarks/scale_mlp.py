@@ -9,7 +9,7 @@ on JAX NumPy arrays; `--batch` is per replica, so the global batch grows with th
 Arguments: `--steps S` (training steps, one epoch), `--batch B` (per replica), `--width W` (hidden units),
 `--input-ms M` (host work per sample in a tf.data `py_function`, in ms/64 samples: grows with the batch),
 `--stopwatch FILE` (the chief writes each batch end's perf_counter, one JSON list, to FILE.<total replicas> at the
-end of training), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
+end of training, or to FILE.<total replicas>.again where that exists: the study's second baseline run), `--no-fit` (build the model and exit without training), `--fail` (exit 3 before training),
 `--fail-replicas K` (exit 3 before training where the strategy has K replicas), `--epochs E` (the steps
 split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it), `--plain` (build the model outside
 the strategy's scope: it trains on one replica whatever the strategy has), `--hang-at K` (sleep for an hour
@@ -83,7 +83,8 @@ class Stopwatch(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if a.stopwatch and os.environ.get("KERAS_GPU_WORKER_INDEX", "0") == "0":
-            with open(f"{a.stopwatch}.{strategy.num_replicas_in_sync}", "w") as f:
+            path = f"{a.stopwatch}.{strategy.num_replicas_in_sync}"
+            with open(f"{path}.again" if os.path.exists(path) else path, "w") as f:
                 json.dump({"ends": self.ends, "epochs": self.epochs}, f)
 
 

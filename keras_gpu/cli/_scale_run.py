@@ -110,8 +110,11 @@ def run_config(
     steps: int,
     gpu_ids: list[str],
     hang_timeout: float = 0.0,
+    device: str = "CPU",
 ) -> RunResult:
     """Run the script in `config` and return what its workers measured.
+
+    `device` names the GPUs of a GPU configuration (`"CPU"` for the others).
 
     With `hang_timeout`, the run is stopped when a worker inside `fit`,
     `evaluate` or `predict` finishes no batch for that long (the launcher's
@@ -152,13 +155,15 @@ def run_config(
     expected = config.workers * config.replicas
     if chief["replicas_total"] != expected or chief["workers"] != config.workers:
         raise ScaleError(
-            f"the script trained on {chief['replicas_total']} replica(s) in {chief['workers']} worker(s) {where}: "
-            "build the model under keras_gpu.make_strategy() (or a strategy over every device it is given)"
+            f"the run {where} gave the script {expected} replica(s) in all, but its model trained on "
+            f"{chief['replicas_total']} replica(s) (its strategy saw {chief['workers']} worker(s)): build the model "
+            "under keras_gpu.make_strategy() (or a strategy over every device it is given)"
         )
     allreduce = None
     if chief.get("allreduce_sec"):
         allreduce = AllReduce(int(chief["grad_bytes"]), float(chief["allreduce_sec"]), expected)
     parts = chief.get("parts")
+    halves = chief.get("halves")
     return RunResult(
         workers=config.workers,
         replicas=config.replicas,
@@ -171,7 +176,26 @@ def run_config(
         allreduce=allreduce,
         label=config.label,
         note=chief.get("note", ""),
+        halves=tuple(halves) if halves else None,
+        device="CPU" if not config.gpus else device,
+        shares=_shares(config, os.cpu_count() or 1),
+        versus_gpu=config.hide_gpus,
     )
+
+
+def _shares(config: Config, cores: int) -> str:
+    """How the replicas of `config` share hardware, in words; empty where each has a GPU of its own."""
+    total = config.workers * config.replicas
+    if config.gpus or config.hide_gpus or total < 2:
+        return ""
+    return (
+        f"{total} replicas in {_plural(config.workers, 'process', 'processes')} of "
+        f"{_plural(config.replicas, 'logical CPU', 'logical CPUs')} on {_plural(cores, 'CPU core', 'CPU cores')}"
+    )
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[str]) -> list[dict[str, str]]:

@@ -21,6 +21,10 @@ give it, after:
   `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
   it measures the study's window, stops the run and ends the worker.
 
+A script that raises prints its traceback from its own frame on, without
+the bootstrap's and `runpy`'s frames above it (through `sys.excepthook`,
+so a hook the script set still prints it), and exits with status 1.
+
 The parent stays a small supervisor without TensorFlow or JAX, so that the
 worker stops when told, and ends when its script failed. A script that
 raises (or exits non-zero) has the child report its exit status to the
@@ -83,9 +87,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     except SystemExit as exc:
         _report_failure(report, _exit_status(exc.code))
         raise
+    except Exception as exc:  # noqa: BLE001 - printed from the script's own frame, as Python would print it
+        _report_failure(report, 1)
+        tb = _user_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        raise SystemExit(1) from None
     except BaseException:
         _report_failure(report, 1)
         raise
+
+
+def _user_frames(tb: Any) -> Any:
+    """`tb` without its leading frames of this bootstrap and of `runpy` (all of it where nothing else is left)."""
+    first = tb
+    while tb is not None and _is_bootstrap(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb if tb is not None else first
+
+
+def _is_bootstrap(filename: str) -> bool:
+    return os.path.abspath(filename) == os.path.abspath(__file__) or filename in (runpy.__file__, "<frozen runpy>")
 
 
 def _exit_status(code: object) -> int:

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         if not added:
             raise RuntimeError(f"Subcommand module {module_name!r} did not add a parser in add_parser().")
         for name in added:
-            subparsers.choices[name].set_defaults(run_command=module.run)
+            subparsers.choices[name].set_defaults(run_command=module.run, command_parser=subparsers.choices[name])
     return parser
 
 
@@ -96,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # reported by the subcommand's parser, which names the subcommand
+            args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse reports --help, --version and usage errors this way.
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     logger = logging.getLogger("keras_gpu")

@@ -8,8 +8,9 @@ keras-gpu scale --replicas 1,2,4 --cpu --json -m mypackage.train
 The script runs unchanged once per configuration (every worker count with
 every replica count), on TensorFlow or JAX (`KERAS_BACKEND`); see
 `keras_gpu.cli._scale_run` for how a configuration is run and
-`keras_gpu.hooks.scale_window` for what is measured in it, and
-`keras_gpu.meters.scale_table` for speed-up, efficiency and the cause.
+`keras_gpu.hooks.scale_window` for what is measured in it,
+`keras_gpu.meters.scale_table` for speed-up and efficiency, and
+`keras_gpu.meters.scale_cause` for the run-to-run spread and the cause.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 from keras_gpu.cli import UsageError
 from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, check_devices, run_config
+from keras_gpu.meters.scale_cause import measured_spread
 from keras_gpu.meters.scale_table import RunResult, build_rows
 
-__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "parse_list", "render", "run"]
+__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "gpu_name", "parse_list", "render", "run"]
 
 DEFAULT_WARMUP = 20
 """Training steps before the measured window, by default."""
@@ -87,10 +89,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run a training script unchanged once per configuration (each --workers count with each --replicas "
             "count), stop each run after W warm-up and N measured training steps, and print one row per "
-            "configuration: samples/s over the measured steps, speed-up against the first row, efficiency, the "
-            "step's input, compute, communication and other time, and the part that grew most (the cause). Rows "
-            "with more than one replica also get the all-reduce of a gradient-sized buffer over the same devices, "
-            "alone, as nccl-tests' bus bandwidth. The script must build its model under keras_gpu.make_strategy()."
+            "configuration: samples/s over the measured steps, speed-up against the first row, efficiency, and the "
+            "step's parts (input, compute, communication or, on one replica, the optimizer update, other; on JAX "
+            "input, the compiled step as device, other), which add up to the step. The first configuration runs "
+            "again at the end: its run-to-run spread decides the cause, the part that grew most where it grew by "
+            "more than the spread. Rows with more than one replica also get the all-reduce of a gradient-sized "
+            "buffer over the same devices, alone, as nccl-tests' bus bandwidth. The script must build its model "
+            "under keras_gpu.make_strategy()."
         ),
         epilog=(
             "Replicas are the first GPUs (worker i gets GPUs i*k..i*k+k-1), or on a machine without a GPU k logical "
@@ -104,7 +109,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=lambda t: parse_list(t, "--workers"), default=[1], metavar="LIST",
                         help="local worker processes, comma-separated (default: 1)")
     parser.add_argument("--cpu", action="store_true",
-                        help="add a row of one worker with every GPU hidden (the CPU against the GPUs)")
+                        help="on a GPU machine, add a row of one worker with every GPU hidden (GPU vs CPU)")
     parser.add_argument("--warmup", type=_count("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
                         help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
     parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
@@ -134,28 +139,24 @@ def run(args: argparse.Namespace) -> int:
                          "devices\n")
     gpus = bool(gpu_ids)
     configs = [Config(w, r, r if gpus else 0) for w, r in pairs]
-    if args.cpu:
+    if args.cpu and gpus:
         configs.append(Config(1, 1, 0, hide_gpus=True))
-    results: list[RunResult] = []
-    error = None
-    for config in configs:
-        sys.stderr.write(f"keras-gpu scale: measuring {config.workers} worker(s) x {config.replicas} replica(s) "
-                         f"({config.label})\n")
-        try:
-            results.append(
-                run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids, args.hang_timeout)
-            )
-        except ScaleError as exc:
-            error = str(exc)
-            break
-    rows = build_rows(results)
+    elif args.cpu:
+        sys.stderr.write("keras-gpu scale: --cpu adds no row: this machine has no GPU to hide, so every row "
+                         "already runs on the CPU\n")
+    device = gpu_name(gpu_ids) if gpus else "CPU"
+    # The baseline runs again after the other rows: its spread says how far a row may vary by chance.
+    results, repeat, error = _measure([*configs, configs[0]], args, target, is_module, script_args, gpu_ids, device)
+    # Both baseline runs and their halves; the first run's halves alone where the repeat did not run.
+    spread = measured_spread([results[0], *([repeat] if repeat else [])]) if results else None
+    rows = build_rows(results, spread)
     labels = [r.label for r in results]
     if args.log_dir and rows:
         from keras_gpu.output.scale_output import write_log_dir
 
-        write_log_dir(args.log_dir, rows, labels)
+        write_log_dir(args.log_dir, rows, labels, spread)
     if args.json:
-        out: dict[str, Any] = {"rows": [r.as_dict() for r in rows]}
+        out: dict[str, Any] = {"rows": [r.as_dict() for r in rows], "baseline_spread": spread}
         if error:
             out["error"] = error
         print(json.dumps(out, indent=2))
@@ -165,6 +166,38 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"keras-gpu scale: error: {error}\n")
         return 1
     return 0
+
+
+def _measure(
+    configs: list[Config], args: argparse.Namespace, target: str, is_module: bool, script_args: list[str],
+    gpu_ids: list[str], device: str,
+) -> tuple[list[RunResult], RunResult | None, str | None]:
+    """Run each configuration (the last is the baseline's repeat); returns the rows, the repeat and an error."""
+    results: list[RunResult] = []
+    for n, config in enumerate(configs):
+        again = n == len(configs) - 1
+        sys.stderr.write(f"keras-gpu scale: measuring {config.workers} worker(s) x {config.replicas} replica(s) "
+                         f"({config.label}){' again, for the run-to-run spread' if again else ''}\n")
+        try:
+            result = run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids,
+                                args.hang_timeout, device)
+        except ScaleError as exc:
+            return results, None, str(exc)
+        if again:
+            return results, result, None
+        results.append(result)
+    return results, None, None
+
+
+def gpu_name(gpu_ids: list[str]) -> str:
+    """NVML's name of the first GPU of `gpu_ids` (e.g. `"NVIDIA H200"`), or `"GPU"` where NVML does not say."""
+    from keras_gpu.core import nvml_session
+
+    if not gpu_ids or not gpu_ids[0].isdigit():
+        return "GPU"
+    handle = nvml_session.handle(int(gpu_ids[0]))
+    name = None if handle is None else nvml_session.text(nvml_session.call("nvmlDeviceGetName", handle, quiet=True))
+    return name or "GPU"
 
 
 def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
@@ -177,26 +210,55 @@ def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
 
 
 def render(rows: list[dict[str, Any]], console: Any = None, title: str = "keras-gpu scale") -> None:
-    """Print rows (each with `devices` and the JSON row's keys) as a terminal table, the causes below it."""
+    """Print rows (each with `devices` and the JSON row's keys) as two narrow tables and the causes below them.
+
+    The first table has the rates (samples/s, speed-up, efficiency, step), the
+    second the step's parts, so that both stay legible at 80 columns; numbers
+    are never cut (a header wraps instead). `--json`, `keras-gpu report --json`
+    and TensorBoard have every key.
+    """
     from rich.console import Console
-    from rich.table import Table
 
-    from keras_gpu.output.scale_output import format_cell, headers
+    from keras_gpu.output.scale_output import PART_HEADERS, RATE_HEADERS
 
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
-            console = Console(width=180)
+    console = console or Console()
     if not rows:
         console.print(f"{title}: no configuration was measured")
         return
-    columns = [(key, name) for key, name in headers() if key != "cause"]
-    table = Table(title=title)
-    table.add_column("#", justify="right")
-    for key, name in columns:
-        table.add_column(name, justify="left" if key == "devices" else "right")
+    console.print(_table(title, RATE_HEADERS, rows, console.width))
+    parts = [(k, name) for k, name in PART_HEADERS if any(r.get(k) is not None for r in rows)]
+    if parts:
+        console.print(_table("the step's parts, ms per step (they add up to the step)", parts, rows, console.width))
     for i, row in enumerate(rows, 1):
-        table.add_row(str(i), *[format_cell(key, row.get(key)) for key, _ in columns])
-    console.print(table)
-    for i, row in enumerate(rows, 1):
-        console.print(f"{i}. {row.get('cause', '-')}", highlight=False, soft_wrap=True)
+        console.print(f"{i}. {row.get('cause', '-')}", highlight=False)
+
+
+def _table(title: str, columns: Any, rows: list[dict[str, Any]], width: int) -> Any:
+    """A rich table of `columns` (`(key, header)`) for `width` columns: numbered rows, whole numbers."""
+    from rich.table import Table
+
+    from keras_gpu.output.scale_output import format_cell
+
+    def cell(key: str, row: dict[str, Any]) -> str:
+        if key == "workers_x_replicas":
+            return f"{row.get('workers')} x {row.get('replicas')}"
+        return format_cell(key, row.get(key))
+
+    cells = [[cell(key, row) for key, _ in columns] for row in rows]
+    columns = [("#", "#"), *columns]
+    cells = [[str(i), *c] for i, c in enumerate(cells, 1)]
+    whole = [max(len(name), *(len(c[n]) for c in cells)) for n, (_, name) in enumerate(columns)]
+    # Narrowest without cutting a number: a header wraps at its spaces, a devices label between its words.
+    narrow = [
+        max(*(len(w) for w in name.split()), *(len(w) for c in cells for w in (c[n].split() if key == "devices"
+                                                                               else [c[n]])))
+        for n, (key, name) in enumerate(columns)
+    ]
+    fits = sum(whole) + 3 * len(columns) + 1 <= width
+    table = Table(title=title, title_justify="left")
+    for n, (key, name) in enumerate(columns):
+        table.add_column(name, justify="left" if key == "devices" else "right", overflow="fold",
+                         width=None if fits else narrow[n])
+    for row_cells in cells:
+        table.add_row(*row_cells)
+    return table

@@ -9,12 +9,14 @@ trains long enough it:
 * measures the next `steps` steps: their wall time from the batch end that
   opens the window to the batch end that closes it, leaving out the time
   between an epoch's last batch end and the next epoch's start (validation,
-  epoch-end callbacks), and their samples;
+  epoch-end callbacks), and their samples; and the time per step of each
+  half of the window (a part of the run-to-run spread);
 * splits the step on TensorFlow with keras-gpu's step probe
   (`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
   into input, compute, communication and other; on JAX, where the step is
   one compiled program, into input (the host's wait for each batch), the
-  device's time (compute and communication together) and other;
+  device's time (compute and communication together, the rest of the step)
+  and other;
 * stops training (`model.stop_training`), and where more than one replica
   trains, all-reduces a buffer the size of the model's trainable weights
   over the same replicas, alone, a few times (every worker reaches this
@@ -79,6 +81,7 @@ class ScaleWindow(keras.callbacks.Callback):
         self._last_end = 0.0
         self._gap_from = 0.0  # the last batch end, or the epoch's start: where the host's time between steps starts
         self._elapsed = 0.0
+        self._half: float | None = None  # the window's elapsed time at its middle step
         self._start_steps = 0
         self._start_count: tuple[int, int, float] = (0, 0, 0.0)
         self._host = 0.0  # JAX: seconds from a batch end to the next batch begin, in the window
@@ -135,6 +138,8 @@ class ScaleWindow(keras.callbacks.Callback):
                 if self._probe is not None:
                     self._probe.reset()
             return
+        if self._half is None and 2 * (self._steps - self._start_steps) >= self.settings.steps:
+            self._half = self._elapsed + (now - self._segment)
         if self._steps - self._start_steps >= self.settings.steps:
             self._elapsed += now - self._segment
             self._done = True
@@ -184,6 +189,9 @@ class ScaleWindow(keras.callbacks.Callback):
         seconds = self._elapsed
         step_sec = seconds / steps
         window: dict[str, Any] = {"steps": steps, "seconds": seconds}
+        half = (steps + 1) // 2
+        if steps >= 2 and self._half is not None:
+            window["halves"] = [self._half / half, (seconds - self._half) / (steps - half)]
         if self._probe is not None:
             measured = self._probe.read()
             window["samples"] = 0 if measured is None else measured.samples

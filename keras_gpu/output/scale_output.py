@@ -24,7 +24,17 @@ from keras_gpu.output import tags as _tags
 from keras_gpu.output.layout import write_layout
 from keras_gpu.output.writer import acquire, release
 
-__all__ = ["ROWS_FILE", "SCALE_RUN", "format_cell", "markdown_table", "read_rows", "write_log_dir"]
+__all__ = [
+    "PART_HEADERS",
+    "RATE_HEADERS",
+    "ROWS_FILE",
+    "SCALE_RUN",
+    "format_cell",
+    "headers",
+    "markdown_table",
+    "read_rows",
+    "write_log_dir",
+]
 
 SCALE_RUN = "scale"
 """The study's run directory under `--log-dir`."""
@@ -32,12 +42,23 @@ ROWS_FILE = "scale.json"
 """The rows, beside the study's event file."""
 
 _HEADERS = (
-    ("devices", "devices"), ("workers", "workers"), ("replicas", "replicas/worker"), ("global_batch", "global batch"),
-    ("per_replica_batch", "batch/replica"), ("samples_per_sec", "samples/s"), ("speedup", "speed-up"),
-    ("efficiency", "efficiency"), ("step_sec", "step ms"), ("input_sec", "input ms"), ("compute_sec", "compute ms"),
-    ("communication_sec", "comm. ms"), ("other_sec", "other ms"), ("allreduce_bus_gbps", "all-reduce busbw GB/s"),
+    ("devices", "devices"), ("device", "device"), ("workers", "workers"), ("replicas", "replicas/worker"),
+    ("global_batch", "global batch"), ("per_replica_batch", "batch/replica"), ("samples_per_sec", "samples/s"),
+    ("speedup", "speed-up"), ("efficiency", "efficiency"), ("step_sec", "step ms"), ("input_sec", "input ms"),
+    ("compute_sec", "compute ms"), ("communication_sec", "comm. ms"), ("update_sec", "update ms"),
+    ("device_sec", "device ms"), ("other_sec", "other ms"), ("allreduce_bus_gbps", "all-reduce busbw GB/s"),
     ("cause", "cause"),
 )
+RATE_HEADERS = (
+    ("devices", "devices"), ("workers_x_replicas", "workers x replicas"), ("global_batch", "global batch"),
+    ("samples_per_sec", "samples/s"), ("speedup", "speed-up"), ("efficiency", "efficiency"), ("step_sec", "step ms"),
+)
+"""`(key, header)` of the terminal's first table: the rates (`workers_x_replicas`: `"2 x 4"`)."""
+PART_HEADERS = (
+    ("input_sec", "input"), ("compute_sec", "compute"), ("communication_sec", "comm."), ("update_sec", "update"),
+    ("device_sec", "device"), ("other_sec", "other"), ("allreduce_bus_gbps", "all-reduce alone GB/s"),
+)
+"""`(key, header)` of the terminal's second table: the step's parts (ms per step) and the all-reduce alone."""
 
 
 def format_cell(key: str, value: Any) -> str:
@@ -74,8 +95,13 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: Sequence[str]) -> str:
-    """Write the study to `log_dir` (see the module's text); returns the study's run directory."""
+def write_log_dir(
+    log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: Sequence[str], spread: float | None = None
+) -> str:
+    """Write the study to `log_dir` (see the module's text); returns the study's run directory.
+
+    `spread` is the baseline's run-to-run spread, kept in `scale.json`.
+    """
     run = os.path.join(os.fspath(log_dir), SCALE_RUN)
     os.makedirs(run, exist_ok=True)
     dicts = [dict(r.as_dict(), devices=label) for r, label in zip(rows, labels)]
@@ -86,8 +112,8 @@ def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: 
     finally:
         release(main)
     first = rows[0].result.total_replicas if rows else 1
-    for row, label in zip(rows, labels):
-        if label.startswith("CPU (GPUs hidden)"):
+    for row in rows:
+        if row.result.versus_gpu:
             continue
         writer = acquire(os.path.join(run, f"workers_{row.result.workers}"))
         try:
@@ -103,16 +129,24 @@ def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[ScaleRow], labels: 
         finally:
             release(writer)
     with open(os.path.join(run, ROWS_FILE), "w", encoding="utf-8") as f:
-        json.dump({"rows": dicts}, f, indent=1)
+        json.dump({"rows": dicts, "baseline_spread": spread}, f, indent=1)
     return run
 
 
 def read_rows(log_dir: str | os.PathLike) -> list[dict[str, Any]] | None:
-    """The study's rows under `log_dir` (each with `devices` and `ROW_KEYS`), or `None` where there is none."""
-    path = os.path.join(os.fspath(log_dir), SCALE_RUN, ROWS_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            rows = json.load(f)["rows"]
-    except (OSError, ValueError, KeyError, TypeError):
+    """The study's rows (each with `devices` and `ROW_KEYS`), or `None` where there is none.
+
+    `log_dir` is the `--log-dir` of `keras-gpu scale`, or the study's own
+    run directory (`DIR/scale`).
+    """
+    rows = None
+    for path in (os.path.join(os.fspath(log_dir), SCALE_RUN, ROWS_FILE), os.path.join(os.fspath(log_dir), ROWS_FILE)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                rows = json.load(f)["rows"]
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not isinstance(rows, list):
         return None
     return [r for r in rows if isinstance(r, dict) and all(k in r for k in ROW_KEYS)]

@@ -51,8 +51,11 @@ def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
         assert row["samples_per_sec"] == pytest.approx(truth, rel=0.10)
         assert row["other_sec"] < 0.02  # the 1 s validation, spread over 40 steps, would be 25 ms per step
         assert row["compute_sec"] is None and row["communication_sec"] is None  # one compiled program on JAX
-        assert 0 <= row["input_sec"] + row["other_sec"] <= row["step_sec"]
+        assert row["device"] == "CPU" and row["device_sec"] > 0  # the compiled step has its own column
+        parts = [row[f"{p}_sec"] for p in ("input", "compute", "communication", "update", "device", "other")]
+        assert sum(p for p in parts if p is not None) == pytest.approx(row["step_sec"], rel=0.02)
     assert rows[1]["speedup"] == pytest.approx(rows[1]["samples_per_sec"] / rows[0]["samples_per_sec"])
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
     assert rows[1]["allreduce_bus_gbps"] > 0 and rows[0]["allreduce_bus_gbps"] is None
-    assert rows[1]["cause"].split(":")[0] in ("input", "device", "other")
+    assert rows[1]["cause"].split(":")[0] in ("input", "device", "other") or rows[1]["cause"].startswith(
+        "within run-to-run spread (±")
