@@ -200,6 +200,9 @@ def test_variants_and_configs_are_known_and_bad_names_are_rejected():
         (["--epochs", "3,1"], "Received: --epochs='3,1'"),
         (["--rounds", "0"], "Received: --rounds=0"),
         (["--leak-steps", "-1"], "Received: --leak-steps=-1"),
+        (["--async-ab", "tensorflow"], "Received: --async-ab='tensorflow'"),
+        (["--ab-pairs", "0"], "Received: --ab-pairs=0"),
+        (["--configs", ""], "Received: --configs=''"),
     ],
 )
 def test_bad_options_name_the_argument(argv, message, capsys):
@@ -239,7 +242,7 @@ def result(tmp_path_factory):
     data, stdout = run_overhead(
         tmp_path_factory.mktemp("bench") / "smoke.json",
         "--configs", "mlp-2", "--variants", "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2",
-        "--epochs", "2,2", "--leak-steps", "200", "--import-repeats", "1", "--label", "smoke",
+        "--epochs", "2,2", "--leak-steps", "200", "--import-repeats", "1", "--label", "smoke", "--async-ab", "none",
     )  # fmt: skip
     data["_stdout"] = stdout
     return data
@@ -316,6 +319,7 @@ def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
         tmp_path / "two_workers.json",
         "--configs", "mlp-2w", "--variants", "kg-default,tb-epoch", "--rounds", "1", "--scale", "0.1",
         "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0", "--label", "two-workers", "--no-table",
+        "--async-ab", "none",
     )  # fmt: skip
     assert set(data["configs"]) == {"mlp-2w", "mlp-2w/worker1"}
     for name, task in (("mlp-2w", 0), ("mlp-2w/worker1", 1)):
