@@ -87,6 +87,21 @@ quartile, third quartile]):
   run beyond its steady epochs). The bare row shows its own absolute one-off
   wall time (tracing, data set-up) for scale.
 
+**Asynchronous-dispatch A/B** (`--async-ab`, default: JAX and PyTorch where
+installed; `none` skips it; `--configs none` runs it alone). On those
+backends Keras dispatches batch-end hooks on a thread pool unless a callback
+overrides one without `async_safe = True`; the instruments above override
+`on_train_batch_end` and so make every arm synchronous, the bare one
+included. So this A/B (see :mod:`benchmarks._ab`), in a fresh process per
+backend, times whole `fit` calls with `time.perf_counter()` outside `fit`,
+`verbose=0`: the default `keras_gpu.callbacks()` (the same instances from fit
+to fit, after one unmeasured fit of each arm) against a bare arm with no
+callback at all, in interleaved pairs (`--ab-pairs`, full 7, quick 3; fits of
+`--ab-steps` steps, full 2000, quick 500, of a 32-256-256-10 MLP, batch 64).
+The JSON's `async_ab` holds each pair's times, the median slowdown with its
+quartiles and range, and whether Keras' `CallbackList` of each arm was
+asynchronous.
+
 Then: ThroughputLogger's accuracy (its logged `throughput/samples_per_sec`
 against samples over wall time between the benchmark's own timestamps at the
 same batch ends: median and max relative error over its windows), the import

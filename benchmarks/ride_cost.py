@@ -38,6 +38,8 @@ import random
 import statistics
 from typing import Any
 
+from benchmarks import _stats
+
 BATCH = 64
 VARIANTS = ("bare", "probe", "ride")
 
@@ -87,8 +89,8 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
 
 def summarize(per_step: dict[str, list[float]]) -> dict[str, Any]:
     """Median seconds per step, and the paired differences' median and quartiles (µs per step, share of bare)."""
-    bare = statistics.median(per_step["bare"])
-    out: dict[str, Any] = {"median_step_sec": {v: statistics.median(s) for v, s in per_step.items()}}
+    bare = _stats.median(per_step["bare"])
+    out: dict[str, Any] = {"median_step_sec": {v: _stats.median(s) for v, s in per_step.items()}}
     for name, (a, b) in {"probe_minus_bare": ("probe", "bare"), "ride_minus_probe": ("ride", "probe")}.items():
         diffs = [p - q for p, q in zip(per_step[a], per_step[b])]
         q1, med, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
