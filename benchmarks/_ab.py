@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks._stats import describe, median
 
-__all__ = ["async_dispatch", "dispatch_ab", "interleaved_pairs", "main", "mlp", "time_fit"]
+__all__ = ["async_dispatch", "dispatch_ab", "interleaved_pairs", "main", "mlp", "shuffled_rounds", "time_fit"]
 
 
 def async_dispatch(callbacks: Sequence[Any], model: Any) -> bool:
@@ -82,6 +82,34 @@ def interleaved_pairs(arm_a: Callable[[], float], arm_b: Callable[[], float], pa
         "slowdown": describe(ratios),
         "difference_of_medians_s": median(a_s) - median(b_s),
     }
+
+
+def shuffled_rounds(
+    variants: Sequence[str], run_one: Callable[[str, int], Any], rounds: int, seed: int = 0
+) -> dict[str, list[Any]]:
+    """Run every variant once per round, in a new random order each round (`random.Random(seed)`).
+
+    Args:
+        variants: The variants' names.
+        run_one: Called as `run_one(variant, round)`; returns that run's measurement.
+        rounds: How many rounds.
+        seed: Seed of the orders.
+
+    Returns:
+        `{variant: [measurement of each round]}`, in round order.
+    """
+    import random
+
+    if rounds < 1:
+        raise ValueError(f"`rounds` must be at least 1. Received: rounds={rounds!r}")
+    out: dict[str, list[Any]] = {v: [] for v in variants}
+    order = list(variants)
+    rng = random.Random(seed)
+    for n in range(rounds):
+        rng.shuffle(order)
+        for variant in order:
+            out[variant].append(run_one(variant, n))
+    return out
 
 
 def mlp(widths: Sequence[int], *, seed: int = 0) -> Any:

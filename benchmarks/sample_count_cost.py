@@ -43,11 +43,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import tempfile
 from typing import Any
 
-from benchmarks import _stats
+from benchmarks import _ab, _stats
 
 BATCH = 64
 VARIANTS = ("none", "given", "counted")
@@ -150,17 +149,15 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
             probe._counted_step = functools.partial(_scatter_step, probe)
             probe._timed = True  # its counts are in the per-replica rows
         model.fit(epochs=1, verbose=0, callbacks=callbacks(variant, -1), **data())
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    cpu: dict[str, list[float]] = {v: [] for v in variants}
-    order = list(variants)
-    rng = random.Random(seed)
-    for n in range(rounds):
-        rng.shuffle(order)
-        for variant in order:
-            clock = SteadyClock()
-            models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
-            times[variant].append(clock.seconds())
-            cpu[variant].append(clock.cpu_seconds())
+
+    def run_one(variant: str, n: int) -> tuple[float, float]:
+        clock = SteadyClock()
+        models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
+        return clock.seconds(), clock.cpu_seconds()
+
+    measured = _ab.shuffled_rounds(variants, run_one, rounds, seed)
+    times = {v: [wall for wall, _ in m] for v, m in measured.items()}
+    cpu = {v: [c for _, c in m] for v, m in measured.items()}
     med = {v: _stats.median(t) for v, t in times.items()}
     cpu_med = {v: _stats.median(t) for v, t in cpu.items()}
     cost: dict[str, Any] = {}

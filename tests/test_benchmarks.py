@@ -332,3 +332,22 @@ def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
         (pair,) = worker_raw["pairs"]
         calls = [f["hooks"]["StepTimeLogger.on_train_batch_end"]["calls"] for f in pair["run"]["fits"]]
         assert calls == [2 * 20, 2 * 20]  # two fits of two epochs of 20 steps, on each worker
+
+
+def test_shuffled_rounds_run_each_variant_once_per_round_in_a_seeded_order():
+    from benchmarks import _ab
+
+    calls = []
+
+    def run_one(variant, n):
+        calls.append((n, variant))
+        return f"{variant}{n}"
+
+    out = _ab.shuffled_rounds(("a", "b", "c"), run_one, 4, seed=3)
+    assert out == {v: [f"{v}{n}" for n in range(4)] for v in "abc"}
+    assert [sorted(v for n, v in calls if n == r) for r in range(4)] == [["a", "b", "c"]] * 4
+    again = []
+    _ab.shuffled_rounds(("a", "b", "c"), lambda v, n: again.append((n, v)), 4, seed=3)
+    assert again == calls  # the same seed, the same orders
+    with pytest.raises(ValueError, match="rounds"):
+        _ab.shuffled_rounds(("a",), run_one, 0)
