@@ -179,3 +179,29 @@ def test_every_gpu_check_passes_on_a_real_gpu(tmp_path):
         "error" not in r and r["checks"] and all(row["pass"] is not False for row in r["checks"])
         for r in report["backends"].values()
     )
+
+
+H200 = REPO / "tests" / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "marked", "kernel_ms_per_step"),
+    [("h200_jax_transformer_bf16", 20, 5.2155), ("h200_jax_small_mlp", 19, 0.03133), ("h200_jax_mlp_cupti_failed", None, None)],
+)
+def test_the_kernel_sum_check_passes_on_traces_recorded_on_an_h200(name, marked, kernel_ms_per_step):
+    # The same comparison gpu_check makes after its traced fit, on traces StepTimeLogger recorded on an H200.
+    from keras_gpu.meters import step_time, xspace
+
+    path = H200 / f"{name}.xplane.pb"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in this checkout")
+    trace = xspace.load(path)
+    truth = gpu_check.marked_kernel_seconds(trace)
+    if marked is None:  # the GPU profiler failed: no device plane, nothing to compare (not a zero)
+        assert truth is None
+        return
+    steps, seconds = truth
+    assert steps == marked and 1e3 * seconds / steps == pytest.approx(kernel_ms_per_step, rel=1e-3)
+    breakdown = step_time.analyze(trace)
+    assert breakdown.steps == steps and breakdown.source == "gpu"
+    assert gpu_check.within(breakdown.compute_sec, seconds / steps, gpu_check.KERNEL_REL_TOL, gpu_check.KERNEL_ABS_TOL_S)
