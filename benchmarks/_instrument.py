@@ -401,7 +401,13 @@ class EpochClock:
 
 
 class SteadyClock(keras.callbacks.Callback):
-    """The wall and process CPU seconds from an epoch's first training batch end to its last (placed last)."""
+    """The wall and process CPU seconds from an epoch's first training batch end to its last (placed last).
+
+    It overrides `on_train_batch_end`, so on JAX and PyTorch the fit it is in
+    dispatches batch hooks synchronously (as a callback that is not
+    `async_safe` would): an A/B of that dispatch times whole fits instead
+    (:mod:`benchmarks._ab`).
+    """
 
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None

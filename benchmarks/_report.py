@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render"]
+__all__ = ["ab_lines", "render"]
 
 
 def _fmt(value: Any, spec: str = ".3f", scale: float = 1.0, suffix: str = "") -> str:
@@ -108,6 +108,24 @@ def _checks_table(checks: list[dict[str, Any]]):
     return table
 
 
+def ab_lines(async_ab: dict[str, Any]) -> list[str]:
+    """One line per backend of the asynchronous-dispatch A/B (`python -m benchmarks.overhead --async-ab`)."""
+    lines = []
+    for backend, r in async_ab.items():
+        if "error" in r:
+            lines.append(f"Dispatch A/B, {backend}: FAILED: {r['error']}")
+            continue
+        s, d = r["slowdown"], r["async_dispatch"]
+        lines.append(
+            f"Dispatch A/B, {backend} (whole fits of {r['steps']} steps, verbose=0, {s['n']} interleaved pairs, bare step "
+            f"{r['step_ms_bare']:.3g} ms): keras_gpu.callbacks() vs no callback {s['median']:+.2%} median "
+            f"(IQR {s['q1']:+.2%} to {s['q3']:+.2%}, range {s['min']:+.2%} to {s['max']:+.2%}); batch dispatch: "
+            f"bare {'asynchronous' if d.get('bare') else 'synchronous'}, "
+            f"with the callbacks {'asynchronous' if d.get('callbacks') else 'synchronous'}"
+        )
+    return lines
+
+
 def render(result: dict[str, Any], console: Any) -> None:
     """Print `result` (the JSON of :func:`benchmarks.overhead.run_benchmark`) as tables on `console`."""
     m = result.get("machine", {})
@@ -175,6 +193,8 @@ def render(result: dict[str, Any], console: Any) -> None:
                 f"fds {_fmt(r['fds_left'], '+d')}",
                 soft_wrap=True,
             )
+    for line in ab_lines(result.get("async_ab", {})):
+        console.print(line, soft_wrap=True)
     checks = result.get("checks")
     if checks:
         console.print(_checks_table(checks))

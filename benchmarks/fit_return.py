@@ -36,11 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import threading
 import time
 from typing import Any
+
+from benchmarks import _stats
 
 __all__ = ["main", "run"]
 
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
         rows.append(row)
     medians = {
-        k: statistics.median(r[k] for r in rows if r[k] is not None)
+        k: _stats.median(r[k] for r in rows if r[k] is not None)
         for k in rows[0]
         if not isinstance(rows[0][k], bool)
     }

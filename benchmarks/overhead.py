@@ -87,6 +87,21 @@ quartile, third quartile]):
   run beyond its steady epochs). The bare row shows its own absolute one-off
   wall time (tracing, data set-up) for scale.
 
+**Asynchronous-dispatch A/B** (`--async-ab`, default: JAX and PyTorch where
+installed; `none` skips it; `--configs none` runs it alone). On those
+backends Keras dispatches batch-end hooks on a thread pool unless a callback
+overrides one without `async_safe = True`; the instruments above override
+`on_train_batch_end` and so make every arm synchronous, the bare one
+included. So this A/B (see :mod:`benchmarks._ab`), in a fresh process per
+backend, times whole `fit` calls with `time.perf_counter()` outside `fit`,
+`verbose=0`: the default `keras_gpu.callbacks()` (the same instances from fit
+to fit, after one unmeasured fit of each arm) against a bare arm with no
+callback at all, in interleaved pairs (`--ab-pairs`, full 7, quick 3; fits of
+`--ab-steps` steps, full 2000, quick 500, of a 32-256-256-10 MLP, batch 64).
+The JSON's `async_ab` holds each pair's times, the median slowdown with its
+quartiles and range, and whether Keras' `CallbackList` of each arm was
+asynchronous.
+
 Then: ThroughputLogger's accuracy (its logged `throughput/samples_per_sec`
 against samples over wall time between the benchmark's own timestamps at the
 same batch ends: median and max relative error over its windows), the import
@@ -125,8 +140,11 @@ SCHEMA = "keras-gpu-bench-overhead/1"
 
 REPO = Path(__file__).resolve().parent.parent
 
-_FULL = {"rounds": 3, "scale": 1.0, "leak_steps": 20000, "import_repeats": 7, "epochs": [3, 2], "short_windows": True}
-_QUICK = {"rounds": 1, "scale": 0.25, "leak_steps": 2000, "import_repeats": 3, "epochs": [2, 2], "short_windows": False}
+_FULL = {"rounds": 3, "scale": 1.0, "leak_steps": 20000, "import_repeats": 7, "epochs": [3, 2], "short_windows": True,
+         "ab_pairs": 7, "ab_steps": 2000}
+_QUICK = {"rounds": 1, "scale": 0.25, "leak_steps": 2000, "import_repeats": 3, "epochs": [2, 2], "short_windows": False,
+          "ab_pairs": 3, "ab_steps": 500}
+_AB_BACKENDS = ("jax", "torch")
 
 
 def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -157,6 +175,14 @@ def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--output", help="path of the JSON result (default: benchmarks/results/<label>.json)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to each measuring process")
     parser.add_argument("--no-table", action="store_true", help="do not print the tables")
+    parser.add_argument(
+        "--async-ab",
+        default="auto",
+        help="backends (jax, torch) of the asynchronous-dispatch A/B: whole fits, verbose=0, the default "
+        "keras_gpu.callbacks() against no callback (default auto: those installed; none skips it)",
+    )
+    parser.add_argument("--ab-pairs", type=int, help="interleaved pairs of that A/B (full: 7, quick: 3)")
+    parser.add_argument("--ab-steps", type=int, help="steps per fit of that A/B (full: 2000, quick: 500)")
     return parser
 
 
@@ -173,9 +199,15 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Validated options from parsed arguments; raises `ValueError` naming the bad argument."""
     preset = _QUICK if args.quick else _FULL
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    if configs == ["none"]:
+        configs = []
+    elif not configs:
+        configs = ["?"]
     unknown = [c for c in configs if c not in CONFIGS]
-    if unknown or not configs:
-        raise ValueError(f"`--configs` takes names from {', '.join(CONFIGS)}. Received: --configs={args.configs!r}")
+    if unknown:
+        raise ValueError(
+            f"`--configs` takes names from {', '.join(CONFIGS)}, or none. Received: --configs={args.configs!r}"
+        )
     variants = [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "bare"]
     for name in variants:
         variant(name)  # raises ValueError naming the variant
@@ -198,6 +230,9 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "accuracy": not args.no_accuracy,
         "accuracy_settings": [{}, {"every_s": 0.25}] if preset["short_windows"] else [{}],
         "self_check": "all" if not args.no_self_check and not args.quick else ("first" if not args.no_self_check else "none"),
+        "async_ab": _ab_backends(args.async_ab),
+        "ab_pairs": _positive("--ab-pairs", preset["ab_pairs"] if args.ab_pairs is None else args.ab_pairs),
+        "ab_steps": _positive("--ab-steps", preset["ab_steps"] if args.ab_steps is None else args.ab_steps),
         "seed": args.seed,
         "timeout": _positive("--timeout", args.timeout, number=True),
     }
@@ -205,6 +240,23 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     opts["label"] = label
     opts["output"] = os.path.abspath(args.output) if args.output else str(REPO / "benchmarks" / "results" / f"{label}.json")
     return opts
+
+
+def _ab_backends(text: str) -> list[str]:
+    """The backends of `--async-ab`: `auto` (JAX and PyTorch where installed), `none`, or a list of them."""
+    import importlib.util
+
+    text = (text or "").strip()
+    if text == "none":
+        return []
+    if text == "auto":
+        return [b for b in _AB_BACKENDS if importlib.util.find_spec(b) is not None]
+    chosen = [b.strip() for b in text.split(",") if b.strip()]
+    if not chosen or any(b not in _AB_BACKENDS for b in chosen):
+        raise ValueError(
+            f"`--async-ab` takes jax and/or torch (comma-separated), auto or none. Received: --async-ab={text!r}"
+        )
+    return chosen
 
 
 def _int_list(name: str, text: str) -> list[int]:
@@ -369,6 +421,11 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
         result["configs"][name] = {"summary": _analysis.summarise_config(raw, labels), "raw": raw}
         for w, worker_raw in enumerate(raw.get("other_workers", []), start=1):
             result["configs"][f"{name}/worker{w}"] = {"summary": _analysis.summarise_config(worker_raw, labels)}
+    if opts["async_ab"]:
+        result["async_ab"] = {}
+        for backend in opts["async_ab"]:
+            _progress(f"asynchronous-dispatch A/B on {backend}: {opts['ab_pairs']} pairs of {opts['ab_steps']} steps")
+            result["async_ab"][backend] = _run_ab(backend, opts)
     if opts["import_repeats"]:
         _progress(f"import cost ({opts['import_repeats']} fresh processes)")
         runs = [_run_worker({"job": "import"}, opts["timeout"]) for _ in range(opts["import_repeats"])]
@@ -388,6 +445,23 @@ def run_benchmark(opts: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _run_ab(backend: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """`benchmarks._ab` in a fresh process on `backend`: its result, or `{"error": ..., "stderr_tail": ...}`."""
+    with tempfile.TemporaryDirectory(prefix="keras_gpu_bench_ab_") as tmp:
+        out = os.path.join(tmp, "ab.json")
+        cmd = [sys.executable, "-m", "benchmarks._ab", out, "--pairs", str(opts["ab_pairs"]), "--steps", str(opts["ab_steps"])]
+        try:
+            proc = subprocess.run(cmd, cwd=str(REPO), env=_worker_env(backend), capture_output=True, text=True,
+                                  timeout=opts["timeout"])
+        except subprocess.TimeoutExpired:
+            return {"error": f"the {backend} A/B process timed out after {opts['timeout']:.0f} s", "stderr_tail": []}
+        if proc.returncode != 0 or not os.path.exists(out):
+            return {"error": f"the {backend} A/B process exited with status {proc.returncode}",
+                    "stderr_tail": proc.stderr.strip().splitlines()[-40:]}
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+
+
 def _multiworker_variants(variants: list[str]) -> list[str]:
     """The variants a multi-worker configuration runs: keras-gpu's (what a peer costs does not depend on workers)."""
     chosen = [v for v in variants if v.startswith("kg-")]
@@ -399,6 +473,7 @@ def failed_parts(result: dict[str, Any]) -> list[str]:
     failed = [f"configuration {n}" for n, c in result.get("configs", {}).items() if "error" in c]
     failed += ["import" for r in result.get("import", {}).get("raw", []) if "error" in r][:1]
     failed += [f"leak {n}" for n, r in result.get("leak", {}).get("raw", {}).items() if "error" in r]
+    failed += [f"async A/B {b}" for b, r in result.get("async_ab", {}).items() if "error" in r]
     return failed
 
 

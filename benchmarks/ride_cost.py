@@ -34,9 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import statistics
 from typing import Any
+
+from benchmarks import _ab, _stats
 
 BATCH = 64
 VARIANTS = ("bare", "probe", "ride")
@@ -72,23 +73,21 @@ def run(rounds: int, steps: int, seed: int = 0) -> dict[str, Any]:
     carried = ride.read()[0] if ride is not None and ride.rode else []
     if len(carried) != len(published) or not all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(carried, published)):
         raise RuntimeError("the ride variant's steps carried no rows: nothing to measure")
-    per_step: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    cpu_per_step: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    rng = random.Random(seed)
-    for _ in range(rounds):
-        order = list(VARIANTS)
-        rng.shuffle(order)
-        for variant in order:
-            models[variant].fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
-            per_step[variant].append(clock.seconds() / (steps - 1))
-            cpu_per_step[variant].append(clock.cpu_seconds() / (steps - 1))
+
+    def run_one(variant: str, _round: int) -> tuple[float, float]:
+        models[variant].fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
+        return clock.seconds() / (steps - 1), clock.cpu_seconds() / (steps - 1)
+
+    measured = _ab.shuffled_rounds(VARIANTS, run_one, rounds, seed)
+    per_step = {v: [wall for wall, _ in m] for v, m in measured.items()}
+    cpu_per_step = {v: [cpu for _, cpu in m] for v, m in measured.items()}
     return {"rounds": rounds, "steps": steps, "replicas": 1, "per_step_sec": per_step, "cpu_per_step_sec": cpu_per_step}
 
 
 def summarize(per_step: dict[str, list[float]]) -> dict[str, Any]:
     """Median seconds per step, and the paired differences' median and quartiles (µs per step, share of bare)."""
-    bare = statistics.median(per_step["bare"])
-    out: dict[str, Any] = {"median_step_sec": {v: statistics.median(s) for v, s in per_step.items()}}
+    bare = _stats.median(per_step["bare"])
+    out: dict[str, Any] = {"median_step_sec": {v: _stats.median(s) for v, s in per_step.items()}}
     for name, (a, b) in {"probe_minus_bare": ("probe", "bare"), "ride_minus_probe": ("ride", "probe")}.items():
         diffs = [p - q for p, q in zip(per_step[a], per_step[b])]
         q1, med, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3

@@ -43,10 +43,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import statistics
 import tempfile
 from typing import Any
+
+from benchmarks import _ab, _stats
 
 BATCH = 64
 VARIANTS = ("none", "given", "counted")
@@ -86,6 +86,30 @@ def _scatter_step(probe: Any, original: Any, data: Any) -> Any:
     return original(data)
 
 
+def probe_only_logger_class() -> type:
+    """`ThroughputLogger` counting with the step probe only, never Keras' own count (what `probe` and `scatter` run).
+
+    It installs the probe itself (`install_probe(model, probe_only=True)`)
+    and asks for the probe's counter (`choose_counter(..., probe_only=True)`):
+    a model with its own `train_step` gets this count from the package.
+    """
+    from keras_gpu.hooks import throughput_setup
+    from keras_gpu.hooks.factory import ThroughputLogger
+
+    class ProbeOnlyThroughputLogger(ThroughputLogger):
+        def set_model(self, model):
+            super(ThroughputLogger, self).set_model(model)  # the base's, without ThroughputLogger's own choice
+            if self.batch_size is None:
+                throughput_setup.install_probe(model, probe_only=True)
+
+        def _counter(self, data=None):
+            task = self._task
+            workers = max(1, task.num_workers) if task is not None else 1
+            return throughput_setup.choose_counter(self.model, data, workers=workers, probe_only=True)
+
+    return ProbeOnlyThroughputLogger
+
+
 def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Interleaved rounds of the variants; seconds of each variant's steady epoch, per round."""
     import functools
@@ -105,6 +129,7 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
             f"`variants` must include 'given' and name only {TF_VARIANTS if tf_backend else VARIANTS}. "
             f"Received: variants={variants!r}"
         )
+    probe_only = probe_only_logger_class()
     strategy = setup_replicas(1) if tf_backend else None
     data = _data(steps, seed)
     log_root = tempfile.mkdtemp(prefix="keras-gpu-count-cost-")
@@ -113,10 +138,8 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
         if variant == "none":
             return []
         size = {"batch_size": BATCH} if variant == "given" else {}
-        logger = ThroughputLogger(f"{log_root}/{variant}_{n}", **size)
-        if variant in ("probe", "scatter"):
-            logger._count_with = "probe"
-        return [logger]
+        cls = probe_only if variant in ("probe", "scatter") else ThroughputLogger
+        return [cls(f"{log_root}/{variant}_{n}", **size)]
 
     models: dict[str, Any] = {}
     for variant in variants:  # trace each model's train function once, outside the rounds
@@ -126,29 +149,27 @@ def run(rounds: int, steps: int, seed: int = 0, variants: tuple[str, ...] | None
             probe._counted_step = functools.partial(_scatter_step, probe)
             probe._timed = True  # its counts are in the per-replica rows
         model.fit(epochs=1, verbose=0, callbacks=callbacks(variant, -1), **data())
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    cpu: dict[str, list[float]] = {v: [] for v in variants}
-    order = list(variants)
-    rng = random.Random(seed)
-    for n in range(rounds):
-        rng.shuffle(order)
-        for variant in order:
-            clock = SteadyClock()
-            models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
-            times[variant].append(clock.seconds())
-            cpu[variant].append(clock.cpu_seconds())
-    med = {v: statistics.median(t) for v, t in times.items()}
-    cpu_med = {v: statistics.median(t) for v, t in cpu.items()}
+
+    def run_one(variant: str, n: int) -> tuple[float, float]:
+        clock = SteadyClock()
+        models[variant].fit(epochs=1, verbose=0, callbacks=[*callbacks(variant, n), clock], **data())
+        return clock.seconds(), clock.cpu_seconds()
+
+    measured = _ab.shuffled_rounds(variants, run_one, rounds, seed)
+    times = {v: [wall for wall, _ in m] for v, m in measured.items()}
+    cpu = {v: [c for _, c in m] for v, m in measured.items()}
+    med = {v: _stats.median(t) for v, t in times.items()}
+    cpu_med = {v: _stats.median(t) for v, t in cpu.items()}
     cost: dict[str, Any] = {}
     for variant in (v for v in COUNTING if v in variants):
         paired = [c - g for c, g in zip(times[variant], times["given"])]
         cpu_paired = [c - g for c, g in zip(cpu[variant], cpu["given"])]
         cost[variant] = {
-            "share": statistics.median(paired) / med["given"],
+            "share": _stats.median(paired) / med["given"],
             "spread": [min(paired) / med["given"], max(paired) / med["given"]],
-            "us_per_step": 1e6 * statistics.median(paired) / max(1, steps - 1),
-            "cpu_share": statistics.median(cpu_paired) / cpu_med["given"],
-            "cpu_us_per_step": 1e6 * statistics.median(cpu_paired) / max(1, steps - 1),
+            "us_per_step": 1e6 * _stats.median(paired) / max(1, steps - 1),
+            "cpu_share": _stats.median(cpu_paired) / cpu_med["given"],
+            "cpu_us_per_step": 1e6 * _stats.median(cpu_paired) / max(1, steps - 1),
         }
     out = {
         "backend": keras.backend.backend(),

@@ -29,11 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from typing import Any
+
+from benchmarks import _stats
 
 __all__ = ["main", "run"]
 
@@ -113,7 +114,7 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
         for batch in range(1, len(ends) - 1):  # ends[0] is the epoch start, ends[1] the first execution
             dt = ends[batch + 1] - ends[batch]
             (traced_dt if (epoch, batch) in traced else untraced).append(dt)
-    median = statistics.median(untraced)
+    median = _stats.median(untraced)
     slowdown = sum(dt - median for dt in traced_dt)
     hook_s = sum(v[0] for v in hooks.values())
     step_hooks = sum(v[0] for k, v in hooks.items() if k.startswith("StepTimeLogger."))

@@ -23,11 +23,11 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
 from typing import Any
 
+from benchmarks import _stats
 from keras_gpu.meters import cluster_view
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "_workers", "cluster_worker.py")
@@ -88,7 +88,7 @@ def analyze(directory: str) -> dict[str, Any]:
             round(g.excess_sec / g.spread_sec, 2) for g in gathers if g.spread_sec > 0 and g.imbalance > 0.1
         ]
     for entry in out.values():
-        entry["median_imbalance"] = statistics.median(entry["imbalances"]) if entry["imbalances"] else None
+        entry["median_imbalance"] = _stats.median(entry["imbalances"]) if entry["imbalances"] else None
         entry["max_imbalance"] = max(entry["imbalances"], default=None)
     return out
 

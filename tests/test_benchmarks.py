@@ -200,6 +200,9 @@ def test_variants_and_configs_are_known_and_bad_names_are_rejected():
         (["--epochs", "3,1"], "Received: --epochs='3,1'"),
         (["--rounds", "0"], "Received: --rounds=0"),
         (["--leak-steps", "-1"], "Received: --leak-steps=-1"),
+        (["--async-ab", "tensorflow"], "Received: --async-ab='tensorflow'"),
+        (["--ab-pairs", "0"], "Received: --ab-pairs=0"),
+        (["--configs", ""], "Received: --configs=''"),
     ],
 )
 def test_bad_options_name_the_argument(argv, message, capsys):
@@ -239,7 +242,7 @@ def result(tmp_path_factory):
     data, stdout = run_overhead(
         tmp_path_factory.mktemp("bench") / "smoke.json",
         "--configs", "mlp-2", "--variants", "kg-throughput,timehistory", "--rounds", "1", "--scale", "0.2",
-        "--epochs", "2,2", "--leak-steps", "200", "--import-repeats", "1", "--label", "smoke",
+        "--epochs", "2,2", "--leak-steps", "200", "--import-repeats", "1", "--label", "smoke", "--async-ab", "none",
     )  # fmt: skip
     data["_stdout"] = stdout
     return data
@@ -316,6 +319,7 @@ def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
         tmp_path / "two_workers.json",
         "--configs", "mlp-2w", "--variants", "kg-default,tb-epoch", "--rounds", "1", "--scale", "0.1",
         "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0", "--label", "two-workers", "--no-table",
+        "--async-ab", "none",
     )  # fmt: skip
     assert set(data["configs"]) == {"mlp-2w", "mlp-2w/worker1"}
     for name, task in (("mlp-2w", 0), ("mlp-2w/worker1", 1)):
@@ -328,3 +332,22 @@ def test_two_worker_scenario_times_each_workers_hooks(tmp_path):
         (pair,) = worker_raw["pairs"]
         calls = [f["hooks"]["StepTimeLogger.on_train_batch_end"]["calls"] for f in pair["run"]["fits"]]
         assert calls == [2 * 20, 2 * 20]  # two fits of two epochs of 20 steps, on each worker
+
+
+def test_shuffled_rounds_run_each_variant_once_per_round_in_a_seeded_order():
+    from benchmarks import _ab
+
+    calls = []
+
+    def run_one(variant, n):
+        calls.append((n, variant))
+        return f"{variant}{n}"
+
+    out = _ab.shuffled_rounds(("a", "b", "c"), run_one, 4, seed=3)
+    assert out == {v: [f"{v}{n}" for n in range(4)] for v in "abc"}
+    assert [sorted(v for n, v in calls if n == r) for r in range(4)] == [["a", "b", "c"]] * 4
+    again = []
+    _ab.shuffled_rounds(("a", "b", "c"), lambda v, n: again.append((n, v)), 4, seed=3)
+    assert again == calls  # the same seed, the same orders
+    with pytest.raises(ValueError, match="rounds"):
+        _ab.shuffled_rounds(("a",), run_one, 0)

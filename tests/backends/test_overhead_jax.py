@@ -26,6 +26,7 @@ def test_two_process_jax_scenario_times_each_process_hooks(tmp_path):
         tmp_path / "two_processes.json",
         "--configs", "mlp-2w-jax", "--variants", "kg-default,kg-step-probe", "--rounds", "1", "--scale", "0.1",
         "--epochs", "2,2", "--leak-steps", "0", "--import-repeats", "0", "--label", "two-jax-processes", "--no-table",
+        "--async-ab", "none",
         env={"KERAS_BACKEND": "jax"},
         timeout=900,
     )  # fmt: skip
@@ -43,3 +44,22 @@ def test_two_process_jax_scenario_times_each_process_hooks(tmp_path):
         assert calls == [2 * 20, 2 * 20], rank  # two fits of two epochs of 20 steps, on each process
         ends = [f["hooks"]["StepTimeLogger.on_epoch_end"]["calls"] for f in pair["run"]["fits"]]
         assert ends == [2, 2]
+
+
+def test_dispatch_ab_times_whole_fits_and_records_each_arms_dispatch(tmp_path):
+    # Counts and Keras' own dispatch flags, never a timed threshold.
+    data, stdout = run_overhead(
+        tmp_path / "ab.json",
+        "--configs", "none", "--async-ab", "jax", "--ab-pairs", "2", "--ab-steps", "20", "--leak-steps", "0",
+        "--import-repeats", "0", "--label", "ab",
+        env={"KERAS_BACKEND": "jax"},
+        timeout=600,
+    )  # fmt: skip
+    assert data["configs"] == {} and set(data["async_ab"]) == {"jax"}
+    ab = data["async_ab"]["jax"]
+    assert ab["backend"] == "jax" and ab["steps"] == 20 and ab["fresh"] is False
+    assert len(ab["a_s"]) == len(ab["b_s"]) == len(ab["ratios"]) == 2 and ab["slowdown"]["n"] == 2
+    assert all(t > 0 for t in ab["a_s"] + ab["b_s"])
+    assert ab["async_dispatch"]["bare"] is True  # no callback: Keras' asynchronous dispatch on JAX
+    assert isinstance(ab["async_dispatch"]["callbacks"], bool)
+    assert "Dispatch A/B, jax (whole fits of 20 steps, verbose=0, 2 interleaved pairs" in stdout
