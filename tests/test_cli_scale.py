@@ -348,12 +348,14 @@ def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
 
 @E2E
 def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
+    # 80 ms more per step at twice the batch: beyond the run-to-run spread even on a loaded machine (which
+    # measured up to ±28% of a 70 ms step here).
     proc = _scale("--replicas", "1,2", "--warmup", "5", "--steps", "20", "--json",
-                  MLP, "--steps", "30", "--input-ms", "20")
+                  MLP, "--steps", "30", "--input-ms", "80")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(proc)
     assert rows[1]["global_batch"] == 2 * rows[0]["global_batch"]
-    assert rows[1]["cause"].startswith("input:"), rows  # 20 ms more per step: far beyond the spread
+    assert rows[1]["cause"].startswith("input:"), rows
 
 
 @E2E

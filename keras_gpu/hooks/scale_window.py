@@ -14,9 +14,11 @@ trains long enough it:
 * splits the step on TensorFlow with keras-gpu's step probe
   (`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
   into input, compute, communication and other; on JAX, where the step is
-  one compiled program, into input (the host's wait for each batch), the
-  device's time (compute and communication together, the rest of the step)
-  and other;
+  one compiled program, with the cluster view's host clock
+  (`keras_gpu.hooks.step_time_cluster_jax.StepClock`) into input (the
+  host's wait for each batch while the device idled), the device's time
+  (compute and communication together) and other (the host's time while the
+  device idled);
 * stops training (`model.stop_training`), and where more than one replica
   trains, all-reduces a buffer the size of the model's trainable weights
   over the same replicas, alone, a few times (every worker reaches this
@@ -29,7 +31,11 @@ and lets the script go on; the next `fit` starts counting again.
 
 Nothing here does I/O on the training thread within the window: the hooks
 take clock readings and count; the probe's sums are read once at each end of
-the window.
+the window. Keras' dispatch mode is kept (`async_safe`): where Keras runs
+batch ends on its thread pool (JAX and PyTorch, `verbose=0`), the window's
+time runs between batch ends taken in batch order, and its samples and the
+JAX clock are read on the training thread, at the batch begin after each end
+of the window (at the fit's end, where none follows).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
@@ -71,7 +78,13 @@ class ScaleWindow(keras.callbacks.Callback):
         self.result: dict[str, Any] | None = None
         self._probe: step_probe.StepProbe | None = None
         self._counter: Any = None
+        self._clock: Any = None  # JAX: the host clock of the train function's calls
+        self._lock = threading.Lock()  # batch ends may run on Keras' pool, concurrently
+        self._thread = threading.get_ident()  # the training thread (set again when training begins)
         self._reset()
+
+    async_safe = True
+    """Keras may run `on_train_batch_end` on its thread pool: the study measures the script's own dispatch."""
 
     def _reset(self) -> None:
         self._steps_before = 0  # steps of the finished epochs of this fit
@@ -79,14 +92,16 @@ class ScaleWindow(keras.callbacks.Callback):
         self._open: float | None = None  # when the window opened (batch end)
         self._segment: float | None = None  # start of the window's current segment
         self._last_end = 0.0
-        self._gap_from = 0.0  # the last batch end, or the epoch's start: where the host's time between steps starts
         self._elapsed = 0.0
         self._half: float | None = None  # the window's elapsed time at its middle step
         self._start_steps = 0
-        self._start_count: tuple[int, int, float] = (0, 0, 0.0)
-        self._host = 0.0  # JAX: seconds from a batch end to the next batch begin, in the window
         self._done = False
         self._window: dict[str, Any] | None = None
+        self._last_batch = -1  # the epoch's latest batch end taken
+        # Read on the training thread at the batch begin after each end of the window: `(steps, counts)`.
+        self._at_open: tuple[int, tuple[int, int, float]] | None = None
+        self._at_close: tuple[int, tuple[int, int, float]] | None = None
+        self._clock_window: Any = None
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -108,33 +123,65 @@ class ScaleWindow(keras.callbacks.Callback):
         self._reset()
         if _backend.name() != "tensorflow":
             self._counter = count_batches(self.model)
+        if _backend.name() == "jax":
+            from keras_gpu.hooks.step_time_cluster_jax import install_clock
+
+            self._clock = install_clock(self.model)
+        self._thread = threading.get_ident()
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         if self._probe is not None:
             self._probe.epoch_begin()
-        if self._segment is not None and not self._done:
-            self._elapsed += self._last_end - self._segment
-            self._segment = self._gap_from = time.perf_counter()
+        if self._clock is not None:
+            self._clock.epoch_begin()
+        with self._lock:  # the last epoch's batch ends all ran (Keras waits for them at its end)
+            self._last_batch = -1
+            if self._segment is not None and not self._done:
+                self._elapsed += self._last_end - self._segment
+                self._segment = time.perf_counter()
 
     def on_train_batch_begin(self, batch, logs=None) -> None:
+        # On the training thread, in order: the steps before this batch all ran (or were dispatched).
         if self._probe is not None:
             self._probe.batch_begin()
-        if self._segment is not None and not self._done:
-            self._host += time.perf_counter() - self._gap_from
+        if self._clock is not None:
+            self._clock.batch_begin(batch)
+        if self.settings is not None and self.result is None and self._at_close is None:
+            with self._lock:
+                self._read_at(self._steps_before + int(batch))
+
+    def _read_at(self, steps: int) -> None:
+        """At the batch begin after `steps` steps: the counts and the clock at the window's ends (lock held)."""
+        warmup, window = self.settings.warmup, self.settings.steps
+        if self._at_open is None and steps >= warmup:
+            self._at_open = (steps, self._count())
+            if self._clock is not None:
+                self._clock.reset()
+        elif self._at_open is not None and steps - self._at_open[0] >= window:
+            self._at_close = (steps, self._count())
+            if self._clock is not None:
+                self._clock_window = self._clock.read()
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._probe is not None:
             self._probe.batch_end()  # the call's start counts once its steps ran (the probe's host time)
+        if self._clock is not None:
+            self._clock.ended(batch, time.perf_counter(), threading.get_ident() != self._thread)
         if self.settings is None or self._done or self.result is not None:
             return
-        now = time.perf_counter()
-        self._steps = self._steps_before + int(batch) + 1
-        self._last_end = self._gap_from = now
+        with self._lock:  # in batch order: a batch end older than one already taken is covered by it
+            if batch > self._last_batch:
+                self._last_batch = batch
+                self._batch_end(self._steps_before + int(batch) + 1, time.perf_counter())
+
+    def _batch_end(self, steps: int, now: float) -> None:
+        """The batch end after `steps` steps of the fit, at `now` (lock held): the window opens, or closes."""
+        self._steps = steps
+        self._last_end = now
         if self._open is None:
             if self._steps >= self.settings.warmup:
                 self._open = self._segment = now
                 self._start_steps = self._steps
-                self._start_count = self._count()
                 if self._probe is not None:
                     self._probe.reset()
             return
@@ -147,7 +194,8 @@ class ScaleWindow(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None) -> None:
-        self._steps_before = self._steps
+        with self._lock:
+            self._steps_before = self._steps
 
     def on_train_end(self, logs=None) -> None:
         if self.settings is None or self.result is not None:
@@ -160,6 +208,12 @@ class ScaleWindow(keras.callbacks.Callback):
             return
         result["status"] = "done"
         result.update(self._window)
+        if self._counter is not None:
+            result.update(self._counted(self._window["steps"], self._window["seconds"] / self._window["steps"]))
+        if self._clock is not None:
+            from keras_gpu.hooks.step_time_cluster_jax import remove_clock
+
+            remove_clock(self.model)
         result["grad_bytes"] = _weight_bytes(self.model)
         if result["replicas_total"] > 1:
             try:
@@ -206,23 +260,38 @@ class ScaleWindow(keras.callbacks.Callback):
             else:
                 window["note"] = "the step probe could not split this step (XLA, or steps_per_execution > 1)"
         elif self._counter is not None:
-            start = self._start_count
-            _, samples, input_sec = self._count()
-            window["samples"] = samples - start[1]
-            window["samples_global"] = _feeds_global_batches()
-            input_step = (input_sec - start[2]) / steps
-            other = self._host / steps
-            window["parts"] = {
-                "input": input_step,
-                "compute": None,
-                "communication": None,
-                "other": other,
-                "device": max(0.0, step_sec - input_step - other),
-            }
+            pass  # read on the training thread (`_counted`)
         else:
             window["samples"] = 0
             window["note"] = f"keras-gpu counts no samples on the {_backend.name()} backend"
         return window
+
+    def _counted(self, steps: int, step_sec: float) -> dict[str, Any]:
+        """The window's samples and, on JAX, its parts: read on the training thread at the window's ends.
+
+        The window's closing end is read at the batch begin after it, or now
+        (the end of `fit`, when every batch end ran) where none followed.
+        """
+        opened = self._at_open[1] if self._at_open is not None else (0, 0, 0.0)
+        closed = self._at_close[1] if self._at_close is not None else self._count()
+        out: dict[str, Any] = {"samples": closed[1] - opened[1], "samples_global": _feeds_global_batches()}
+        clock = self._clock_window
+        if clock is None and self._clock is not None:
+            clock = self._clock.read()
+        if clock is not None:  # JAX: the host clock's parts, scaled to the window's step (they are its mean)
+            scale = step_sec / clock.step_sec if clock.step_sec > 0 else 1.0
+            parts = {"input": clock.input_sec * scale, "other": clock.host_sec * scale}
+        else:
+            input_step = (closed[2] - opened[2]) / steps
+            parts = {"input": input_step, "other": 0.0}
+        out["parts"] = {
+            "input": parts["input"],
+            "compute": None,
+            "communication": None,
+            "other": parts["other"],
+            "device": max(0.0, step_sec - parts["input"] - parts["other"]),
+        }
+        return out
 
     def _topology(self) -> dict[str, Any]:
         total = _backend.num_replicas(self.model)
