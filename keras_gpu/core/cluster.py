@@ -165,7 +165,7 @@ def resolve_cluster(source: str = "auto", **options: Any) -> ClusterInfo:
         TypeError: `environ` is not a mapping of strings, an argument has
             the wrong type, or a keyword is not one of the above.
 
-    Example:
+    Examples:
         >>> import json
         >>> import keras_gpu
         >>> info = keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1)

@@ -36,7 +36,7 @@ class ClusterInfo:
         task_index: This process's index within its task type.
         rpc_layer: The RPC protocol, `"grpc"` unless the source says otherwise.
 
-    Example:
+    Examples:
         The second worker of a cluster with a chief:
 
         >>> from keras_gpu import ClusterInfo

@@ -32,7 +32,7 @@ def is_chief(strategy: Any = None) -> bool:
     Returns:
         Whether this process is the chief.
 
-    Example:
+    Examples:
         A process with no TF_CONFIG and no multi-worker strategy is the chief;
         the second worker of a cluster is not:
 
@@ -55,7 +55,7 @@ def worker_index(strategy: Any = None) -> int:
         The rank: the chief first (when there is one), then the workers in
         order; 0 for a single process.
 
-    Example:
+    Examples:
         A single process is rank 0; with a chief, worker 0 is rank 1:
 
         >>> import keras_gpu

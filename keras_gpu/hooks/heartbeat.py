@@ -32,7 +32,7 @@ class Heartbeat(keras.callbacks.Callback):
         writer: The process's progress writer, or `None` when not launched
             with `--hang-timeout`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> import keras
         >>> import keras_gpu

@@ -175,7 +175,7 @@ class StepTimeLogger(LoggingCallback):
             (`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras

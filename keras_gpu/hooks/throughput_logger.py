@@ -121,7 +121,7 @@ class ThroughputLogger(LoggingCallback):
         summary: After `fit`: totals and mean rates (see
             `keras_gpu.meters.throughput.ThroughputMeter.summary`).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras

@@ -125,7 +125,7 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
             the ones Keras trains on.
         ImportError: TensorFlow is not installed (on the TensorFlow backend).
 
-    Example:
+    Examples:
         Two logical CPUs, so that a mirrored strategy has two replicas without
         a GPU. Run it in a fresh process: the split must come before
         TensorFlow's first tensor.

@@ -84,7 +84,7 @@ class StrategyPlan:
         startup_timeout: For `"multiworker"`: seconds to wait for every task
             of the cluster to start, else `None`.
 
-    Example:
+    Examples:
         >>> import keras_gpu
         >>> from keras_gpu.setup.strategy import LocalDevices
         >>> plan = keras_gpu.plan_strategy(local_devices=LocalDevices(cpus=("/device:CPU:0", "/device:CPU:1")))
@@ -189,7 +189,7 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
             other, a device does not exist, or the cluster is malformed.
         TypeError: An argument has the wrong type.
 
-    Example:
+    Examples:
         With the cluster and the local devices given, nothing is detected and
         TensorFlow's runtime is not started (`LocalDevices` describes a
         machine; it comes from `keras_gpu.setup.strategy`):
