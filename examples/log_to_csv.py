@@ -1,4 +1,4 @@
-"""Log keras-gpu's measured numbers with Keras' own CSVLogger (or W&B's, MLflow's callback).
+"""Log keras-gpu's measured numbers with Keras' CSVLogger (or W&B's, MLflow's callback).
 
     python examples/log_to_csv.py --csv runs/log_to_csv.csv
 
@@ -25,13 +25,15 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2048, 32)).astype("float32")
     y = (x @ rng.normal(size=(32, 1)) > 0).astype("float32")
-    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1, activation="sigmoid")])
+    layers = [keras.Input((32,)), keras.layers.Dense(1, activation="sigmoid")]
+    model = keras.Sequential(layers)
     model.compile(optimizer="adam", loss="binary_crossentropy")
 
     # keras-gpu's callbacks first, the logger after them: it sees their numbers.
     # wandb.integration.keras.WandbMetricsLogger() or mlflow.keras.MlflowCallback()
     # go in the same place.
-    callbacks = [*keras_gpu.callbacks(args.log_dir), keras.callbacks.CSVLogger(args.csv)]
+    csv_logger = keras.callbacks.CSVLogger(args.csv)
+    callbacks = [*keras_gpu.callbacks(args.log_dir), csv_logger]
     model.fit(x, y, batch_size=64, epochs=args.epochs, callbacks=callbacks, verbose=0)
 
     with open(args.csv, newline="") as f:

@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="global batch size")
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log-dir", default=None, help="TensorBoard logs of the callbacks")
+    parser.add_argument("--log-dir", default=None, help="TensorBoard logs of keras-gpu")
     args = parser.parse_args()
 
     import keras

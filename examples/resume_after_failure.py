@@ -49,7 +49,8 @@ def main() -> None:
     backup = keras_gpu.BackupAndRestore(args.backup_dir)
 
     try:
-        model.fit(x, y, epochs=4, verbose=0, callbacks=[backup, PrintEpochs(), FailDuringEpoch(2)])
+        callbacks = [backup, PrintEpochs(), FailDuringEpoch(2)]
+        model.fit(x, y, epochs=4, verbose=0, callbacks=callbacks)
     except RuntimeError as error:
         print(f"first run stopped: {error}")
     # The same call again, as a restarted job would make it.

@@ -56,7 +56,7 @@ class ThroughputLogger(LoggingCallback):
     else on TensorFlow from Keras' own count, or a counting probe in the
     training step where that count cannot be read; on JAX and PyTorch from the
     batches `fit`'s epoch iterator yields. How each is read, and its limits:
-    [the callbacks](../callbacks.md#throughputlogger).
+    [how throughput is measured](../throughput.md#throughputlogger).
 
     In a multi-worker TensorFlow job each worker's count (Keras' or the
     probe's) holds its own replicas' samples; the global count is that times the number of workers,
