@@ -118,3 +118,48 @@ def test_explanation_pages_are_short_enough_to_read():
     words = {page: _prose_words((DOCS / page).read_text(encoding="utf-8")) for page in pages}
     long = {page: n for page, n in words.items() if n > EXPLANATION_WORDS}
     assert not long, f"explanation pages over {EXPLANATION_WORDS} words (move a section to a page of its own): {long}"
+
+
+_EXAMPLE_LINE = re.compile(r"^\s*(?:>>>|\.\.\.)(?: |$)")
+
+
+def test_no_docstring_example_line_overflows_the_api_reference():
+    """The API reference shows each `Examples:` section as a code block, dedented: its lines fit the page too."""
+    long = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "keras_gpu").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _EXAMPLE_LINE.match(line) and len(line.strip()) > CODE_WIDTH
+    ]
+    assert not long, f"docstring example lines over {CODE_WIDTH} characters (wrap them): {long}"
+
+
+_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:$")
+
+
+def _docstrings():
+    """(name, docstring) of every public name and of its public members: what the API reference shows."""
+    import inspect
+
+    import keras_gpu
+
+    for name in keras_gpu.__all__:
+        obj = getattr(keras_gpu, name)
+        yield name, inspect.getdoc(obj) or ""
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property)):
+                    yield f"{name}.{member}", inspect.getdoc(value) or ""
+
+
+def test_no_docstring_paragraph_is_a_wall():
+    """The API reference's prose: no paragraph over 150 words (the Google sections are lists, left out)."""
+    pytest.importorskip("keras", reason="the public names import Keras")
+    walls = [
+        f"{name}: {len(paragraph.split())} words: {paragraph[:60]!r}"
+        for name, doc in _docstrings()
+        for paragraph in re.split(r"\n\s*\n", doc)
+        if not _SECTION.match(paragraph.strip().splitlines()[0] if paragraph.strip() else "")
+        and len(paragraph.split()) > PARAGRAPH_WORDS
+    ]
+    assert not walls, "\n".join(walls)

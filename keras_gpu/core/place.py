@@ -39,7 +39,8 @@ def is_chief(strategy: Any = None) -> bool:
         >>> import keras_gpu
         >>> keras_gpu.is_chief()
         True
-        >>> keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1).is_chief
+        >>> workers = ["node0:12345", "node1:12345"]
+        >>> keras_gpu.resolve_cluster(cluster=workers, task_index=1).is_chief
         False
     """
     return _place(strategy).is_chief

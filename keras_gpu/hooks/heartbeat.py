@@ -41,7 +41,8 @@ class Heartbeat(keras.callbacks.Callback):
         >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
         >>> heartbeat = keras_gpu.Heartbeat()
         >>> _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[heartbeat], verbose=0)
-        >>> heartbeat.writer is None  # not started by `keras-gpu launch --hang-timeout`: a no-op
+        >>> # not started by `keras-gpu launch --hang-timeout`: a no-op
+        >>> heartbeat.writer is None
         True
     """
 

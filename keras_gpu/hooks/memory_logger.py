@@ -52,7 +52,9 @@ class MemoryLogger(LoggingCallback):
     of the `keras.distribution`, else the default device; PyTorch: the
     model's device; see `keras_gpu.core.backend`), from TensorFlow's
     `get_memory_info`, JAX's `Device.memory_stats()` or PyTorch's
-    `torch.cuda.memory_allocated` / `max_memory_allocated`. It is read on the
+    `torch.cuda.memory_allocated` / `max_memory_allocated`.
+
+    It is read on the
     background thread while training runs, so a reading includes the step's
     temporaries (except the last window of `fit`, read after the last step).
     Its peak is reset at the start of `fit` and after each window on

@@ -39,7 +39,9 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart. The steady rates leave out the
     first execution and every execution that compiled a new batch shape
-    (`keras_gpu.hooks.throughput_setup`). One point per window, on the
+    (`keras_gpu.hooks.throughput_setup`).
+
+    One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when
@@ -132,7 +134,8 @@ class ThroughputLogger(LoggingCallback):
         >>> with tempfile.TemporaryDirectory() as log_dir:
         ...     throughput = keras_gpu.ThroughputLogger(log_dir, every_n_steps=2)
         ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[throughput], verbose=0)
-        >>> throughput.summary["steps"], throughput.summary["samples"]  # the last batch holds 2 samples
+        >>> # the last batch holds 2 samples
+        >>> throughput.summary["steps"], throughput.summary["samples"]
         (4, 14)
 
     """
