@@ -1,7 +1,7 @@
-"""Take the TensorBoard screenshots in `docs/` from a real run of `keras-gpu demo`.
+"""Take the TensorBoard and `keras-gpu report` screenshots in `docs/` from real runs of `keras-gpu demo`.
 
-    python docs/screenshot.py                      # runs the demo into a temporary log dir
-    python docs/screenshot.py --log-dir runs/demo  # uses an existing run instead
+    python docs/screenshot.py                      # runs the demos into temporary log dirs
+    python docs/screenshot.py --log-dir runs/demo --cluster-log-dir runs/demo2w
 
 It starts a real `tensorboard` server on 127.0.0.1, drives headless Chromium
 (Debian: `apt-get install chromium`) over the DevTools protocol on a pipe, waits
@@ -10,11 +10,20 @@ until every chart that has data has drawn its lines, and writes:
 - `tensorboard.png`: the Custom Scalars dashboard, keras-gpu's throughput charts;
 - `tensorboard_time.png`: the Custom Scalars dashboard, where the time goes
   (epoch time and its parts, the step-time breakdown, per replica);
+- `tensorboard_memory.png`: the Custom Scalars dashboard, the memory charts;
+- `tensorboard_cluster.png`: the Custom Scalars dashboard, the cluster view of
+  a two-worker run (`keras-gpu demo --workers 2`);
 - `tensorboard_scalars.png`: the Time Series dashboard filtered to the
   `throughput/` and `memory/` tags;
-- `tensorboard_placement.png`: the Text dashboard with the placement tables.
+- `tensorboard_placement.png`: the Text dashboard with the placement tables;
+- `report.png`: the terminal output of `keras-gpu report` on the first run.
 
-It fails (exit 1) rather than write a screenshot of a spinner or an empty page.
+Pages are drawn `_WIDTH` CSS pixels wide, about the width of a documentation
+page's text, at twice the pixel density, so that a page shows them at their
+own size, sharp. A chart with no data (MFU on a CPU, the NVML charts without
+a GPU) is left out of the shot rather than shown empty; the pages say what is
+not measured. It fails (exit 1) rather than write a screenshot of a spinner
+or an empty page.
 Needs only the standard library, TensorBoard and Chromium.
 """
 
@@ -24,6 +33,8 @@ import argparse
 import base64
 import contextlib
 import fcntl
+import functools
+import html
 import json
 import os
 import re
@@ -41,7 +52,9 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-_WIDTH, _HEIGHT = 1600, 1200
+_WIDTH, _HEIGHT = 800, 1100  # CSS pixels: the viewport, and the tallest shot
+_MAX_HEIGHT = _HEIGHT
+_SCALE = 2  # device pixels per CSS pixel: the PNGs are 1600 pixels wide
 
 # TensorBoard's own UI settings (its localStorage key), set once per browser
 # profile before the dashboards load: the Time Series settings pane closed,
@@ -90,6 +103,23 @@ _JS_CUSTOM_SCALARS_READY = """
 })()
 """
 
+# Charts of the category with no data (MFU on a CPU, NVML without a GPU) are
+# hidden, so that the shot holds only charts that show something; so is the
+# dashboards' settings sidebar, so that the charts get the shot's width.
+_JS_HIDE_EMPTY = """
+(() => {
+  const wanted = %(wanted)s;
+  const shown = %(shown)s;
+  const charts = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-custom-scalar-multi-line-chart-card');
+  const hidden = [];
+  for (const c of charts) {
+    if (!(c.title in wanted)) { c.style.display = 'none'; if (shown.includes(c.title)) hidden.push(c.title); }
+  }
+  for (const e of deepAll(document)) { if (e.id === 'sidebar') e.style.display = 'none'; }
+  return hidden;
+})()
+"""
+
 _JS_OPEN_CATEGORY = """
 (() => {
   const title = %(title)s;
@@ -127,9 +157,9 @@ _JS_TEXT_READY = """
 # ----------------------------------------------------------------- the demo
 
 
-def _run_demo(log_dir: str, epochs: int, samples: int) -> None:
+def _run_demo(log_dir: str, epochs: int, samples: int, spread: tuple[str, str] = ("--cpu-replicas", "2")) -> None:
     cmd = [
-        sys.executable, "-m", "keras_gpu.cli", "demo", "--cpu-replicas", "2", "--profile-every-s", "2",
+        sys.executable, "-m", "keras_gpu.cli", "demo", *spread, "--profile-every-s", "2",
         "--epochs", str(epochs), "--samples", str(samples), "--log-dir", log_dir,
     ]
     print(f"running: {' '.join(cmd)}", flush=True)
@@ -235,7 +265,7 @@ class _Browser:
         self.call("Page.enable", session=True)
         self.call(
             "Emulation.setDeviceMetricsOverride",
-            {"width": _WIDTH, "height": _HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+            {"width": _WIDTH, "height": _HEIGHT, "deviceScaleFactor": _SCALE, "mobile": False},
             session=True,
         )
 
@@ -339,11 +369,16 @@ def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float
     if category is not layout["category"][0]:  # later categories start collapsed: open this one
         browser.evaluate(_JS_OPEN_CATEGORY % {"title": json.dumps(category["title"])})
     browser.wait_until(_JS_CUSTOM_SCALARS_READY % {"wanted": json.dumps(wanted)}, timeout, "Custom Scalars")
+    titles = [chart["title"] for chart in category["chart"]]
+    hidden = browser.evaluate(_JS_HIDE_EMPTY % {"wanted": json.dumps(wanted), "shown": json.dumps(titles)})
+    if hidden:
+        print(f"left out of {os.path.basename(out)}, no data: {', '.join(hidden)}", flush=True)
+    time.sleep(1.0)  # the layout settles without the hidden charts
     box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(category["title"])})
     clip = None
     if box:
         top = max(0, int(box["top"]) - 8)
-        clip = {"x": 0, "y": top, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16 - top)}
+        clip = {"x": 0, "y": top, "width": _WIDTH, "height": min(_MAX_HEIGHT, int(box["bottom"]) + 16 - top)}
     browser.screenshot(out, clip)
 
 
@@ -353,7 +388,7 @@ def _shoot_timeseries(browser: _Browser, base: str, out: str, timeout: float) ->
     query = urllib.parse.urlencode({"forceSVG": "true", "smoothing": "0", "tagFilter": pattern})
     browser.open(f"{base}/?{query}#timeseries", timeout)
     browser.wait_until(_JS_TIMESERIES_READY % {"expected": expected}, timeout, "Time Series")
-    browser.screenshot(out)
+    browser.screenshot(out, {"x": 0, "y": 0, "width": _WIDTH, "height": _MAX_HEIGHT})
 
 
 def _shoot_text(browser: _Browser, base: str, out: str, timeout: float) -> None:
@@ -367,8 +402,40 @@ def _shoot_text(browser: _Browser, base: str, out: str, timeout: float) -> None:
     browser.wait_until(_JS_TEXT_READY % {"wanted": json.dumps(present)}, timeout, "Text")
     # Only the pane of the filtered tags, not the full "placement" pane below it.
     box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(tag_filter)})
-    clip = {"x": 0, "y": 0, "width": _WIDTH, "height": min(_HEIGHT, int(box["bottom"]) + 16)} if box else None
+    clip = {"x": 0, "y": 0, "width": _WIDTH, "height": min(_MAX_HEIGHT, int(box["bottom"]) + 16)} if box else None
     browser.screenshot(out, clip)
+
+
+_REPORT_PAGE = """<!doctype html><meta charset="utf-8"><style>
+body {{ margin: 0; background: #1e1e1e; }}
+pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu Sans Mono", monospace; }}
+.cmd {{ color: #8ec07c; }}
+</style><pre><span class="cmd">$ keras-gpu report {name}</span>
+{text}</pre>"""
+
+
+def _shoot_report(browser: _Browser, log_dir: str, out: str, timeout: float) -> None:
+    """`keras-gpu report LOG_DIR` as a terminal shows it: its real output, drawn in a monospace page."""
+    env = {**os.environ, "COLUMNS": "110", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # Run beside the log dir, so that the command and the report name it as a user would see it.
+    parent, name = os.path.split(os.path.abspath(log_dir))
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_gpu.cli", "report", name], env=env, capture_output=True, text=True,
+        timeout=timeout, check=False, cwd=parent,
+    )
+    if proc.returncode != 0 or "Throughput" not in proc.stdout:
+        raise RuntimeError(f"keras-gpu report failed with exit {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    page = _REPORT_PAGE.format(name=html.escape(name), text=html.escape(proc.stdout.rstrip()))
+    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False, encoding="utf-8") as f:
+        f.write(page)
+    try:
+        browser.call("Page.navigate", {"url": f"file://{f.name}"}, session=True)
+        browser.wait_until("({ready: document.readyState === 'complete' && !!document.querySelector('pre')})", timeout, "report")
+        size = browser.evaluate("({w: document.querySelector('pre').scrollWidth, h: document.body.scrollHeight})")
+        width = max(_WIDTH, int(size["w"]))
+        browser.screenshot(out, {"x": 0, "y": 0, "width": width, "height": min(_MAX_HEIGHT, int(size["h"]))})
+    finally:
+        os.unlink(f.name)
 
 
 def _find_chromium(given: str | None) -> str:
@@ -385,6 +452,9 @@ def _find_chromium(given: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log-dir", help="an existing keras-gpu log dir (default: run the demo into a temporary one)")
+    parser.add_argument(
+        "--cluster-log-dir", help="an existing multi-worker log dir (default: run `keras-gpu demo --workers 2`)"
+    )
     parser.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)), help="where the PNGs go (default: docs/)")
     parser.add_argument("--chromium", help="the Chromium executable (default: chromium on PATH)")
     parser.add_argument("--epochs", type=int, default=5, help="demo epochs (default: 5)")
@@ -395,13 +465,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--epochs and --samples must be >= 1. Received: --epochs {args.epochs} --samples {args.samples}")
     if args.log_dir is not None and not os.path.isdir(args.log_dir):
         parser.error(f"--log-dir must be an existing directory. Received: --log-dir {args.log_dir}")
+    if args.cluster_log_dir is not None and not os.path.isdir(args.cluster_log_dir):
+        parser.error(
+            f"--cluster-log-dir must be an existing directory. Received: --cluster-log-dir {args.cluster_log_dir}"
+        )
     chromium = _find_chromium(args.chromium)
     os.makedirs(args.out_dir, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="keras-gpu-screenshot-") as tmp:
-        log_dir = args.log_dir or os.path.join(tmp, "logs")
+        log_dir = args.log_dir or os.path.join(tmp, "demo")
+        cluster_log_dir = args.cluster_log_dir or os.path.join(tmp, "cluster")
         if args.log_dir is None:
             _run_demo(log_dir, args.epochs, args.samples)
+        if args.cluster_log_dir is None:
+            _run_demo(cluster_log_dir, args.epochs, args.samples, ("--workers", "2"))
+        out = functools.partial(os.path.join, args.out_dir)
         with _tensorboard(log_dir, args.timeout) as base:
             profile = os.path.join(tmp, "chromium-profile")
             browser = _Browser(chromium, profile)
@@ -410,12 +488,21 @@ def main(argv: list[str] | None = None) -> int:
                 browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")  # the Polymer dashboards' own key
-                _shoot_custom_scalars(browser, base, os.path.join(args.out_dir, "tensorboard.png"), args.timeout)
-                _shoot_custom_scalars(
-                    browser, base, os.path.join(args.out_dir, "tensorboard_time.png"), args.timeout, "time goes"
-                )
-                _shoot_timeseries(browser, base, os.path.join(args.out_dir, "tensorboard_scalars.png"), args.timeout)
-                _shoot_text(browser, base, os.path.join(args.out_dir, "tensorboard_placement.png"), args.timeout)
+                _shoot_custom_scalars(browser, base, out("tensorboard.png"), args.timeout)
+                _shoot_custom_scalars(browser, base, out("tensorboard_time.png"), args.timeout, "time goes")
+                _shoot_custom_scalars(browser, base, out("tensorboard_memory.png"), args.timeout, "memory")
+                _shoot_timeseries(browser, base, out("tensorboard_scalars.png"), args.timeout)
+                _shoot_text(browser, base, out("tensorboard_placement.png"), args.timeout)
+                _shoot_report(browser, log_dir, out("report.png"), args.timeout)
+            finally:
+                browser.close()
+        with _tensorboard(cluster_log_dir, args.timeout) as base:
+            browser = _Browser(chromium, os.path.join(tmp, "chromium-profile-2"))
+            try:
+                browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
+                browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
+                browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")
+                _shoot_custom_scalars(browser, base, out("tensorboard_cluster.png"), args.timeout, "cluster")
             finally:
                 browser.close()
     return 0

@@ -26,7 +26,11 @@ def main() -> None:
     y = (x @ rng.normal(size=(32, 1)) > 0).astype("float32")
 
     model = keras.Sequential(
-        [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1, activation="sigmoid")]
+        [
+            keras.Input((32,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
     )
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
     history = model.fit(

@@ -1,4 +1,4 @@
-"""Train on every local GPU with a mirrored strategy (or on K logical CPUs without a GPU).
+"""Train on every local GPU with a mirrored strategy (or on K logical CPUs without one).
 
     python examples/mirrored_fit.py                   # all GPUs, or the CPU
     python examples/mirrored_fit.py --cpu-replicas 2  # two replicas without a GPU
@@ -45,10 +45,16 @@ def main() -> None:
                 keras.layers.Dense(10),
             ]
         )
-        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile("adam", loss)
 
     history = model.fit(
-        x, y, batch_size=global_batch, epochs=args.epochs, verbose=2, callbacks=keras_gpu.callbacks(args.log_dir)
+        x,
+        y,
+        batch_size=global_batch,
+        epochs=args.epochs,
+        verbose=2,
+        callbacks=keras_gpu.callbacks(args.log_dir),
     )
     print(f"{strategy.num_replicas_in_sync} replicas, global batch {global_batch}, "
           f"loss {history.history['loss'][0]:.4f} -> {history.history['loss'][-1]:.4f}")

@@ -1,8 +1,9 @@
-"""Train a tiny regression model with Keras 3 `fit` on every worker of a multi-worker job.
+"""Train a small regression model on every worker of a multi-worker job.
 
 Run two workers on this machine:
 
-    keras-gpu launch -n 2 examples/multiworker_fit.py --out /tmp/multiworker_fit --log-dir runs/multiworker
+    keras-gpu launch -n 2 examples/multiworker_fit.py \
+        --out /tmp/multiworker_fit --log-dir runs/multiworker
 
 `keras_gpu.make_strategy()` reads the TF_CONFIG that `keras-gpu launch` gives
 each worker and returns a multi-worker strategy; the same script also runs as
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="global batch size")
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log-dir", default=None, help="TensorBoard log directory for keras_gpu.callbacks()")
+    parser.add_argument("--log-dir", default=None, help="TensorBoard logs of keras-gpu")
     args = parser.parse_args()
 
     import keras
@@ -45,18 +46,30 @@ def main() -> None:
     true_w = rng.normal(size=(8, 1)).astype("float32")
     y = (x @ true_w + 0.1 * rng.normal(size=(args.samples, 1))).astype("float32")
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).with_options(options)
+    shard = tf.data.experimental.AutoShardPolicy.DATA
+    options.experimental_distribute.auto_shard_policy = shard
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size)
+    dataset = dataset.with_options(options)
 
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         model = keras.Sequential(
-            [keras.Input(shape=(8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+            [
+                keras.Input(shape=(8,)),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(1),
+            ]
         )
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
-    callbacks = keras_gpu.callbacks(args.log_dir, batch_size=args.batch_size) if args.log_dir else []
+    callbacks = []
+    if args.log_dir:
+        callbacks = keras_gpu.callbacks(args.log_dir, batch_size=args.batch_size)
     history = model.fit(
-        dataset, epochs=args.epochs, shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks
+        dataset,
+        epochs=args.epochs,
+        shuffle=False,
+        verbose=2 if rank == 0 else 0,
+        callbacks=callbacks,
     )
 
     os.makedirs(args.out, exist_ok=True)

@@ -94,6 +94,42 @@ def test_add_callbacks_example_trains_and_logs(add_callbacks_run):
     assert steps == sorted(steps) and steps[-1] >= 4, steps
 
 
+# ------------------------------------------- log_to_csv.py, resume_after_failure.py
+
+
+@pytest.mark.slow
+def test_log_to_csv_example_records_the_measured_numbers(work):
+    csv_path = work / "log_to_csv.csv"
+    proc = _run(
+        [sys.executable, str(EXAMPLES / "log_to_csv.py"), "--csv", str(csv_path), "--log-dir", str(work / "log_to_csv")],
+        cwd=work,
+    )
+    assert proc.returncode == 0, _explain(proc)
+    header = csv_path.read_text().splitlines()[0].split(",")
+    for column in ("throughput/samples_per_sec", "throughput/steady_samples_per_sec", "memory/host/peak_rss_bytes"):
+        assert column in header, header
+    # No guess where nothing was measured: no MFU on a CPU.
+    assert "throughput/mfu" not in header, header
+    rate = re.search(r"^throughput/samples_per_sec +(\S+)$", proc.stdout, re.MULTILINE)
+    assert rate is not None and float(rate.group(1)) > 0, proc.stdout
+
+
+@pytest.mark.slow
+def test_resume_example_continues_from_the_backup(work):
+    proc = _run(
+        [sys.executable, str(EXAMPLES / "resume_after_failure.py"), "--backup-dir", str(work / "backup")], cwd=work
+    )
+    assert proc.returncode == 0, _explain(proc)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("finished", "first run"))]
+    assert lines == [
+        "finished epoch 1",
+        "finished epoch 2",
+        "first run stopped: simulated failure in epoch 3",
+        "finished epoch 3",
+        "finished epoch 4",
+    ], proc.stdout
+
+
 # ---------------------------------------------------------- mirrored_fit.py
 
 
@@ -165,6 +201,7 @@ def _sbatch_directives(text: str) -> dict[str, str]:
 
 
 def _srun_line(text: str) -> list[str]:
+    text = text.replace("\\\n", " ")  # a command continued over lines is one command
     lines = [ln for ln in text.splitlines() if re.match(r"^\s*srun\s", ln)]
     assert len(lines) == 1, f"expected one srun line, found {lines}"
     return shlex.split(lines[0])
@@ -398,7 +435,10 @@ def test_demo_with_two_workers_through_launch(demo_workers_run):
 # ------------------------------------------------------- docs screenshots
 
 DOCS = REPO / "docs"
-SCREENSHOTS = ("tensorboard.png", "tensorboard_time.png", "tensorboard_scalars.png", "tensorboard_placement.png")
+SCREENSHOTS = (
+    "tensorboard.png", "tensorboard_time.png", "tensorboard_memory.png", "tensorboard_cluster.png",
+    "tensorboard_scalars.png", "tensorboard_placement.png", "report.png",
+)
 
 
 @pytest.mark.parametrize("name", SCREENSHOTS)
@@ -406,7 +446,9 @@ def test_docs_screenshots_are_small_pngs(name):
     data = (DOCS / name).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{name} is not a PNG"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert width == 1600 and 400 <= height <= 1200, (width, height)
+    # 800 CSS pixels (a page's width) at twice the density; the report is as wide as its widest table.
+    assert (width == 1600 if name != "report.png" else 1600 <= width <= 2400), (name, width)
+    assert 400 <= height <= 2200, (name, height)
     assert len(data) < 500 * 1024, f"{name} is {len(data) // 1024} KiB; keep screenshots under 500 KiB"
 
 

@@ -1,7 +1,7 @@
 """MkDocs hooks: pages built from the package's own registries at build time, never typed by hand.
 
 * `<!-- keras-gpu:tags -->` becomes the tag reference: one table per group of
-  tags, each tag's name, unit, meaning, callback and backends, read from
+  tags, each tag's name, then its meaning, unit, callback and backends, read from
   :mod:`keras_gpu.output.tags`.
 * `<!-- keras-gpu:summary -->` becomes :data:`keras_gpu._version.SUMMARY`.
 
@@ -37,13 +37,13 @@ def tag_reference() -> str:
         groups.setdefault(tag.pattern.split("/", 1)[0], []).append(tag)
     out = []
     for group, members in groups.items():
-        out += [f"## `{group}/`", "", "| tag | unit | meaning | callback | backends |", "|---|---|---|---|---|"]
+        # Two columns, so that the meaning gets the page's width and a tag name is never broken.
+        out += [f"## `{group}/`", "", "| tag | meaning |", "|---|---|"]
         for tag in members:
             kind = " (Text)" if tag.text else ""
             backends = ", ".join(_BACKEND_NAMES[b] for b in tag.backends)
-            out.append(
-                f"| `{tag.pattern}`{kind} | {_cell(tag.unit)} | {_cell(tag.meaning)} | {_cell(tag.callback)} | {backends} |"
-            )
+            facts = f"unit: {_cell(tag.unit)}; from {_cell(tag.callback)}; on {backends}"
+            out.append(f"| `{tag.pattern}`{kind} | {_cell(tag.meaning)}<br><small>{facts}</small> |")
         out.append("")
     return "\n".join(out)
 

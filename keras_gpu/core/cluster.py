@@ -165,15 +165,17 @@ def resolve_cluster(source: str = "auto", **options: Any) -> ClusterInfo:
         TypeError: `environ` is not a mapping of strings, an argument has
             the wrong type, or a keyword is not one of the above.
 
-    Example:
+    Examples:
         >>> import json
         >>> import keras_gpu
-        >>> info = keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1)
+        >>> workers = ["node0:12345", "node1:12345"]
+        >>> info = keras_gpu.resolve_cluster(cluster=workers, task_index=1)
         >>> info.source, info.num_workers, info.is_chief
         ('explicit', 2, False)
         >>> tf_config = {"cluster": {"worker": ["node0:12345", "node1:12345"]},
         ...              "task": {"type": "worker", "index": 0}}
-        >>> print(keras_gpu.resolve_cluster(environ={"TF_CONFIG": json.dumps(tf_config)}).describe())
+        >>> environ = {"TF_CONFIG": json.dumps(tf_config)}
+        >>> print(keras_gpu.resolve_cluster(environ=environ).describe())
         2 workers from tf_config; this process is worker:0 (rank 0, chief)
         >>> print(keras_gpu.resolve_cluster(environ={}).describe())
         single process (source: local)

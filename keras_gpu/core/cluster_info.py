@@ -36,12 +36,12 @@ class ClusterInfo:
         task_index: This process's index within its task type.
         rpc_layer: The RPC protocol, `"grpc"` unless the source says otherwise.
 
-    Example:
+    Examples:
         The second worker of a cluster with a chief:
 
         >>> from keras_gpu import ClusterInfo
-        >>> info = ClusterInfo("explicit", {"chief": ("node0:2222",), "worker": ("node1:2222", "node2:2222")},
-        ...                    task_type="worker", task_index=1)
+        >>> cluster = {"chief": ("node0:2222",), "worker": ("node1:2222", "node2:2222")}
+        >>> info = ClusterInfo("explicit", cluster, task_type="worker", task_index=1)
         >>> info.num_workers, info.is_chief, info.worker_index, info.address
         (3, False, 2, 'node2:2222')
         >>> info.tf_config()["task"]

@@ -2,7 +2,7 @@
 
 JAX's private modules (`jax._src...`) are touched here and nowhere else in
 keras-gpu (`tests/test_private_fence.py` keeps it so);
-`tests/test_jax_private.py` checks every function here against the
+`tests/backends/test_jax_private.py` checks every function here against the
 installed JAX. Each function imports JAX lazily: importing this module
 imports nothing. Keras' own private state on the JAX backend lives in
 `keras_gpu/core/keras_private.py`.

@@ -15,7 +15,7 @@ was checked on (Keras 3.15), and imports Keras lazily: importing this module
 imports nothing. Readers never raise on a Keras that lacks the attribute;
 they return the documented default.
 
-Example:
+Examples:
     >>> import keras
     >>> from keras_gpu.core import keras_private
     >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])

@@ -32,14 +32,15 @@ def is_chief(strategy: Any = None) -> bool:
     Returns:
         Whether this process is the chief.
 
-    Example:
+    Examples:
         A process with no TF_CONFIG and no multi-worker strategy is the chief;
         the second worker of a cluster is not:
 
         >>> import keras_gpu
         >>> keras_gpu.is_chief()
         True
-        >>> keras_gpu.resolve_cluster(cluster=["node0:12345", "node1:12345"], task_index=1).is_chief
+        >>> workers = ["node0:12345", "node1:12345"]
+        >>> keras_gpu.resolve_cluster(cluster=workers, task_index=1).is_chief
         False
     """
     return _place(strategy).is_chief
@@ -55,7 +56,7 @@ def worker_index(strategy: Any = None) -> int:
         The rank: the chief first (when there is one), then the workers in
         order; 0 for a single process.
 
-    Example:
+    Examples:
         A single process is rank 0; with a chief, worker 0 is rank 1:
 
         >>> import keras_gpu

@@ -52,7 +52,7 @@ def preserved_random_state(model: Any = None) -> Iterator[None]:
         model: The model being traced or called; its layers' own
             `SeedGenerator` states are restored too. `None`: globals only.
 
-    Example:
+    Examples:
         >>> import random
         >>> before = random.random()
         >>> with preserved_random_state():

@@ -37,7 +37,7 @@ def read_step(model: Any, fallback: int | None = 0) -> int | None:
     directly: one small device-to-host copy, safe from any thread; call it
     only where a device read is allowed (epoch boundaries, the window's end).
 
-    Example:
+    Examples:
         >>> import keras
         >>> from keras_gpu.hooks._base import read_step
         >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])

@@ -63,7 +63,7 @@ class BackupAndRestore(ChiefWrites, keras.callbacks.BackupAndRestore):
         writes_backup: Whether this process writes (and at the end deletes)
             the backup; `None` before training begins.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras

@@ -46,7 +46,7 @@ class ModelCheckpoint(ChiefWrites, keras.callbacks.ModelCheckpoint):
         writes_checkpoints: Whether this process writes checkpoints; `None`
             before training begins.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> import numpy as np
         >>> import keras

@@ -105,7 +105,7 @@ def callbacks(
         ValueError: A number is out of range (zero, negative, infinite), the
             `log_dir` is empty, or every callback is switched off.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras

@@ -32,7 +32,7 @@ class Heartbeat(keras.callbacks.Callback):
         writer: The process's progress writer, or `None` when not launched
             with `--hang-timeout`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> import keras
         >>> import keras_gpu
@@ -41,7 +41,8 @@ class Heartbeat(keras.callbacks.Callback):
         >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
         >>> heartbeat = keras_gpu.Heartbeat()
         >>> _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[heartbeat], verbose=0)
-        >>> heartbeat.writer is None  # not started by `keras-gpu launch --hang-timeout`: a no-op
+        >>> # not started by `keras-gpu launch --hang-timeout`: a no-op
+        >>> heartbeat.writer is None
         True
     """
 

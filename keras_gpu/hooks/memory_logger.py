@@ -144,7 +144,7 @@ class MemoryLogger(LoggingCallback):
     Raises:
         TypeError, ValueError: An argument is malformed.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> import numpy as np
         >>> import keras

@@ -113,7 +113,7 @@ class PlacementLogger(LoggingCallback):
             the training step itself excluded.
         last_analysis_s: Seconds the last analysis and its writing took.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> import numpy as np
         >>> import keras

@@ -113,26 +113,33 @@ class StepTimeLogger(LoggingCallback):
     forward and backward pass starts, where its gradients are ready for the
     all-reduce, and where the step ends) sums each worker's compute, its
     waiting in the reductions, and the host and input time between steps.
+
     At each epoch's end, and every `CLUSTER_EVERY_S` (30 s) within an
     epoch (a count of steps the chief proposes), each worker logs the same
     `step_time/*` tags as above on its run (over every step of the window;
     `input_sec` is the worker's own wait for its batch, for any
     `steps_per_execution`; the distributed iterator's check that every
     worker has a batch, a wait for the others, is `communication_sec`)
-    and shares its figures. In a job of two replicas in all they ride on
+    and shares its figures.
+
+    In a job of two replicas in all they ride on
     the next training step's gradient all-reduce
     (`keras_gpu.hooks.row_ride`: no collective of its own; each sum is
     one exact addition, so training is unchanged), and at the next batch end
     the chief logs the cluster view, on the step where the window ended; the
     fit's last window, which no step follows, is all-gathered once at the
-    fit's end. Larger jobs (where more rows in the all-reduce would move the
+    fit's end.
+
+    Larger jobs (where more rows in the all-reduce would move the
     ring's chunk boundaries, and so the rounding of the gradient sums), and
     steps that cannot carry the rows (no optimizer all-reduce in a custom
     `train_step`, or gradients neither all float32 nor all float64),
     all-gather the rows at every share, between steps; there a later epoch's
     end shares only once `EPOCH_SHARE_S` (5 s) of steps went by since the
     last share, so that short epochs do not pay a collective each, and the
-    fit's end gathers what is left. The cluster view is
+    fit's end gathers what is left.
+
+    The cluster view is
     the `cluster/` group of the [tag reference](../tags.md#cluster): the
     slowest worker, how much of each step the others wait for it and in
     which part of its busy time, each worker's slowdown against its own best
@@ -195,7 +202,7 @@ class StepTimeLogger(LoggingCallback):
             (`keras_gpu.meters.cluster_view.ClusterSummary`, or `None` when no worker had a
             breakdown ready), in the order of the steps they end at.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras

@@ -115,7 +115,7 @@ def steps_done(batch: int, epoch_steps: int | None) -> int:
     last step as if the call were whole: 15 steps in calls of 4 end at batches
     3, 7, 11 and 15. Where the epoch's length is known, that caps the count.
 
-    Example:
+    Examples:
         >>> from keras_gpu.hooks.step_time_trace import steps_done
         >>> steps_done(15, 15), steps_done(11, 15), steps_done(15, None)
         (15, 12, 16)

@@ -41,7 +41,9 @@ class ThroughputLogger(LoggingCallback):
     logging windows tile it with no gap. Validation and epoch-end work are
     left out of the rates and logged apart. The steady rates leave out the
     first execution and every execution that compiled a new batch shape
-    (`keras_gpu.hooks.throughput_setup`). One point per window, on the
+    (`keras_gpu.hooks.throughput_setup`).
+
+    One point per window, on the
     global-step axis (the optimizer's iteration count when `fit` starts, plus
     the steps counted since), and once per epoch, at the global step of the
     epoch's last training step (written when the next epoch starts, or when
@@ -58,7 +60,7 @@ class ThroughputLogger(LoggingCallback):
     else on TensorFlow from Keras' own count, or a counting probe in the
     training step where that count cannot be read; on JAX and PyTorch from the
     batches `fit`'s epoch iterator yields. How each is read, and its limits:
-    [the callbacks](../callbacks.md#throughputlogger).
+    [how throughput is measured](../throughput.md#throughputlogger).
 
     In a multi-worker TensorFlow job each worker's count (Keras' or the
     probe's) holds its own replicas' samples; the global count is that times the number of workers,
@@ -142,7 +144,7 @@ class ThroughputLogger(LoggingCallback):
         async_safe: True: Keras may run `on_train_batch_end` on its thread
             pool (see above).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np
         >>> import keras
@@ -153,7 +155,8 @@ class ThroughputLogger(LoggingCallback):
         >>> with tempfile.TemporaryDirectory() as log_dir:
         ...     throughput = keras_gpu.ThroughputLogger(log_dir, every_n_steps=2)
         ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[throughput], verbose=0)
-        >>> throughput.summary["steps"], throughput.summary["samples"]  # the last batch holds 2 samples
+        >>> # the last batch holds 2 samples
+        >>> throughput.summary["steps"], throughput.summary["samples"]
         (4, 14)
 
     """

@@ -487,7 +487,7 @@ def watch_compiles(on_compile: Callable[[], None]) -> CompileWatch | None:
     thread (a callback's `on_train_begin`) and close the watch when `fit`
     ends. Never raises: a watch that cannot start is `None`.
 
-    Example:
+    Examples:
         >>> watch = watch_compiles(lambda: None)  # None off JAX
         >>> watch is None or watch.count == 0
         True

@@ -17,7 +17,7 @@ class PerModel:
     Models are weakly referenced (a model that cannot be is simply not
     cached), so the cache never keeps a model alive.
 
-    Example:
+    Examples:
         >>> class Model:
         ...     pass
         >>> notes, model = PerModel(), Model()

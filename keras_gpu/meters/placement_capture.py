@@ -71,7 +71,7 @@ def capture_graphs() -> Iterator[GraphCapture]:
     (another tool's pending graphs) is drained first so that it is not
     mistaken for this block's graphs.
 
-    Example:
+    Examples:
 
     ```python
     with capture_graphs() as captured:

@@ -31,7 +31,7 @@ class DeviceConfig:
         in_force: Settings that were asked for but already had that value.
         skipped: Arguments that were ignored, with the reason (e.g. no GPU).
 
-    Example:
+    Examples:
         The record that `configure_devices(cpu_devices=2, soft_placement=True,
         memory_growth=True)` returns in a fresh process on a machine without a
         GPU (soft placement is TensorFlow's default, so it is already in force):

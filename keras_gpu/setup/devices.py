@@ -68,11 +68,16 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
     Common cases:
 
     ```python
-    keras_gpu.configure_devices(memory_growth=True)                 # allocate GPU memory on demand
-    keras_gpu.configure_devices(memory_fraction=0.5)                # half of each card
-    keras_gpu.configure_devices(logical_gpus=[4096, 4096])          # 2 logical GPUs of 4 GB per card
-    keras_gpu.configure_devices(logical_gpus=2, memory_limit_mb=8192)  # the same, split from a total
-    keras_gpu.configure_devices(cpu_devices=4)                      # 4 replicas on a CPU-only machine
+    # allocate GPU memory on demand
+    keras_gpu.configure_devices(memory_growth=True)
+    # half of each card
+    keras_gpu.configure_devices(memory_fraction=0.5)
+    # 2 logical GPUs of 4 GB per card
+    keras_gpu.configure_devices(logical_gpus=[4096, 4096])
+    # the same, split from a total
+    keras_gpu.configure_devices(logical_gpus=2, memory_limit_mb=8192)
+    # 4 replicas on a CPU-only machine
+    keras_gpu.configure_devices(cpu_devices=4)
     ```
 
     Args:
@@ -125,7 +130,7 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
             the ones Keras trains on.
         ImportError: TensorFlow is not installed (on the TensorFlow backend).
 
-    Example:
+    Examples:
         Two logical CPUs, so that a mirrored strategy has two replicas without
         a GPU. Run it in a fresh process: the split must come before
         TensorFlow's first tensor.
@@ -134,7 +139,8 @@ def configure_devices(**arguments: Any) -> DeviceConfig:
         >>> config = keras_gpu.configure_devices(cpu_devices=2)
         >>> dict(config.applied)
         {'cpu_devices': 2}
-        >>> dict(keras_gpu.configure_devices(cpu_devices=2).in_force)  # asking again changes nothing
+        >>> # asking again changes nothing
+        >>> dict(keras_gpu.configure_devices(cpu_devices=2).in_force)
         {'cpu_devices': 2}
     """
     check_keywords("configure_devices", arguments, _KEYWORDS)

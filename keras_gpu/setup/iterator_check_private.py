@@ -33,7 +33,7 @@ _CHECK = "_calculate_replicas_with_values"
 class IteratorCheckClock:
     """Seconds spent in the iterator's cross-worker check, and how many checks, summed on the host.
 
-    Example:
+    Examples:
         >>> clock = IteratorCheckClock()
         >>> clock.read()
         (0.0, 0)

@@ -444,7 +444,7 @@ def add_to_gradient_all_reduce(
     `extra` and `reduced`. Returns whether the optimizer has the method
     (`False`: nothing was wrapped).
 
-    Example:
+    Examples:
         >>> import keras
         >>> optimizer = keras.optimizers.SGD()
         >>> add_to_gradient_all_reduce(optimizer, lambda grads: None, lambda total: None)

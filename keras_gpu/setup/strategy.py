@@ -138,7 +138,7 @@ def make_strategy(kind: str = "auto", **options: Any) -> tf.distribute.Strategy:
             `startup_timeout`; the tasks' cluster descriptions disagree; or
             the default strategy was asked for inside another strategy's scope.
 
-    Example:
+    Examples:
         Two replicas on a CPU-only machine, in a fresh process (the CPU is
         split before TensorFlow starts):
 

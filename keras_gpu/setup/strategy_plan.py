@@ -84,10 +84,11 @@ class StrategyPlan:
         startup_timeout: For `"multiworker"`: seconds to wait for every task
             of the cluster to start, else `None`.
 
-    Example:
+    Examples:
         >>> import keras_gpu
         >>> from keras_gpu.setup.strategy import LocalDevices
-        >>> plan = keras_gpu.plan_strategy(local_devices=LocalDevices(cpus=("/device:CPU:0", "/device:CPU:1")))
+        >>> cpus = LocalDevices(cpus=("/device:CPU:0", "/device:CPU:1"))
+        >>> plan = keras_gpu.plan_strategy(local_devices=cpus)
         >>> plan.kind, plan.devices
         ('mirrored', ('/device:CPU:0', '/device:CPU:1'))
         >>> plan.reason
@@ -189,19 +190,20 @@ def plan_strategy(kind: str = "auto", *, local_devices: LocalDevices | None = No
             other, a device does not exist, or the cluster is malformed.
         TypeError: An argument has the wrong type.
 
-    Example:
+    Examples:
         With the cluster and the local devices given, nothing is detected and
         TensorFlow's runtime is not started (`LocalDevices` describes a
         machine; it comes from `keras_gpu.setup.strategy`):
 
         >>> import keras_gpu
         >>> from keras_gpu.setup.strategy import LocalDevices
-        >>> plan = keras_gpu.plan_strategy(local_devices=LocalDevices(gpus=("/device:GPU:0", "/device:GPU:1")))
+        >>> gpus = LocalDevices(gpus=("/device:GPU:0", "/device:GPU:1"))
+        >>> plan = keras_gpu.plan_strategy(local_devices=gpus)
         >>> plan.kind, plan.cross_device_ops
         ('mirrored', 'nccl')
         >>> plan = keras_gpu.plan_strategy(cluster=["node0:12345", "node1:12345"], task_index=0)
         >>> print(plan.describe())
-        multiworker (2 workers from explicit; this process is worker:0 (rank 0, chief); communication auto): ...
+        multiworker (2 workers from explicit; this process is worker:0 (rank 0, chief); ...
     """
     require_tensorflow("keras_gpu.plan_strategy()")
     keywords = keyword_arguments("plan_strategy", kind, options, internal=True, extra=("local_devices",))
