@@ -19,7 +19,7 @@ Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
 phase's wall time (the conventions: `keras_gpu.meters.throughput_records`).
 Executions that compiled are left out of the steady rate like the first
-(`keras_gpu.meters.throughput_compiles`): a batch shape new to the fit
+(the meter asks its `keras_gpu.meters.throughput_compiles.CompileWatch`): a batch shape new to the fit
 makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
 knows the batch sizes, the execution that runs the short last batch is known
 in advance; with a counter, the caller says which executions compiled, from
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.checks import check_positive
-from keras_gpu.meters.throughput_compiles import CompileLeaveOut
+from keras_gpu.meters.throughput_compiles import CompileWatch
 from keras_gpu.meters.throughput_records import (
     DataSchedule,
     EpochRates,
@@ -91,7 +91,7 @@ class _Totals:
     first_seconds: list[float] = field(default_factory=list)
 
 
-class ThroughputMeter(CompileLeaveOut):
+class ThroughputMeter:
     """Turns batch-end indices and timestamps into exact windows and rates.
 
     The caller (the callback) compares each batch end against
@@ -172,8 +172,7 @@ class ThroughputMeter(CompileLeaveOut):
         self._in_epoch = False
         self._first_pending = False
         self._epoch: _Epoch | None = None
-        self._sizes_run: set[int] = set()  # batch sizes this fit has run (a new one compiles)
-        self._short_batch_at = -2  # Keras' batch index of the execution that ran a pass's short last batch
+        self._compiles = CompileWatch(schedule, counted=counter is not None)  # which executions compiled
         self._acc_batch = -1  # last batch index accounted for in this epoch
         # The last two batch ends this epoch was fed, `(batch, time)`: where the previous execution ended.
         self._prev: tuple[int, float] = (-1, 0.0)
@@ -182,8 +181,6 @@ class ThroughputMeter(CompileLeaveOut):
         self._epoch_last = _INF  # Keras' batch index of the epoch's last step, where known
         self.next_look: float = _INF  # the next batch end the meter asks to `look` at
         self._watch = -1  # the batch end before an execution that may compile (a new batch shape)
-        # The last batch end accounted for at a known time: (batch, time, epoch steps, epoch samples) there.
-        self._mark: tuple[int, float, int, int] = (-1, 0.0, 0, 0)
         self._win_batch = -1
         self._win_t = 0.0
         self._win_steps = 0
@@ -231,7 +228,7 @@ class ThroughputMeter(CompileLeaveOut):
         self._acc_batch = -1
         self._prev = self._end = (-1, t)
         self._open_window(-1, t)
-        self._mark = (-1, t, 0, 0)
+        self._compiles.mark = (-1, t, 0, 0)
         self.next_batch = 0  # the first execution always reaches the handler
         self.next_time = _INF
         self._epoch_last = _INF if last_batch is None else last_batch
@@ -321,8 +318,8 @@ class ThroughputMeter(CompileLeaveOut):
             epoch = self._epoch
             epoch.first_seconds = max(0.0, t - epoch.t0)
             epoch.first_steps, epoch.first_samples = steps, samples or 0
-            self._mark = (batch, t, epoch.steps, epoch.samples)
-            self._note_sizes(batch)
+            self._compiles.mark = (batch, t, epoch.steps, epoch.samples)
+            self._compiles.note_sizes(batch)
             self._totals.first_seconds.append(epoch.first_seconds)
             out.append(FirstExecution(self.step, self.epochs, steps, epoch.first_seconds))
             self._schedule_window()
@@ -377,12 +374,68 @@ class ThroughputMeter(CompileLeaveOut):
                 out.append(window)
         if last_batch >= 0:
             epoch.train_end = last_t
-            self._leave_out_compile(last_batch, last_t, prev_batch, prev_t)
+            if self._compiles.ran_new_size(last_batch, self.counts_samples):
+                self._leave_out_last(last_batch, last_t, prev_batch, prev_t)
         epoch.end_step = self.step
         self.epochs += 1
         if self.schedule.batches_per_pass is not None and self._seen >= self.schedule.batches_per_pass:
             self._pos = self._seen = 0
         return out
+
+    # -- the executions that compiled (what `CompileWatch` knows of them) ---------------
+
+    @property
+    def compile_watch(self) -> int:
+        """Keras' batch index of the execution before the one that runs a batch size new to this fit; -1 if none.
+
+        See `CompileWatch.watch`; `look` looks at that batch end, and
+        `epoch_end` leaves the execution after it out of the steady rate.
+        """
+        return self._compiles.watch(self.counts_samples)
+
+    def account(self, batch: int, t: float) -> None:
+        """Account for the steps up to `batch` (its batch end at `t`) without closing a window.
+
+        It reads the counter: call it where that is cheap (on the host). It
+        marks where an execution that compiles next starts (`execution_compiled`).
+        """
+        self._observe(batch, t)
+        if self._in_epoch and not self._first_pending and self.exact_steps and batch > self._acc_batch:
+            self._add_to_window(*self._advance(batch))
+            self._compiles.mark = (batch, t, self._epoch.steps, self._epoch.samples)
+
+    def execution_compiled(self, batch: int, t: float) -> None:
+        """The executions after the last batch end accounted for, up to `batch` (at `t`), compiled.
+
+        Their time, steps and samples go with the first execution's
+        (`time/first_step_sec`), out of the steady rate: exactly the one that
+        compiled where the batch end before it was accounted for
+        (`account`). Nothing for the first execution (left out already), or
+        where steps are known only later.
+        """
+        self._observe(batch, t)
+        if not self._in_epoch or self._first_pending or not self.exact_steps or batch < self._acc_batch:
+            return
+        mark_batch, mark_t, mark_steps, mark_samples = self._compiles.mark  # where `_acc_batch` was reached
+        self._add_to_window(*self._advance(batch))
+        epoch = self._epoch
+        if batch > mark_batch and t > mark_t:
+            epoch.first_seconds += t - mark_t
+            epoch.first_steps += epoch.steps - mark_steps
+            epoch.first_samples += epoch.samples - mark_samples
+            self._totals.first_seconds[-1] = epoch.first_seconds
+        self._compiles.mark = (batch, t, epoch.steps, epoch.samples)
+
+    def _leave_out_last(self, last_batch: int, last_t: float, prev_batch: int, prev_t: float) -> None:
+        """Count the epoch's last execution, which ran a batch size new to this fit, with the first one."""
+        sched, epoch = self.schedule, self._epoch
+        if prev_batch < 0 or epoch.first_steps == 0 or epoch.steps <= epoch.first_steps:
+            return  # the first execution (already left out) ran it, or nothing else ran
+        steps = min(last_batch - prev_batch, epoch.steps - epoch.first_steps)
+        epoch.first_seconds += max(0.0, last_t - prev_t)
+        epoch.first_steps += steps
+        epoch.first_samples += (steps - 1) * sched.batch_size + sched.last_batch_size
+        self._totals.first_seconds[-1] = epoch.first_seconds
 
     def validation_begin(self, t: float) -> None:
         """Validation inside the current epoch starts at `t`."""
@@ -552,7 +605,7 @@ class ThroughputMeter(CompileLeaveOut):
             if n is not None and steps > 0 and self._pos + steps == n:
                 samples -= sched.batch_size - sched.last_batch_size
                 if steps == nominal:  # the execution ending at `batch` ran it
-                    self._short_batch_at = batch
+                    self._compiles.short_batch(batch)
         self._pos += steps
         return self._book(steps, samples)
 
@@ -611,7 +664,7 @@ class ThroughputMeter(CompileLeaveOut):
         self._win_batch = batch
         self._win_t = t
         if self._epoch is not None and batch == self._acc_batch:
-            self._mark = (batch, t, self._epoch.steps, self._epoch.samples)
+            self._compiles.mark = (batch, t, self._epoch.steps, self._epoch.samples)
         self._win_steps = 0
         self._win_samples = 0
         self._schedule_window()
