@@ -19,7 +19,7 @@ Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
 phase's wall time (the conventions: `keras_gpu.meters.throughput_records`).
 Executions that compiled are left out of the steady rate like the first
-(the meter asks its `keras_gpu.meters.throughput_compiles.CompileWatch`): a batch shape new to the fit
+(the meter asks its `keras_gpu.meters.throughput_compiles.CompileLeaveOut`): a batch shape new to the fit
 makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
 knows the batch sizes, the execution that runs the short last batch is known
 in advance; with a counter, the caller says which executions compiled, from
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.checks import check_positive
-from keras_gpu.meters.throughput_compiles import CompileWatch
+from keras_gpu.meters.throughput_compiles import CompileLeaveOut
 from keras_gpu.meters.throughput_records import (
     DataSchedule,
     EpochRates,
@@ -172,7 +172,7 @@ class ThroughputMeter:
         self._in_epoch = False
         self._first_pending = False
         self._epoch: _Epoch | None = None
-        self._compiles = CompileWatch(schedule, counted=counter is not None)  # which executions compiled
+        self._compiles = CompileLeaveOut(schedule, counted=counter is not None)  # which executions compiled
         self._acc_batch = -1  # last batch index accounted for in this epoch
         # The last two batch ends this epoch was fed, `(batch, time)`: where the previous execution ended.
         self._prev: tuple[int, float] = (-1, 0.0)
@@ -382,13 +382,13 @@ class ThroughputMeter:
             self._pos = self._seen = 0
         return out
 
-    # -- the executions that compiled (what `CompileWatch` knows of them) ---------------
+    # -- the executions that compiled (what `CompileLeaveOut` knows of them) ---------------
 
     @property
     def compile_watch(self) -> int:
         """Keras' batch index of the execution before the one that runs a batch size new to this fit; -1 if none.
 
-        See `CompileWatch.watch`; `look` looks at that batch end, and
+        See `CompileLeaveOut.watch`; `look` looks at that batch end, and
         `epoch_end` leaves the execution after it out of the steady rate.
         """
         return self._compiles.watch(self.counts_samples)

@@ -4,10 +4,10 @@ A batch shape new to the fit makes JAX trace and compile the train step
 again (and XLA compile on TensorFlow with `jit_compile=True`; without it,
 Keras 3.15 traces its train function once, on the iterator, whatever the
 batch shape). Where the data schedule knows the batch sizes, the execution
-that runs a new size is known before it runs (`CompileWatch.watch`,
-`CompileWatch.ran_new_size`); with a counter, the meter's caller tells it
+that runs a new size is known before it runs (`CompileLeaveOut.watch`,
+`CompileLeaveOut.ran_new_size`); with a counter, the meter's caller tells it
 from the backend's own signal (`keras_gpu.hooks.throughput_setup`), and
-`CompileWatch.mark` says where the execution that compiled started. Either
+`CompileLeaveOut.mark` says where the execution that compiled started. Either
 way the meter moves the execution's time, steps and samples to the first
 execution's (`time/first_step_sec`).
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from keras_gpu.meters.throughput_records import DataSchedule
 
-__all__ = ["CompileWatch"]
+__all__ = ["CompileLeaveOut"]
 
 
-class CompileWatch:
+class CompileLeaveOut:
     """What this fit knows of its compiles: the batch sizes it ran, and where the last execution ended.
 
     Owned by one `ThroughputMeter`, which tells it each execution it
@@ -38,9 +38,9 @@ class CompileWatch:
             began.
 
     Examples:
-        >>> from keras_gpu.meters.throughput_compiles import CompileWatch
+        >>> from keras_gpu.meters.throughput_compiles import CompileLeaveOut
         >>> from keras_gpu.meters.throughput_records import DataSchedule
-        >>> watch = CompileWatch(DataSchedule.from_samples(1000, 64), counted=False)
+        >>> watch = CompileLeaveOut(DataSchedule.from_samples(1000, 64), counted=False)
         >>> watch.watch(counts_samples=True)  # the batch end before the short batch's execution
         14
         >>> watch.note_sizes(14)
