@@ -536,7 +536,7 @@ def jax_preallocation(environ: Any = None) -> str | None:
     Returns:
         The setting in words, or `None` where JAX allocates on demand.
 
-    Example:
+    Examples:
         >>> jax_preallocation({})
         "XLA_PYTHON_CLIENT_PREALLOCATE unset: on by default; 75% of the GPU's memory by default"
         >>> jax_preallocation({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}) is None

@@ -74,21 +74,24 @@ class StepTimeLogger(LoggingCallback):
     finds the steps, and the breakdown covers exactly the marked steps: the
     time after an epoch's last batch end (Keras' epoch-end work, stopping a
     `PyDataset`'s workers, slow epoch-end callbacks) is never step time.
-    Outside traced steps nothing is marked. Keras' dispatch mode is kept
-    (`async_safe`): on JAX and PyTorch with `verbose=0` Keras runs batch-end
-    hooks on a thread pool, out of order, and the training thread does not
-    wait for each step; there the traces start, mark and stop at batch
-    *begins*, on the training thread (a mark runs from one batch begin to the
-    next, the step's dispatch and whatever the host does until the next one),
-    so a trace ends at a batch begin and an epoch's last step is never traced.
+    Outside traced steps nothing is marked.
+
+    Keras' dispatch mode is kept (`async_safe`): on JAX and PyTorch with
+    `verbose=0` Keras runs batch-end hooks on a thread pool, out of order,
+    and the training thread does not wait for each step; there the traces
+    start, mark and stop at batch *begins*, on the training thread (a mark
+    runs from one batch begin to the next, the step's dispatch and whatever
+    the host does until the next one), so a trace ends at a batch begin and
+    an epoch's last step is never traced.
     While a trace runs, each traced step begins only once the previous one
     finished (its batch end ran), as in Keras' synchronous loop, so that each
     step's device work falls inside its own mark: the breakdown is that of
     the synchronous step, and only the few traced steps wait (never longer
-    than `END_WAIT_S`; the fit then stops tracing, with one warning). The profiler stops and the trace
-    is parsed on a background thread, never on the training thread (the steps
-    that run meanwhile are outside the marks; no trace starts while one is
-    stopping); the traces stay in the
+    than `END_WAIT_S`; the fit then stops tracing, with one warning).
+
+    The profiler stops and the trace is parsed on a background thread, never
+    on the training thread (the steps that run meanwhile are outside the
+    marks; no trace starts while one is stopping); the traces stay in the
     run's `plugins/profile/` directory, where TensorBoard's Profile tab opens
     them, and only the newest `max_traces` are kept.
 

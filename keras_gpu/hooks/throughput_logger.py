@@ -87,7 +87,9 @@ class ThroughputLogger(LoggingCallback):
     ends a window, the epoch's last step or a compile asks for (where the
     epoch's length is unknown, at every one). Hooks that Keras runs out of order
     are taken in batch order: a batch end older than one already taken is
-    covered by it. What needs the order of the steps (the executions that
+    covered by it.
+
+    What needs the order of the steps (the executions that
     compiled) is noted on the training thread, in `on_train_batch_begin`.
     Validation is timed from its start or the training phase's last step,
     whichever is later, so an asynchronous step still finishing when

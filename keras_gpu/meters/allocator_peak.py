@@ -35,7 +35,7 @@ class WindowPeak:
             where it holds nothing from before (never read, or just reset):
             then its first read counts.
 
-    Example:
+    Examples:
         >>> window = WindowPeak(counter=5_000)  # a high from before the fit
         >>> window.add(current=1_000, counter=5_000)
         >>> window.add(current=2_000, counter=5_000)

@@ -13,11 +13,12 @@ training thread spent, per step, 0.42 ms dispatching the compiled step,
 0.48 ms in Keras' log conversion (0.42 ms of it waiting for the step's
 result) and 0.30 ms in `Layer.__setattr__`.
 
-Example:
+Examples:
     >>> from keras_gpu.meters.host_work import host_work
     >>> from keras_gpu.meters.xspace import TraceEvent
-    >>> events = [TraceEvent("python3", "PjitFunction(train_step)", 0, 400_000_000),
-    ...           TraceEvent("python3", "PjitFunction(train_step)", 1_000_000_000, 1_500_000_000)]
+    >>> step = "PjitFunction(train_step)"
+    >>> events = [TraceEvent("python3", step, 0, 400_000_000),
+    ...           TraceEvent("python3", step, 1_000_000_000, 1_500_000_000)]
     >>> [(w.name, round(w.sec_per_step * 1e3, 3)) for w in host_work(events, None, 2)]
     [('dispatch of the compiled step (`PjitFunction(train_step)`)', 0.45)]
 """

@@ -10,9 +10,10 @@ On JAX, every kernel's op name is only `XlaModule:`: the kernel's own name
 is what tells cuDNN's flash attention (`sdpa_sm90_flash_fprop`, `..._bprop`,
 and its helpers `compute_dot_do_o`, `convert_dq`) from a matmul.
 
-Example:
+Examples:
     >>> from keras_gpu.meters.kernels import kernel_class, short_name
-    >>> kernel_class("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT"), kernel_class("loop_convert_fusion")
+    >>> (kernel_class("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT"),
+    ...  kernel_class("loop_convert_fusion"))
     ('matmul', 'elementwise')
     >>> short_name("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*)")
     'cudnn::fusion::convert_dq_to_16bits'

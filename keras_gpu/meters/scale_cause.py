@@ -24,14 +24,15 @@ it grew by more than the spread:
 * the `--cpu` row of a GPU machine is the CPU against the GPU, not a
   scaling step: "GPU vs CPU: Nx" with the CPU step's parts.
 
-Example:
+Examples:
     >>> from keras_gpu.meters.scale_runs import RunResult
-    >>> base = RunResult(1, 1, 10, 0.10, 640, {"input": 0.002, "compute": 0.006, "communication": 0.001,
-    ...                  "other": 0.001}, halves=(0.0101, 0.0099))
+    >>> base = RunResult(1, 1, 10, 0.10, 640, {"input": 0.002, "compute": 0.006,
+    ...                  "communication": 0.001, "other": 0.001},
+    ...                  halves=(0.0101, 0.0099))
     >>> round(measured_spread([base]), 3)
     0.02
-    >>> row = RunResult(1, 2, 10, 0.051, 640, {"input": 0.001, "compute": 0.00305, "communication": 0.0005,
-    ...                 "other": 0.0005})
+    >>> row = RunResult(1, 2, 10, 0.051, 640, {"input": 0.001, "compute": 0.00305,
+    ...                 "communication": 0.0005, "other": 0.0005})
     >>> explain_shortfall(base, row, 0.02)
     'within run-to-run spread (±1%): no part of the step grew by more than the baseline varies between runs'
 """

@@ -74,7 +74,7 @@ def pool_words(pool_bytes: float | None, setting: str) -> str:
         unset: on by default; ...; set XLA_PYTHON_CLIENT_PREALLOCATE=false to
         allocate on demand)"`.
 
-    Example:
+    Examples:
         >>> pool_words(None, "XLA_PYTHON_CLIENT_PREALLOCATE=true")
         "JAX's preallocated pool, its size not reported by JAX (XLA_PYTHON_CLIENT_PREALLOCATE=true; set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand)"
     """

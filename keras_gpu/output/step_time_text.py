@@ -5,7 +5,7 @@ text summary (`keras_gpu.output.tags.STEP_INPUT_STAGE`), `kernels_markdown`
 as `step_time/kernels` and `host_work_markdown` as `step_time/host_work`;
 `keras-gpu report` reads them back with the `read_*` functions.
 
-Example:
+Examples:
     >>> from keras_gpu.meters.kernels import KernelTime
     >>> from keras_gpu.output.step_time_text import read_kernels_markdown, table_markdown
     >>> text = table_markdown("kernel", [KernelTime("nvjet_sm90", "matmul", 0.5e-3, 0.25)])
