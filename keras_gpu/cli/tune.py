@@ -208,6 +208,7 @@ def render(rows: list[dict[str, Any]], skips: list[str], text: str, console: Any
     from rich.console import Console
     from rich.table import Table
 
+    from keras_gpu.output import tune_output
     from keras_gpu.output.tune_output import format_cell
 
     if console is None:
@@ -215,8 +216,7 @@ def render(rows: list[dict[str, Any]], skips: list[str], text: str, console: Any
         if not console.is_terminal:  # piped or captured: a fixed width, no terminal to fit
             console = Console(width=80)
     table = Table(title="keras-gpu tune")
-    columns = (("change", "change"), ("samples_per_sec", "samples/s"), ("speedup", "speed-up"),
-               ("moved", "moved (ms/step)"), ("peak_memory_bytes", "peak mem"), ("losses", "losses"))
+    columns = tune_output.columns()
     table.add_column("#", justify="right")
     for key, name in columns:
         table.add_column(name, justify="left" if key in ("change", "moved", "losses") else "right", overflow="fold")

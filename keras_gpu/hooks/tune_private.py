@@ -49,9 +49,9 @@ __all__ = [
     "change_from_env",
     "compile_arguments",
     "fit_arguments",
+    "input_kind",
     "install",
     "install_from_env",
-    "input_kind",
 ]
 
 ENV_TUNE_CHANGE = "KERAS_GPU_TUNE_CHANGE"
@@ -177,7 +177,7 @@ def _wrap_compile(original: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def compile(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - it replaces Model.compile
+    def compile(self: Any, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         arguments = compile_arguments(dict(bound.arguments), _CHANGE)
@@ -305,7 +305,7 @@ def _wrap_map(original: Callable[..., Any], tf: Any) -> Callable[..., Any]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def map(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - it replaces Dataset.map
+    def map(self: Any, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(self, *args, **kwargs)
         if bound.arguments.get("num_parallel_calls") is None:
             FACTS["sequential_maps"] = FACTS.get("sequential_maps", 0) + 1

@@ -16,6 +16,8 @@ __all__ = [
     "BOUND_SHARE",
     "SLOW_REPLICA_RATIO",
     "SLOW_REPLICA_SHARE",
+    "TUNE_POINTER",
+    "host_hint",
     "input_hint",
     "slow_replica",
     "verdict",
@@ -101,6 +103,10 @@ _STAGE_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+#: Appended to the bound hints: the command that measures their fixes on the user's script.
+TUNE_POINTER = "`keras-gpu tune` measures the fixes"
+
+
 def input_hint(step: StepTime) -> str:
     """The input-bound hint: the input share of the step, and what to try for the slowest stage where one is known."""
     share = f"input-bound: {step.share('input'):.0%} of each step waits for input"
@@ -108,12 +114,28 @@ def input_hint(step: StepTime) -> str:
     if stage is None:
         return (
             f"{share}; make the input pipeline faster (more parallel map calls, caching, prefetching to the "
-            "device) or do less work per sample on the host"
+            f"device) or do less work per sample on the host; {TUNE_POINTER}"
         )
     advice = next(text for pattern, text in _STAGE_ADVICE if pattern.search(stage.name))
     where = f"{stage.path}, " if stage.path not in (stage.name, "") and "::" not in stage.path else ""
     return (
-        f"{share}; the slowest stage is {stage.name} ({where}{1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+        f"{share}; the slowest stage is {stage.name} ({where}{1e3 * stage.sec_per_step:.3g} ms per batch): {advice}; "
+        f"{TUNE_POINTER}"
+    )
+
+
+def host_hint(step: StepTime) -> str | None:
+    """The host-bound hint where the host's time outside the step function is the step's largest part.
+
+    Largest: at least `BOUND_SHARE` of the step and more than the input,
+    compute and communication; else `None`.
+    """
+    share = step.share("host")
+    if share < BOUND_SHARE or share <= max(step.share(p) for p in ("input", "compute", "communication")):
+        return None
+    return (
+        f"host-bound: {share:.0%} of each step is host time outside the step function (Keras' loop, callbacks); "
+        f"more steps per call (`steps_per_execution`) or a bigger batch spread it: {TUNE_POINTER}"
     )
 
 
@@ -127,6 +149,9 @@ def verdict(step: StepTime, replica_labels: Sequence[str] | None = None) -> list
     hints = []
     if step.share("input") >= BOUND_SHARE:
         hints.append(input_hint(step))
+    host = host_hint(step)
+    if host is not None:
+        hints.append(host)
     if step.share("communication") >= BOUND_SHARE:
         copies = sum(d.transfer_sec for d in step.devices)
         if copies > step.communication_sec / 2:

@@ -10,7 +10,7 @@ of noise a win.
 Example:
     >>> beyond_spread(130.0, [100.0, 104.0])
     1
-    >>> beyond_spread(106.0, [100.0, 104.0])
+    >>> beyond_spread(108.0, [100.0, 104.0])
     0
     >>> beyond_spread(80.0, [100.0, 104.0])
     -1
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 __all__ = ["MIN_MARGIN", "beyond_spread", "spread"]
 
-MIN_MARGIN = 0.03
+MIN_MARGIN = 0.05
 """The least relative difference from the baseline that counts, whatever the measured spread."""
 
 

@@ -11,7 +11,9 @@ Example:
     >>> format_cell("speedup", 2.345, {})
     '2.35x'
     >>> format_cell("losses", "same (7 steps)", {})
-    'same (7 steps)'
+    'same'
+    >>> format_cell("losses", "differ by up to 1.9e-07 (120 steps)", {"loss_max_rel_diff": 1.9e-07})
+    'Δ 2e-07'
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from keras_gpu.output import tags as _tags
 from keras_gpu.output.layout import write_layout
 from keras_gpu.output.writer import acquire, release
 
-__all__ = ["ROWS_FILE", "TUNE_RUN", "format_cell", "markdown", "read_study", "write_log_dir"]
+__all__ = ["ROWS_FILE", "TUNE_RUN", "columns", "format_cell", "markdown", "read_study", "write_log_dir"]
 
 TUNE_RUN = "tune"
 """The run directory under `--log-dir`."""
@@ -35,7 +37,12 @@ ROWS_FILE = "tune.json"
 """The rows, skipped changes and verdict, beside the run's event file."""
 
 _COLUMNS = (("change", "change"), ("samples_per_sec", "samples/s"), ("speedup", "speed-up"),
-            ("moved", "moved (ms/step)"), ("peak_memory_bytes", "peak memory"), ("losses", "losses"))
+            ("moved", "moved (ms/step)"), ("peak_memory_bytes", "peak mem"), ("losses", "losses"))
+
+
+def columns() -> list[tuple[str, str]]:
+    """`(key, title)` of each column of the table."""
+    return list(_COLUMNS)
 
 
 def format_cell(key: str, value: Any, row: Mapping[str, Any]) -> str:
@@ -51,7 +58,22 @@ def format_cell(key: str, value: Any, row: Mapping[str, Any]) -> str:
         return f"{value:.2f}x{mark}"
     if key == "peak_memory_bytes":
         return format_bytes(value)
+    if key == "moved":
+        return str(value).replace(" -> ", "→").removesuffix(" ms")
+    if key == "losses":
+        return _losses_cell(str(value), row.get("loss_max_rel_diff"))
     return str(value)
+
+
+def _losses_cell(text: str, diff: float | None) -> str:
+    """The losses' comparison in a few characters: `same`, `Δ 2e-07` (largest relative difference), `end -1.2%`."""
+    if text.startswith("same"):
+        return "same"
+    if text.startswith("differ") and diff is not None:
+        return f"Δ {diff:.1g}"
+    if text.startswith("loss ") and diff is not None:
+        return f"end {diff:+.1%}"
+    return "not compared" if text.startswith("not compared") else text
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], skips: Sequence[str], verdict: str) -> str:
