@@ -9,7 +9,8 @@ over the window, the step's parts) and the run's record
 * **helps** is `keras_gpu.meters.tune_spread.beyond_spread`: `1` faster, `-1`
   slower beyond the baseline's run-to-run spread, `0` within it;
 * **moved** is the part of the step (input, compute, communication, other;
-  on JAX device) that changed most, per baseline batch of samples;
+  on JAX device) that changed most against the mean of the baseline's two
+  runs, per baseline batch of samples;
 * **losses** compares the logged losses at the steps both runs logged:
   "same" where they are equal, else the largest relative difference; for a
   bigger batch (other steps, other samples) the loss at the end of the
@@ -18,6 +19,7 @@ over the window, the step's parts) and the run's record
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +105,15 @@ def _moved(base: RunResult, r: RunResult) -> str:
     return f"{part} {base.parts[part] * 1e3:.3g} -> {r.parts[part] * scale * 1e3:.3g} ms"
 
 
+def _mean_parts(a: RunResult, b: RunResult) -> RunResult:
+    """`a` with each part of the step the mean of `a`'s and `b`'s (both baseline runs), where both have it."""
+    if a.parts is None or b.parts is None:
+        return a
+    parts = {p: None if a.parts.get(p) is None or b.parts.get(p) is None else (a.parts[p] + b.parts[p]) / 2
+             for p in _ALL_PARTS}
+    return dataclasses.replace(a, parts=parts)
+
+
 def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[dict[str, Any]]:
     """One row (`ROW_KEYS`) per baseline run and per candidate, each against the baseline's mean rate.
 
@@ -114,6 +125,7 @@ def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[di
         raise ValueError(f"`baselines` must hold two measured runs. Received: {len(rates)} measured")
     mean = sum(rates) / len(rates)
     first = baselines[0]
+    reference = _mean_parts(baselines[0].result, baselines[1].result)
     rows = []
     for run in [*baselines, *runs]:
         row: dict[str, Any] = dict.fromkeys(ROW_KEYS)
@@ -129,7 +141,7 @@ def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[di
                    helps=0 if run in baselines else beyond_spread(run.rate, rates), step_sec=r.step_sec)
         for p in _ALL_PARTS:
             row[f"{p}_sec"] = (r.parts or {}).get(p)
-        row["moved"] = "-" if run in baselines else _moved(first.result, r)
+        row["moved"] = "-" if run in baselines else _moved(reference, r)
         if run.record:
             row["peak_memory_bytes"] = run.record.get("peak_memory_bytes")
             row["memory_kind"] = run.record.get("memory_kind")
@@ -154,8 +166,9 @@ def verdict(rows: Sequence[Mapping[str, Any]], baseline_rates: Sequence[float]) 
     mem = ""
     if win.get("peak_memory_bytes") and rows[0].get("peak_memory_bytes"):
         mem = f", peak memory {format_bytes(win['peak_memory_bytes'])} (baseline {format_bytes(rows[0]['peak_memory_bytes'])})"
-    losses = win["losses"] if win["losses"] else "losses not compared"
-    text = f"Winner: {win['change']}: `{win['line']}`: {win['speedup']:.2f}x samples/s, losses {losses}{mem} ({spread_text})."
+    losses = str(win["losses"] or "not compared")
+    losses = losses if losses.startswith("loss ") else f"losses {losses}"
+    text = f"Winner: {win['change']}: `{win['line']}`: {win['speedup']:.2f}x samples/s, {losses}{mem} ({spread_text})."
     if win.get("note") and "learning rate" in win["note"]:
         text += " Note: the learning rate may need scaling with the batch."
     return text
