@@ -48,7 +48,21 @@ model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss="mse")
 model.fit(ds, epochs=1, verbose=0)
 record = json.load(open(os.path.join(sys.argv[2], "tune.json")))
-print(json.dumps({"record": record, "policy": keras.mixed_precision.global_policy().name}))
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return x[:8], y[:8]
+
+
+print(json.dumps({"record": record, "policy": keras.mixed_precision.global_policy().name,
+                  "workers": [Batches().workers, Batches(workers=8).workers]}))
 """
 
 
@@ -66,9 +80,11 @@ def test_the_patches_apply_on_import_and_record_what_the_script_did(tmp_path):
     assert record["facts"]["fit_input"] == "tf.data"
     assert record["facts"]["script_sequential_maps"] == 1 and record["facts"]["script_prefetches"] == 0
     assert [s for s, _ in record["losses"]] == list(range(1, 9))
-    changed = _run({"steps_per_execution": 4, "policy": "mixed_bfloat16", "parallel_map": True, "prefetch": True},
-                   tmp_path)
+    assert base["workers"] == [1, 8]
+    changed = _run({"steps_per_execution": 4, "policy": "mixed_bfloat16", "parallel_map": True, "prefetch": True,
+                    "workers": 4}, tmp_path)
     record = changed["record"]
     assert record["steps_per_execution"] == 4 and record["policy"] == "mixed_bfloat16"
     assert changed["policy"] == "mixed_bfloat16"
+    assert changed["workers"] == [4, 8]  # raised to 4 where fewer, left where more
     assert [s for s, _ in record["losses"]] == [4, 8]  # batch hooks once per execution of 4 steps
