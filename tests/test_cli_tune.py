@@ -199,3 +199,17 @@ def test_a_script_that_cannot_be_measured_gets_one_line_and_exit_1(script_args, 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("keras-gpu tune: error")]
     assert len(errors) == 1 and errors[0].startswith(message), proc.stderr[-2000:]
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--try", "spe8", "x.py"], "keras-gpu tune: error: argument --try: no candidate 'spe8': use one of spe4,"),
+        ([], "keras-gpu tune: error: no script given: use `keras-gpu tune [options] script.py [args...]`"),
+        (["--steps", "0", "x.py"], "keras-gpu tune: error: argument --steps: must be an integer >= 1. Received: --steps 0"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    proc = _tune(*args, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(message), proc.stderr
