@@ -62,6 +62,8 @@ def _run(args: argparse.Namespace, missing_ok: bool = False) -> int:
         return _scale_only(scale_rows, args.json)
     if scale_rows is not None and not report.runs:
         return _scale_only(scale_rows, args.json)
+    if missing_ok and scale_rows is None and not report.runs:  # a `keras-gpu tune` study alone: shown already
+        return 0
     if scale_rows is not None and not args.json:
         from keras_gpu.cli.scale import render as render_scale
 
