@@ -2,6 +2,7 @@
 
     python -m benchmarks.tune_stopwatch --case mlp
     KERAS_BACKEND=jax python -m benchmarks.tune_stopwatch --case mlp --try spe4,spe16,spe64,jit,bf16
+    python -m benchmarks.tune_stopwatch --case mlp --warmup 50 --steps 1000 -- --steps 1200
 
 Prints the command's terminal table and verdict, then a Markdown table: each measured row's samples/s as
 `keras-gpu tune` measured it and as the script's stopwatch saw the same window (batch ends from step W to
@@ -24,11 +25,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def stopwatch_rate(line: dict, batch: int, warmup: int, steps: int) -> float:
-    """Samples/s over the window the scale window measures: from the first batch end at step >= W, N steps on."""
+    """Samples/s over the window the scale window measures: from the first batch end at step >= W, N steps on.
+
+    The time between an epoch's last batch end and the next epoch's start is left out, as the window does.
+    """
     ends = line["ends"]
     start = next(i for i, (s, _) in enumerate(ends) if s >= warmup)
     stop = next(i for i, (s, _) in enumerate(ends) if s - ends[start][0] >= steps)
-    return batch * (ends[stop][0] - ends[start][0]) / (ends[stop][1] - ends[start][1])
+    t0, t1 = ends[start][1], ends[stop][1]
+    gaps = sum(begin - max(t for _, t in ends if t < begin) for begin in line["epochs"][1:] if t0 < begin < t1)
+    return batch * (ends[stop][0] - ends[start][0]) / (t1 - t0 - gaps)
 
 
 def main() -> None:
@@ -37,13 +43,14 @@ def main() -> None:
     p.add_argument("--try", dest="tries", default=None)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("script_args", nargs="*", help="more arguments of tune_cases.py (after --)")
     a = p.parse_args()
     batch = 32 if a.case == "conv" else 64
     with tempfile.TemporaryDirectory() as folder:
         watch = os.path.join(folder, "stopwatch.jsonl")
         command = [sys.executable, "-m", "keras_gpu.cli", "tune", "--json", "--warmup", str(a.warmup),
                    "--steps", str(a.steps), *(["--try", a.tries] if a.tries else []),
-                   str(REPO / "benchmarks" / "tune_cases.py"), "--case", a.case, "--stopwatch", watch]
+                   str(REPO / "benchmarks" / "tune_cases.py"), "--case", a.case, "--stopwatch", watch, *a.script_args]
         start = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
                               env=dict(os.environ, PYTHONPATH=str(REPO)))

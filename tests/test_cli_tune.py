@@ -148,12 +148,11 @@ def test_the_log_dir_holds_the_rows_for_the_report(tmp_path):
 # ------------------------------------------------------------------------------- end to end
 
 
-def _stopwatch_rate(line: dict, batch: int, warmup: int = WARMUP, steps: int = STEPS) -> float:
-    """The script's own rate over the window the scale window measures: batch ends from `warmup` to `warmup + steps` on."""
-    ends = line["ends"]
-    start = next(i for i, (s, _) in enumerate(ends) if s >= warmup)
-    stop = next(i for i, (s, _) in enumerate(ends) if s - ends[start][0] >= steps)
-    return batch * (ends[stop][0] - ends[start][0]) / (ends[stop][1] - ends[start][1])
+def _stopwatch_rate(line: dict, batch: int) -> float:
+    """The script's own rate over the window the command measures (`benchmarks.tune_stopwatch`)."""
+    from benchmarks.tune_stopwatch import stopwatch_rate
+
+    return stopwatch_rate(line, batch, WARMUP, STEPS)
 
 
 @E2E

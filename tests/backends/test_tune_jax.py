@@ -25,10 +25,10 @@ WARMUP, STEPS = 10, 40
 
 
 def _stopwatch_rate(line: dict, batch: int) -> float:
-    ends = line["ends"]
-    start = next(i for i, (s, _) in enumerate(ends) if s >= WARMUP)
-    stop = next(i for i, (s, _) in enumerate(ends) if s - ends[start][0] >= STEPS)
-    return batch * (ends[stop][0] - ends[start][0]) / (ends[stop][1] - ends[start][1])
+    """The script's own rate over the window the command measures (`benchmarks.tune_stopwatch`)."""
+    from benchmarks.tune_stopwatch import stopwatch_rate
+
+    return stopwatch_rate(line, batch, WARMUP, STEPS)
 
 
 @pytest.mark.slow
