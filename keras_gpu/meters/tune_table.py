@@ -102,7 +102,7 @@ def _moved(base: RunResult, r: RunResult) -> str:
     if not names:
         return "not measured: no part in both runs"
     part = max(names, key=lambda p: abs(r.parts[p] * scale - base.parts[p]))
-    return f"{part} {base.parts[part] * 1e3:.3g} -> {r.parts[part] * scale * 1e3:.3g} ms"
+    return f"{part} {base.parts[part] * 1e3:.2g} -> {r.parts[part] * scale * 1e3:.2g} ms"
 
 
 def _mean_parts(a: RunResult, b: RunResult) -> RunResult:
