@@ -83,6 +83,15 @@ def test_rows_compare_rates_losses_and_parts_with_the_baseline():
     assert text.startswith("Winner: spe16: `line spe16`: 2.62x samples/s, losses same (1 step)")
 
 
+def test_a_combination_wins_only_beyond_the_spread_of_the_best_single_change():
+    baselines = [_run("baseline", 64, 0.010), _run("baseline (again)", 64, 0.0101)]
+    rates = [b.rate for b in baselines]
+    close = build_rows(baselines, [_run("map", 64, 0.005), _run("spe64 + map", 64, 0.0049)])
+    assert verdict(close, rates).startswith("Winner: map: `line map`: 2.01x")
+    far = build_rows(baselines, [_run("map", 64, 0.005), _run("spe64 + map", 64, 0.004)])
+    assert verdict(far, rates).startswith("Winner: spe64 + map: `line spe64 + map`: 2.51x")
+
+
 def test_nothing_beyond_the_spread_is_said_in_words():
     baselines = [_run("baseline", 64, 0.010), _run("baseline (again)", 64, 0.0105)]
     rows = build_rows(baselines, [_run("spe16", 64, 0.0099)])

@@ -26,7 +26,7 @@ from typing import Any
 
 from keras_gpu.core.units import format_bytes
 from keras_gpu.meters.scale_table import PARTS, RunResult
-from keras_gpu.meters.tune_spread import beyond_spread, spread
+from keras_gpu.meters.tune_spread import MIN_MARGIN, beyond_spread, spread
 
 __all__ = ["ROW_KEYS", "TuneRun", "build_rows", "compare_losses", "verdict"]
 
@@ -154,7 +154,12 @@ def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[di
 
 
 def verdict(rows: Sequence[Mapping[str, Any]], baseline_rates: Sequence[float]) -> str:
-    """The winner and the line to change, or that nothing helps beyond the spread; in words, numbers measured."""
+    """The winner and the line to change, or that nothing helps beyond the spread; in words, numbers measured.
+
+    The winner is the fastest row beyond the spread; a combination of
+    changes wins only where it is faster than the best single change by
+    more than the spread (else the single change, one line, wins).
+    """
     measured = [r for r in rows if r["status"] == "measured" and r["line"]]
     spread_text = f"the baseline's two runs differ by {spread(baseline_rates):.1%}"
     winners = [r for r in measured if r["helps"] == 1]
@@ -163,6 +168,11 @@ def verdict(rows: Sequence[Mapping[str, Any]], baseline_rates: Sequence[float]) 
         tail = f"; the fastest, {best['change']}, gives {best['speedup']:.2f}x" if best else ""
         return f"Nothing helps beyond the run-to-run spread ({spread_text}){tail}."
     win = max(winners, key=lambda r: r["samples_per_sec"])
+    singles = [r for r in winners if " + " not in r["change"]]
+    if " + " in win["change"] and singles:  # the combination wins only beyond the spread of the best single change
+        best = max(singles, key=lambda r: r["samples_per_sec"])
+        if win["samples_per_sec"] <= best["samples_per_sec"] * (1 + max(spread(baseline_rates), MIN_MARGIN)):
+            win = best
     mem = ""
     if win.get("peak_memory_bytes") and rows[0].get("peak_memory_bytes"):
         mem = f", peak memory {format_bytes(win['peak_memory_bytes'])} (baseline {format_bytes(rows[0]['peak_memory_bytes'])})"
