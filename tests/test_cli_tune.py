@@ -129,6 +129,9 @@ def test_each_candidate_says_why_it_does_not_apply():
     both = combine([by_name("spe16"), by_name("batch2")])
     assert both.change == {"steps_per_execution": 16, "batch_factor": 2} and not both.keeps_arithmetic
     assert line_for(both, arrays) == "model.compile(..., steps_per_execution=16); model.fit(..., batch_size=128)"
+    three = combine([by_name("bf16"), by_name("map"), by_name("spe4")])
+    assert three.line == ('keras.mixed_precision.set_global_policy("mixed_bfloat16"); '
+                          "dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE); model.compile(..., steps_per_execution=4)")
 
 
 def test_try_names_are_checked():

@@ -146,7 +146,8 @@ def combine(candidates: Sequence[Candidate]) -> Candidate:
         change.update(c.change)
     notes = sorted({c.note for c in candidates if c.note})
     return Candidate(
-        " + ".join(c.name for c in candidates), "combined", change, "; ".join(c.line for c in candidates),
+        " + ".join(c.name for c in candidates), "combined", change,
+        "; ".join(c.line.split("  #")[0] for c in candidates),  # one line: each change without its comment
         keeps_arithmetic=all(c.keeps_arithmetic for c in candidates), note="; ".join(notes),
     )
 
