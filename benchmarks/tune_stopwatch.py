@@ -63,14 +63,15 @@ def main() -> None:
 
     render(out["rows"], out["skipped"], out["verdict"])
     print(f"\nwall time: {wall:.0f} s ({len(out['rows'])} runs)\n")
-    print("| # | change | samples/s (keras-gpu tune) | samples/s (stopwatch) | difference |")
-    print("|---|---|---|---|---|")
-    measured = [r for r in out["rows"] if r["status"] == "measured"]
-    for i, (row, line) in enumerate(zip(measured, lines), 1):
+    print("| # | run | change | samples/s (keras-gpu tune) | samples/s (stopwatch) | difference |")
+    print("|---|---|---|---|---|---|")
+    measured = sorted((r for r in out["rows"] if r["status"] == "measured"), key=lambda r: r["run"])  # run order
+    for row, line in zip(measured, lines):
+        i = out["rows"].index(row) + 1
         factor = int(m.group(1)) if (m := re.search(r"batch(\d)", row["change"])) else 1
         truth = stopwatch_rate(line, batch * factor, a.warmup, a.steps)
         diff = row["samples_per_sec"] / truth - 1
-        print(f"| {i} | {row['change']} | {row['samples_per_sec']:,.0f} | {truth:,.0f} | {diff:+.1%} |")
+        print(f"| {i} | {row['run']} | {row['change']} | {row['samples_per_sec']:,.0f} | {truth:,.0f} | {diff:+.1%} |")
 
 
 if __name__ == "__main__":

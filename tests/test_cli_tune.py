@@ -178,10 +178,12 @@ def test_tune_measures_each_candidate_against_the_scripts_stopwatch(tmp_path):
     rows = {r["change"]: r for r in out["rows"]}
     assert list(rows) == ["baseline", "baseline (again)", "spe16", "batch2", "batch4"]
     assert out["skipped"] == ["map: the script calls no tf.data map without num_parallel_calls"]
-    # One stopwatch line per run that finished its window, in the order of the runs (batch4 raised before training).
+    # One stopwatch line per run that finished its window, in the order of the runs (batch4 raised before
+    # training); the baseline runs first and again after the candidates.
+    assert [rows[n]["run"] for n in rows] == [1, 5, 2, 3, 4]
     lines = [json.loads(t) for t in watch.read_text().splitlines()]
     assert len(lines) == 4
-    for name, line, batch in zip(["baseline", "baseline (again)", "spe16", "batch2"], lines, [64, 64, 64, 128]):
+    for name, line, batch in zip(["baseline", "spe16", "batch2", "baseline (again)"], lines, [64, 64, 128, 64]):
         assert rows[name]["samples_per_sec"] == pytest.approx(_stopwatch_rate(line, batch), rel=0.10), name
     assert rows["spe16"]["losses"].startswith("same (")  # the arithmetic is the baseline's
     assert rows["spe16"]["line"] == "model.compile(..., steps_per_execution=16)"

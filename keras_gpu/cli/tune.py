@@ -5,11 +5,11 @@ keras-gpu tune train.py --epochs 3
 keras-gpu tune --try spe16,batch2,bf16 --steps 200 --json -m mypackage.train
 ```
 
-The script runs unchanged twice as written (the baseline, and its
-run-to-run spread), then once per candidate change that applies to it
-(`keras_gpu.meters.tune_candidates`), applied inside the run by
-`keras_gpu.hooks.tune_private`, and once more with the changes that helped
-together. Each run is measured as `keras-gpu scale` measures one
+The script runs unchanged as written (the baseline), then once per
+candidate change that applies to it (`keras_gpu.meters.tune_candidates`),
+applied inside the run by `keras_gpu.hooks.tune_private`, then as written
+again (the run-to-run spread, over the whole study's time), and once more
+with the changes that helped together. Each run is measured as `keras-gpu scale` measures one
 configuration (`keras_gpu.cli._scale_run.run_config`: stopped after W + N
 steps, the N steps timed); `keras_gpu.meters.tune_table` compares them.
 """
@@ -77,9 +77,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         usage=("%(prog)s [--try LIST] [--warmup W] [--steps N] [--log-dir DIR] [--json] (SCRIPT | -m MODULE) "
                "[ARGS ...]"),
         description=(
-            "Run a training script unchanged twice (the baseline and its run-to-run spread), then once per "
-            "candidate change that applies to it, each applied the way a user would write it, and once with the "
-            "changes that helped together; stop each run after W warm-up and N measured training steps. Each row: "
+            "Run a training script unchanged (the baseline), then once per candidate change that applies to it, "
+            "each applied the way a user would write it, then unchanged again (the run-to-run spread), and once "
+            "with the changes that helped together; stop each run after W warm-up and N measured training steps. Each row: "
             "samples/s over the measured steps, speed-up against the baseline, the part of the step that moved, "
             "peak memory, and whether the losses stayed the same. The verdict names the winner and the line to "
             "change, or says that nothing helps beyond the spread."
@@ -118,6 +118,7 @@ class _Runner:
         self.target, self.is_module, self.script_args = launch.resolve_target(args)
         self.gpu_ids = available_gpus()[:1]
         self.warmup, self.steps = args.warmup, args.steps
+        self.count = 0  # runs so far
 
     def measure(self, name: str, candidate: Candidate | None, record: dict | None = None) -> TuneRun:
         change = dict(candidate.change) if candidate else {}
@@ -137,7 +138,8 @@ class _Runner:
             error = f"the script's fit raised {raised['error']} ({name})"
         keeps = candidate.keeps_arithmetic if candidate else True
         note = candidate.note if candidate else ""
-        return TuneRun(name, line, keeps, result, found, error, note)
+        self.count += 1
+        return TuneRun(name, line, keeps, result, found, error, note, order=self.count)
 
 
 def _with_samples(run: TuneRun, baseline: TuneRun) -> TuneRun:
@@ -162,14 +164,15 @@ def run(args: argparse.Namespace) -> int:
     if baselines[0].result is None:
         sys.stderr.write(f"keras-gpu tune: error: {baselines[0].error}\n")
         return 1
-    baselines.append(runner.measure("baseline (again)", None))
-    if baselines[1].result is None:
-        sys.stderr.write(f"keras-gpu tune: error: the second baseline run failed: {baselines[1].error}\n")
-        return 1
     record = dict(baselines[0].record or {})
     chosen = [by_name(n) for n in args.tries] if args.tries else list(CANDIDATES)
     skipped = [(c, skip_reason(c, record)) for c in chosen]
     runs = [_with_samples(runner.measure(c.name, c, record), baselines[0]) for c, why in skipped if why is None]
+    # The baseline again after the candidates: its spread covers the machine's drift over the study.
+    baselines.append(runner.measure("baseline (again)", None))
+    if baselines[1].result is None:
+        sys.stderr.write(f"keras-gpu tune: error: the second baseline run failed: {baselines[1].error}\n")
+        return 1
     rates = [b.rate for b in baselines]
     rows = build_rows(baselines, runs)
     combined = _combination(chosen, rows)

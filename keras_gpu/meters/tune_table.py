@@ -31,7 +31,7 @@ from keras_gpu.meters.tune_spread import MIN_MARGIN, beyond_spread, spread
 __all__ = ["ROW_KEYS", "TuneRun", "build_rows", "compare_losses", "verdict"]
 
 ROW_KEYS = (
-    "change", "line", "status", "samples_per_sec", "speedup", "helps", "step_sec", "input_sec", "compute_sec",
+    "change", "run", "line", "status", "samples_per_sec", "speedup", "helps", "step_sec", "input_sec", "compute_sec",
     "communication_sec", "other_sec", "device_sec", "moved", "peak_memory_bytes", "memory_kind", "losses",
     "loss_max_rel_diff", "note", "error",
 )
@@ -52,6 +52,7 @@ class TuneRun:
         record: The run's `tune.json`, or `None`.
         error: Why the run failed, or empty.
         note: What else to know about the change.
+        order: When it ran in the study (1: first; 0: unknown).
     """
 
     name: str
@@ -61,6 +62,7 @@ class TuneRun:
     record: Mapping[str, Any] | None = None
     error: str = ""
     note: str = ""
+    order: int = 0
 
     @property
     def rate(self) -> float | None:
@@ -130,8 +132,8 @@ def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[di
     for run in [*baselines, *runs]:
         row: dict[str, Any] = dict.fromkeys(ROW_KEYS)
         notes = [run.note, run.result.note if run.result is not None else ""]
-        row.update(change=run.name, line=run.line, note="; ".join(n for n in notes if n) or None,
-                   error=run.error or None)
+        row.update(change=run.name, run=run.order or None, line=run.line,
+                   note="; ".join(n for n in notes if n) or None, error=run.error or None)
         if run.result is None or run.rate is None:
             row["status"] = "failed"
             rows.append(row)

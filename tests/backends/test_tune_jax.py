@@ -51,7 +51,8 @@ def test_jax_tune_rows_match_the_stopwatch_and_keep_the_losses(tmp_path):
     ]
     lines = [json.loads(t) for t in watch.read_text().splitlines()]
     assert len(lines) == 3
-    for (name, row), line in zip(rows.items(), lines):
+    assert [r["run"] for r in rows.values()] == [1, 3, 2]  # the baseline again after the candidates
+    for (name, row), line in zip(sorted(rows.items(), key=lambda item: item[1]["run"]), lines):
         assert row["samples_per_sec"] == pytest.approx(_stopwatch_rate(line, 64), rel=0.10), name
         assert row["compute_sec"] is None and row["device_sec"] is not None  # one compiled program on JAX
     assert rows["baseline (again)"]["losses"].startswith("same (")
