@@ -210,6 +210,8 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
     # `keras-gpu scale` writes its own run; the report shows its rows from DIR/scale/scale.json
     # (tests/test_cli_scale.py checks that).
     found |= {t.pattern for t in tags.TAGS if t.callback == "keras-gpu scale"}
+    # `keras-gpu tune` likewise: its rows from DIR/tune/tune.json (tests/test_cli_tune.py checks that).
+    found |= {t.pattern for t in tags.TAGS if t.callback == "keras-gpu tune"}
     assert set(values) <= found, sorted(set(values) - found)
 
 

@@ -174,3 +174,11 @@ def test_slow_replica_needs_a_clear_and_large_difference():
     assert steptime.slow_replica([ReplicaTime(0.01, 0), ReplicaTime(0.03, 0)], 1.0) is None  # 3x, but 2% of the step
     assert steptime.slow_replica([ReplicaTime(0.1, 0), ReplicaTime(0.3, 0), ReplicaTime(0.1, 0)], 1.0) == (1, pytest.approx(3.0))
     assert steptime.slow_replica([ReplicaTime(0.1, 0)], 1.0) is None
+
+
+def test_a_host_bound_step_points_to_keras_gpu_tune():
+    (hint,) = steptime.verdict(StepTime(1, 1.0, 0.0, 0.1, 0.0, 0.9, (), "host", host_sec=0.85))
+    assert hint.startswith("host-bound: 85% of each step is host time outside the step function")
+    assert hint.endswith("`keras-gpu tune` measures the fixes")
+    (hint,) = steptime.verdict(_step(input_sec=0.62, compute=0.3))
+    assert hint.startswith("input-bound: 62%") and hint.endswith("`keras-gpu tune` measures the fixes")

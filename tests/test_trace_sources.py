@@ -67,7 +67,8 @@ def test_only_the_data_iterators_next_is_input():
     # Without the data iterator's reads, the profiler's own stop is no input at all.
     alone = _marked([("$contextlib.py:141 __exit__", 10, 190), (NEXT, 11, 189)], steps=2)
     st = steptime.analyze(alone)
-    assert (st.input_sec, st.input_stage, steptime.verdict(st)) == (0.0, None, [])
+    assert (st.input_sec, st.input_stage) == (0.0, None)
+    assert [h for h in steptime.verdict(st) if not h.startswith("host-bound")] == []
 
 
 def test_a_profilers_stop_in_an_unmarked_trace_is_not_input():

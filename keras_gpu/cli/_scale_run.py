@@ -111,6 +111,9 @@ def run_config(
     gpu_ids: list[str],
     hang_timeout: float = 0.0,
     device: str = "CPU",
+    extra_env: Mapping[str, str] | None = None,
+    where: str | None = None,
+    tool: str = "keras-gpu scale",
 ) -> RunResult:
     """Run the script in `config` and return what its workers measured.
 
@@ -118,7 +121,8 @@ def run_config(
 
     With `hang_timeout`, the run is stopped when a worker inside `fit`,
     `evaluate` or `predict` finishes no batch for that long (the launcher's
-    `--hang-timeout` watch).
+    `--hang-timeout` watch). `extra_env` is added to every worker's
+    environment; `where` and `tool` name the run and the command in errors.
 
     Raises:
         ScaleError: The script failed, never called `fit`, trained too few
@@ -127,7 +131,7 @@ def run_config(
     cpu_replicas = None if config.gpus or config.hide_gpus else config.replicas
     command = worker_command(target, args, module=module, cpu_replicas=cpu_replicas)
     with tempfile.TemporaryDirectory(prefix="keras-gpu-scale-") as folder:
-        envs = _envs(config, folder, warmup, steps, gpu_ids)
+        envs = [dict(env, **(extra_env or {})) for env in _envs(config, folder, warmup, steps, gpu_ids)]
         watch = None
         if hang_timeout:
             paths = [os.path.join(folder, f"progress{i}.json") for i in range(config.workers)]
@@ -136,14 +140,14 @@ def run_config(
             watch = HangWatch(paths, hang_timeout)
         code = _run_group(command, envs, watch)
         found = [_read(result_path(folder, i)) for i in range(config.workers)]
-    where = f"with {config.workers} worker(s) x {config.replicas} replica(s)"
+    where = where or f"with {config.workers} worker(s) x {config.replicas} replica(s)"
     if watch is not None and watch.stalled:
         raise ScaleError(f"the run {where} was stopped: {watch.describe()}")
     if code != 0:
         raise ScaleError(f"the script failed {where}: a worker exited with status {code} (its output is above); fix the script and run again")
     if any(r is None for r in found):
         raise ScaleError(
-            f"the script never called fit {where}: `keras-gpu scale` measures the training steps of `model.fit`"
+            f"the script never called fit {where}: `{tool}` measures the training steps of `model.fit`"
         )
     chief = found[0]
     short = [r for r in found if r["status"] != "done"]

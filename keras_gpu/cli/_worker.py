@@ -19,7 +19,9 @@ give it, after:
   imports neither Keras nor TensorFlow itself;
 - under `keras-gpu scale` (`KERAS_GPU_SCALE_DIR` is set), adding a
   `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
-  it measures the study's window, stops the run and ends the worker.
+  it measures the study's window, stops the run and ends the worker;
+- under `keras-gpu tune` (`KERAS_GPU_TUNE_CHANGE` is set), applying the
+  candidate's change (`keras_gpu.hooks.tune_private.install_from_env`).
 
 A script that raises prints its traceback from its own frame on, without
 the bootstrap's and `runpy`'s frames above it (through `sys.excepthook`,
@@ -80,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if os.environ.get(ENV_PROGRESS_FILE, "").strip() or os.environ.get(ENV_SCALE_DIR, "").strip():
         install_heartbeat()
+    from keras_gpu.hooks.tune_private import install_from_env
+
+    install_from_env()  # `keras-gpu tune`: the candidate's change (nothing elsewhere)
     if replicas is not None:
         _split_cpu(replicas)
     try:

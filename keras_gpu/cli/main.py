@@ -37,6 +37,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "keras_gpu.cli.trace",
     "keras_gpu.cli.bench",
     "keras_gpu.cli.scale",
+    "keras_gpu.cli.tune",
 )
 """Import paths of the subcommand modules, in the order `--help` lists them."""
 

@@ -25,6 +25,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from keras_gpu.output.tune_output import read_study
+
+    tune = read_study(args.log_dir)  # a `keras-gpu tune --log-dir` study
+    if tune is None:
+        return _run(args)
+    if args.json:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = _run(args, missing_ok=True)
+        text = out.getvalue().strip()
+        summary = json.loads(text) if text else {}
+        summary["tune"] = tune
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return code
+    from keras_gpu.cli.tune import render as render_tune
+
+    render_tune(tune["rows"], tune["skipped"], tune["verdict"])
+    return _run(args, missing_ok=True)
+
+
+def _run(args: argparse.Namespace, missing_ok: bool = False) -> int:
     from keras_gpu.output.reader import read_report
     from keras_gpu.output.scale_output import read_rows
 
@@ -33,10 +56,14 @@ def run(args: argparse.Namespace) -> int:
         report = read_report(args.log_dir)
     except FileNotFoundError as exc:
         if scale_rows is None:
+            if missing_ok:
+                return 0
             raise UsageError(str(exc)) from None
         return _scale_only(scale_rows, args.json)
     if scale_rows is not None and not report.runs:
         return _scale_only(scale_rows, args.json)
+    if missing_ok and scale_rows is None and not report.runs:  # a `keras-gpu tune` study alone: shown already
+        return 0
     if scale_rows is not None and not args.json:
         from keras_gpu.cli.scale import render as render_scale
 

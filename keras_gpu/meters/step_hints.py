@@ -19,6 +19,7 @@ __all__ = [
     "HOST_FIXES",
     "SLOW_REPLICA_RATIO",
     "SLOW_REPLICA_SHARE",
+    "TUNE_POINTER",
     "host_hint",
     "host_work_text",
     "idle_hint",
@@ -39,10 +40,11 @@ HOST_BOUND_BUSY = 0.5
 #: share explained by `idle_hint`.
 HOST_EXPLAINS = 0.5
 #: What to try for a host-bound step.
+#: Appended to the bound hints: the command that measures their fixes on the user's script.
+TUNE_POINTER = "`keras-gpu tune` measures the fixes"
 HOST_FIXES = (
     "Fixes: more steps per call (`model.compile(..., steps_per_execution=N)`), a bigger batch, fewer synchronous "
-    "callbacks (a progress bar makes every step wait), `jit_compile=True`; `keras-gpu tune` measures these on "
-    "your script"
+    f"callbacks (a progress bar makes every step wait), `jit_compile=True`; {TUNE_POINTER} on your script"
 )
 #: A host activity is named in a hint from this share of the step on.
 _HOST_WORK_SHARE = 0.05
@@ -132,12 +134,13 @@ def input_hint(step: StepTime) -> str:
     if stage is None:
         return (
             f"{share}; make the input pipeline faster (more parallel map calls, caching, prefetching to the "
-            "device) or do less work per sample on the host"
+            f"device) or do less work per sample on the host; {TUNE_POINTER}"
         )
     advice = next(text for pattern, text in _STAGE_ADVICE if pattern.search(stage.name))
     where = f"{stage.path}, " if stage.path not in (stage.name, "") and "::" not in stage.path else ""
     return (
-        f"{share}; the slowest stage is {stage.name} ({where}{1e3 * stage.sec_per_step:.3g} ms per batch): {advice}"
+        f"{share}; the slowest stage is {stage.name} ({where}{1e3 * stage.sec_per_step:.3g} ms per batch): {advice}; "
+        f"{TUNE_POINTER}"
     )
 
 

@@ -35,6 +35,7 @@ _BACKENDS: dict[str, tuple[str, ...]] = {
     "StepTimeLogger (chief)": ("tensorflow", "jax"),
     "PlacementLogger": ("tensorflow",),
     "keras-gpu scale": ("tensorflow", "jax"),
+    "keras-gpu tune": _EVERY_BACKEND,
 }
 
 # Chart categories, in the order TensorBoard's Custom Scalars tab shows them.
@@ -496,6 +497,23 @@ SCALE_EFFICIENCY = Tag(
 SCALE_TABLE = Tag(
     "scale/table", "Markdown", "the study's table: one row per configuration, with the cause of each shortfall",
     "keras-gpu scale", text=True,
+)
+
+# -- the fixes measured (`keras-gpu tune`; the step is the row's number in the table) --------
+_TUNE = "keras-gpu: fixes measured"
+TUNE_SAMPLES_PER_SEC = Tag(
+    "tune/samples_per_sec", "samples/s",
+    "samples per second of the row's measured window (step: the row's number in `tune/table`)",
+    "keras-gpu tune", (_TUNE, "samples/s per change (step: row)"),
+)
+TUNE_SPEEDUP = Tag(
+    "tune/speedup", "x", "samples/s over the mean of the baseline's two runs (step: the row's number)",
+    "keras-gpu tune", (_TUNE, "speed-up against the baseline (step: row)"),
+)
+TUNE_TABLE = Tag(
+    "tune/table", "Markdown",
+    "the rows (change, samples/s, speed-up, part that moved, peak memory, losses), the skipped changes and the verdict",
+    "keras-gpu tune", text=True,
 )
 
 TAGS: tuple[Tag, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Tag))

@@ -1,0 +1,159 @@
+"""The changes `keras-gpu tune` tries, each the line a user would write, and where each one applies.
+
+A candidate's `change` is what `keras_gpu.hooks.tune_private` applies in the
+run; `line` is the code to write; `skip_reason` reads the baseline's record
+(`keras_gpu.hooks.tune_record.TuneRecord`) and says why a candidate does not
+apply to this script, or `None` where it does.
+
+Example:
+    >>> c = by_name("spe16")
+    >>> c.line
+    'model.compile(..., steps_per_execution=16)'
+    >>> skip_reason(c, {"backend": "torch", "facts": {}})
+    "Keras' PyTorch backend runs one step per call (steps_per_execution must be 1 there)"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CANDIDATES", "Candidate", "by_name", "combine", "line_for", "skip_reason"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One change to try.
+
+    Attributes:
+        name: Its name in `--try` and in the table.
+        family: Candidates of one family are alternatives (the combination takes the best of each).
+        change: What the run applies (keys: see `keras_gpu.hooks.tune_private`).
+        line: The code the user writes for it.
+        keeps_arithmetic: Whether the losses must equal the baseline's.
+        note: What else to know (e.g. the learning rate with a bigger batch).
+    """
+
+    name: str
+    family: str
+    change: Mapping[str, Any] = field(default_factory=dict)
+    line: str = ""
+    keeps_arithmetic: bool = True
+    note: str = ""
+
+
+_LR = "the learning rate may need scaling with the batch"
+CANDIDATES: tuple[Candidate, ...] = (
+    *(Candidate(f"spe{k}", "steps_per_execution", {"steps_per_execution": k},
+                f"model.compile(..., steps_per_execution={k})") for k in (4, 16, 64)),
+    Candidate("jit", "jit_compile", {"jit_compile": True}, "model.compile(..., jit_compile=True)",
+              keeps_arithmetic=False),
+    Candidate("bf16", "precision", {"policy": "mixed_bfloat16"},
+              'keras.mixed_precision.set_global_policy("mixed_bfloat16")  # before building the model',
+              keeps_arithmetic=False),
+    Candidate("fp16", "precision", {"policy": "mixed_float16"},
+              'keras.mixed_precision.set_global_policy("mixed_float16")  # before building the model',
+              keeps_arithmetic=False),
+    Candidate("batch2", "batch", {"batch_factor": 2}, "model.fit(..., batch_size={batch})",
+              keeps_arithmetic=False, note=_LR),
+    Candidate("batch4", "batch", {"batch_factor": 4}, "model.fit(..., batch_size={batch})",
+              keeps_arithmetic=False, note=_LR),
+    Candidate("prefetch", "prefetch", {"prefetch": True}, "dataset = dataset.prefetch(tf.data.AUTOTUNE)  # last"),
+    Candidate("map", "parallel_map", {"parallel_map": True},
+              "dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE)  # each map"),
+    Candidate("autotune", "tf_data_options", {"tf_data_autotune": True},
+              "options.autotune.enabled = options.experimental_optimization.map_parallelization = "
+              "options.experimental_optimization.inject_prefetch = True"),
+    Candidate("workers", "workers", {"workers": 4}, "super().__init__(workers=4, **kwargs)  # in the PyDataset"),
+)
+"""Every candidate, in the order the table shows them."""
+
+_BY_NAME = {c.name: c for c in CANDIDATES}
+
+
+def by_name(name: str) -> Candidate:
+    """The candidate called `name`.
+
+    Raises:
+        ValueError: No candidate has that name.
+    """
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"no candidate {name!r}: use one of {', '.join(_BY_NAME)}. Received: --try {name}") from None
+
+
+def skip_reason(candidate: Candidate, record: Mapping[str, Any]) -> str | None:
+    """Why `candidate` does not apply to the script the baseline `record` describes; `None` where it does."""
+    backend = record.get("backend", "")
+    facts = record.get("facts", {})
+    family = candidate.family
+    if family == "steps_per_execution":
+        if backend == "torch":
+            return "Keras' PyTorch backend runs one step per call (steps_per_execution must be 1 there)"
+        have = int(record.get("steps_per_execution", 1))
+        if have >= candidate.change["steps_per_execution"]:
+            return f"the script has steps_per_execution={have} already"
+        return None
+    if family == "jit_compile":
+        if backend == "torch":
+            return "jit_compile on PyTorch is torch.compile, which keras-gpu does not try"
+        return "the script runs with jit_compile on already" if record.get("jit_compile") else None
+    if family == "precision":
+        return _precision_skip(candidate, record)
+    if family == "batch":
+        if facts.get("fit_input") != "arrays":
+            return f"fit is given {facts.get('fit_input', 'no input')}, not arrays with batch_size"
+        return None
+    return _input_skip(candidate, facts)
+
+
+def _precision_skip(candidate: Candidate, record: Mapping[str, Any]) -> str | None:
+    policy = str(record.get("policy", "float32"))
+    if policy != "float32":
+        return f"the model computes in the {policy} policy already"
+    bf16 = record.get("bf16_gpu")
+    if candidate.change["policy"] == "mixed_float16" and bf16 is not False:
+        return "mixed_bfloat16 is tried instead (float16 is for GPUs without bfloat16)"
+    if candidate.change["policy"] == "mixed_bfloat16" and bf16 is False:
+        return "the GPU computes no bfloat16 (mixed_float16 is tried instead)"
+    return None
+
+
+def _input_skip(candidate: Candidate, facts: Mapping[str, Any]) -> str | None:
+    kind = facts.get("fit_input", "no input")
+    family = candidate.family
+    if family == "workers":
+        if kind != "PyDataset":
+            return f"fit is given {kind}, not a PyDataset"
+        workers = int(facts.get("pydataset_workers", 1))
+        return f"the PyDataset has workers={workers} already" if workers >= candidate.change["workers"] else None
+    if family == "parallel_map":
+        return None if facts.get("script_sequential_maps", 0) else "the script calls no tf.data map without num_parallel_calls"
+    if kind != "tf.data":
+        return f"fit is given {kind}, not a tf.data.Dataset"
+    if family == "prefetch":
+        return "the script prefetches already" if facts.get("script_prefetches", 0) else None
+    keys = ("tf_data_autotune", "tf_data_map_parallelization", "tf_data_inject_prefetch")
+    return None if not all(facts.get(k, True) for k in keys) else "the dataset's autotune options are on already"
+
+
+def combine(candidates: Sequence[Candidate]) -> Candidate:
+    """One candidate that applies all of `candidates` (each from a different family) together."""
+    change: dict[str, Any] = {}
+    for c in candidates:
+        change.update(c.change)
+    notes = sorted({c.note for c in candidates if c.note})
+    return Candidate(
+        " + ".join(c.name for c in candidates), "combined", change,
+        "; ".join(c.line.split("  #")[0] for c in candidates),  # one line: each change without its comment
+        keeps_arithmetic=all(c.keeps_arithmetic for c in candidates), note="; ".join(notes),
+    )
+
+
+def line_for(candidate: Candidate, record: Mapping[str, Any]) -> str:
+    """`candidate.line` for the script the baseline `record` describes (the batch size filled in)."""
+    batch = int(record.get("facts", {}).get("batch_size") or 0) * int(candidate.change.get("batch_factor", 1))
+    return candidate.line.replace("{batch}", str(batch) if batch else "<batch size> * " + str(
+        candidate.change.get("batch_factor", 1)))
