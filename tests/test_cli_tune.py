@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from keras_gpu.meters.run_spread import beyond_spread, spread
 from keras_gpu.meters.scale_table import RunResult
 from keras_gpu.meters.tune_candidates import by_name, combine, line_for, skip_reason
-from keras_gpu.meters.tune_spread import beyond_spread, spread
 from keras_gpu.meters.tune_table import ROW_KEYS, TuneRun, build_rows, compare_losses, verdict
 from keras_gpu.output.tune_output import format_cell
 

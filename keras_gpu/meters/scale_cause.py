@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from keras_gpu.core.units import format_bytes
+from keras_gpu.meters import run_spread
 from keras_gpu.meters.scale_runs import RunResult, work_factor
 
 __all__ = ["CONTENTION_RATIO", "explain_shortfall", "measured_spread"]
@@ -68,9 +69,9 @@ def measured_spread(runs: Sequence[RunResult]) -> float | None:
     steps: list[float] = []
     for run in runs:
         steps.extend(run.halves if run.halves else (run.step_sec,))
-    if len(steps) < 2:
+    if len(steps) < 2 or any(not s > 0 for s in steps):
         return None
-    return (max(steps) - min(steps)) / (sum(steps) / len(steps))
+    return run_spread.spread(steps)
 
 
 def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | None) -> str:

@@ -6,7 +6,7 @@ over the window, the step's parts) and the run's record
 (`keras_gpu.hooks.tune_record.TuneRecord`: losses by step, peak memory).
 
 * **speed-up** is the row's samples/s over the mean of the baseline's two runs;
-* **helps** is `keras_gpu.meters.tune_spread.beyond_spread`: `1` faster, `-1`
+* **helps** is `keras_gpu.meters.run_spread.beyond_spread`: `1` faster, `-1`
   slower beyond the baseline's run-to-run spread, `0` within it;
 * **moved** is the part of the step (input, compute, communication, other;
   on JAX device) that changed most against the mean of the baseline's two
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from keras_gpu.core.units import format_bytes
+from keras_gpu.meters.run_spread import MIN_MARGIN, beyond_spread, spread
 from keras_gpu.meters.scale_table import PARTS, RunResult
-from keras_gpu.meters.tune_spread import MIN_MARGIN, beyond_spread, spread
 
 __all__ = ["ROW_KEYS", "TuneRun", "build_rows", "compare_losses", "verdict"]
 

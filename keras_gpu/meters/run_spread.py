@@ -1,6 +1,9 @@
-"""Whether a measured rate differs from the baseline's by more than the baseline's own run-to-run spread.
+"""The run-to-run spread of a measurement, and whether another differs from it by more: `scale`'s and `tune`'s rule.
 
-The baseline runs twice; the spread is how far its two rates lie apart. A
+`spread` is how far repeated measurements of one configuration lie apart,
+relative to their mean: `keras-gpu scale` names a cause only beyond it
+(`keras_gpu.meters.scale_cause`), and `keras-gpu tune` calls a change a
+help only beyond it (`beyond_spread`). The baseline runs twice; the spread is how far its two rates lie apart. A
 change helps (or hurts) only when its rate lies beyond the baseline's range
 by more than that spread, and by at least `MIN_MARGIN` of the baseline's
 mean rate: on a shared machine two runs of the same script can land close
