@@ -173,12 +173,22 @@ def _device(step: StepTime) -> str:
 def host_hint(step: StepTime) -> str | None:
     """The host-bound verdict, with its numbers and the fixes; `None` unless the step is host-bound.
 
-    Host-bound: the devices are busy less than `HOST_BOUND_BUSY` of the step
-    and the host's time outside the compiled step (`StepTime.host_sec`) is at
-    least `HOST_EXPLAINS` of the rest.
+    Host-bound, on a trace with device planes: the devices are busy less than
+    `HOST_BOUND_BUSY` of the step and the host's time outside the compiled
+    step (`StepTime.host_sec`) is at least `HOST_EXPLAINS` of the rest. On a
+    host-only trace (a CPU job): the host's time is at least `BOUND_SHARE` of
+    the step and more than its input, compute and communication.
     """
+    if not _on_device(step):
+        share = step.share("host")
+        if share < BOUND_SHARE or share <= max(step.share(p) for p in ("input", "compute", "communication")):
+            return None
+        return (
+            f"host-bound: {share:.0%} of each step is host time outside the step function (Keras' loop, "
+            f"callbacks); more steps per call (`steps_per_execution`) or a bigger batch spread it: {TUNE_POINTER}"
+        )
     busy, rest = step.device_busy_sec, step.step_sec - step.device_busy_sec
-    if not _on_device(step) or not step.step_sec > 0 or not busy < HOST_BOUND_BUSY * step.step_sec:
+    if not step.step_sec > 0 or not busy < HOST_BOUND_BUSY * step.step_sec:
         return None
     if not (rest > 0 and step.host_sec >= HOST_EXPLAINS * rest):
         return None
