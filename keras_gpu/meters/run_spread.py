@@ -10,7 +10,7 @@ mean rate: on a shared machine two runs of the same script can land close
 together by chance, and a two-run spread alone would then call a few percent
 of noise a win.
 
-Example:
+Examples:
     >>> beyond_spread(130.0, [100.0, 104.0])
     1
     >>> beyond_spread(108.0, [100.0, 104.0])

@@ -45,7 +45,8 @@ class CompileLeaveOut:
         14
         >>> watch.note_sizes(14)
         >>> watch.short_batch(15)
-        >>> watch.ran_new_size(15, counts_samples=True), watch.ran_new_size(15, counts_samples=True)
+        >>> first = watch.ran_new_size(15, counts_samples=True)
+        >>> first, watch.ran_new_size(15, counts_samples=True)
         (True, False)
     """
 

@@ -5,7 +5,7 @@ run; `line` is the code to write; `skip_reason` reads the baseline's record
 (`keras_gpu.hooks.tune_record.TuneRecord`) and says why a candidate does not
 apply to this script, or `None` where it does.
 
-Example:
+Examples:
     >>> c = by_name("spe16")
     >>> c.line
     'model.compile(..., steps_per_execution=16)'

@@ -7,12 +7,13 @@ Layout of `--log-dir DIR`:
   table, the table, skipped changes and verdict as the text summary
   `tune/table`, and `tune.json` (what `keras-gpu tune --json` prints).
 
-Example:
+Examples:
     >>> format_cell("speedup", 2.345, {})
     '2.35x'
     >>> format_cell("losses", "same (7 steps)", {})
     'same'
-    >>> format_cell("losses", "differ by up to 1.9e-07 (120 steps)", {"loss_max_rel_diff": 1.9e-07})
+    >>> row = {"loss_max_rel_diff": 1.9e-07}
+    >>> format_cell("losses", "differ by up to 1.9e-07 (120 steps)", row)
     'Δ 2e-07'
 """
 
