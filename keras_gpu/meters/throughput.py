@@ -52,10 +52,6 @@ __all__ = ["ThroughputMeter"]
 _INF = math.inf
 
 
-def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:
-    return check_positive(name, value, integer=True, allow_none=allow_none)
-
-
 def _positive_number(name: str, value: Any) -> float | None:
     value = check_positive(name, value, allow_none=True)
     return None if value is None else float(value)
@@ -136,7 +132,7 @@ class ThroughputMeter:
     ) -> None:
         if not isinstance(schedule, DataSchedule):
             raise TypeError(f"`schedule` must be a DataSchedule. Received: schedule={schedule!r}")
-        _positive_int("every_n_steps", every_n_steps)
+        check_positive("every_n_steps", every_n_steps, integer=True, allow_none=True)
         every_s = _positive_number("every_s", every_s)
         if every_n_steps is not None and every_s is not None:
             raise ValueError(
@@ -145,7 +141,7 @@ class ThroughputMeter:
             )
         if every_n_steps is None and every_s is None:
             every_s = 5.0
-        _positive_int("num_replicas", num_replicas, allow_none=False)
+        check_positive("num_replicas", num_replicas, integer=True)
         if isinstance(initial_step, bool) or not isinstance(initial_step, int) or initial_step < 0:
             raise ValueError(f"`initial_step` must be a non-negative integer. Received: initial_step={initial_step!r}")
         self.schedule = schedule
