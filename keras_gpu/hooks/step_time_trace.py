@@ -20,14 +20,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks.trace_cost import TraceGate, device_kind, record_cost
-from keras_gpu.hooks.trace_read import read_trace
+from keras_gpu.hooks.trace_read import TraceJob, read_trace
 from keras_gpu.meters import step_time as steptime
 
 __all__ = [
@@ -129,43 +128,6 @@ def steps_per_execution(model: Any) -> int:
     """Keras' `steps_per_execution` of `model` (1 where it has none)."""
     value = getattr(model, "steps_per_execution", 1)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
-@dataclass(frozen=True)
-class TraceJob:
-    """One finished trace, for the parser thread.
-
-    Attributes:
-        profile_dir: Where the run keeps its traces (`run_dir/plugins/profile`).
-        staging: The trace's own directory, where the profiler wrote it.
-        keep: Whether the trace is kept in `profile_dir` (the run is written).
-        steps: Training steps traced, as the schedule counted them.
-        wall_sec: Their wall time, batch end to batch end, in seconds.
-        step: The global step the breakdown is logged at (where the trace ended).
-        steps_per_mark: Training steps in each marked step (`steps_per_execution`).
-        num_replicas: This worker's replicas.
-        labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
-        gpu_replicas: `{GPU index in the trace: local replicas on it}`.
-        write: Where its breakdown goes, `write(breakdown, labels, step)`
-            (the output of the `fit` that traced it).
-        stop_profiler: Waits for the profiler's stop, under way on a thread
-            of its own (or done already, inline), before the trace can be read
-            (on the parser thread): returns whether the profiler stopped and
-            wrote the trace. `None`: it had stopped before the job was made.
-    """
-
-    profile_dir: str
-    staging: str
-    keep: bool
-    steps: int
-    wall_sec: float
-    step: int
-    steps_per_mark: int
-    num_replicas: int
-    labels: tuple[str, ...]
-    gpu_replicas: dict[int, tuple[int, ...]]
-    write: Callable[[steptime.StepTime, tuple[str, ...], int], None] | None = None
-    stop_profiler: Callable[[], bool] | None = None
 
 
 class TraceSchedule:

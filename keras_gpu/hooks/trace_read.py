@@ -1,4 +1,4 @@
-"""`read_trace`: a finished trace of `StepTimeLogger`, read on the parser thread and kept under the run."""
+"""`TraceJob` and `read_trace`: a finished trace of `StepTimeLogger`, read on the parser thread and kept under the run."""
 
 from __future__ import annotations
 
@@ -6,16 +6,50 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from keras_gpu.core.log import Once
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
 
-if TYPE_CHECKING:
-    from keras_gpu.hooks.step_time_trace import TraceJob
+__all__ = ["TraceJob", "read_trace"]
 
-__all__ = ["read_trace"]
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One finished trace, for the parser thread.
+
+    Attributes:
+        profile_dir: Where the run keeps its traces (`run_dir/plugins/profile`).
+        staging: The trace's own directory, where the profiler wrote it.
+        keep: Whether the trace is kept in `profile_dir` (the run is written).
+        steps: Training steps traced, as the schedule counted them.
+        wall_sec: Their wall time, batch end to batch end, in seconds.
+        step: The global step the breakdown is logged at (where the trace ended).
+        steps_per_mark: Training steps in each marked step (`steps_per_execution`).
+        num_replicas: This worker's replicas.
+        labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
+        gpu_replicas: `{GPU index in the trace: local replicas on it}`.
+        write: Where its breakdown goes, `write(breakdown, labels, step)`
+            (the output of the `fit` that traced it).
+        stop_profiler: Waits for the profiler's stop, under way on a thread
+            of its own (or done already, inline), before the trace can be read
+            (on the parser thread): returns whether the profiler stopped and
+            wrote the trace. `None`: it had stopped before the job was made.
+    """
+
+    profile_dir: str
+    staging: str
+    keep: bool
+    steps: int
+    wall_sec: float
+    step: int
+    steps_per_mark: int
+    num_replicas: int
+    labels: tuple[str, ...]
+    gpu_replicas: dict[int, tuple[int, ...]]
+    write: Callable[[steptime.StepTime, tuple[str, ...], int], None] | None = None
+    stop_profiler: Callable[[], bool] | None = None
 
 
 def read_trace(
