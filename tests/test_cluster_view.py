@@ -319,19 +319,20 @@ def test_a_cluster_that_turns_slow_raises_the_slowdown(tmp_path):
 def test_with_four_steps_per_call_a_host_straggler_is_named_in_a_custom_step_and_a_loss_scale_optimizer(
     tmp_path, variant
 ):
-    # Worker 1 sleeps 20 ms after each call of 4 steps: 5 ms of host time per step. Worker 0 waits for it in
+    # Worker 1 sleeps 80 ms after each call of 4 steps: 20 ms of host time per step. Worker 0 waits for it in
     # the iterator's check and the all-reduce: communication, never its own busy time.
     records, report, _, _ = _launch(tmp_path, f"host4-{variant}", workers=2)
     views = _gathered(records)
     assert len(views) == 3  # one view of each epoch
     # The fit's verdict (a straggler clear in most gathers) names worker 1's host time. A single gather can
     # see worker 0 starved by a loaded machine; a clear view never names anyone else.
-    assert report["cluster"]["straggler"] == 1 and report["cluster"]["part"] == "host"
-    assert report["cluster"]["part_sec"] >= 0.02 / 4  # the sleep per call, per step
+    verdict = report["cluster"]
+    assert (verdict["straggler"], verdict["part"]) == (1, "host"), (verdict, views)
+    assert verdict["part_sec"] >= 0.02  # the sleep per call, per step
     for v in views:
         if v["clear"]:
             assert (v["slowest_worker"], v["part"]) == (1, "host"), views
-            assert v["part_sec"] >= 0.02 / 4, views
+            assert v["part_sec"] >= 0.02, views
     # Over the fit's windows, worker 0 waits for worker 1 and worker 1 spends the host time.
     fast, slow = ({f: sum(v["rows"][k][f] for v in views) for f in ROW_NAMES} for k in ("0", "1"))
     assert fast["communication_sec"] > slow["communication_sec"]

@@ -274,3 +274,17 @@ def test_a_short_tensorflow_fit_starts_no_profiler_by_default(priors, start_spy,
     cost = forced.profiler_cost
     assert cost is not None and cost.traces == 1 and (cost.backend, cost.device_kind) == ("tensorflow", "cpu")
     assert cost.start_sec > 0 and cost.stop_sec > 0
+
+
+def test_the_profiler_cost_benchmark_measures_each_part(priors, capsys):
+    from benchmarks import profiler_cost
+
+    result = profiler_cost.run(fits=1, steps=40)
+    assert result["backend"] == "tensorflow" and result["steps_per_fit"] == 40
+    assert len(result["start_sec"]) == len(result["stop_sec"]) == len(result["parse_sec"]) == 1
+    assert result["start_sec"][0] > 0 and result["stop_sec"][0] > 0 and result["parse_sec"][0] > 0
+    untraced = result["untraced"]
+    assert len(untraced["on_train_begin_sec"]) == len(untraced["fit_sec_with"]) == len(untraced["fit_sec_without"]) == 1
+    with pytest.raises(SystemExit):
+        profiler_cost.main(["--fits", "0"])
+    assert "--fits must be >= 1 and --steps >= 30. Received: --fits 0 --steps 200" in capsys.readouterr().err
