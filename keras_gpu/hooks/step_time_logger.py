@@ -89,23 +89,21 @@ class StepTimeLogger(LoggingCallback):
     one warning says so and training goes on.
 
     **Which fits trace.** A trace costs the profiler's start (on the
-    training thread) and its stop (on a thread of its own, beside
-    training): about 0.3 s per fit on an NVIDIA H200 with JAX, which is
-    +28% on a fit of 1,500 steps of 0.7 ms. So, unless `profile_every_s` is
-    set, a trace starts only where one more trace keeps the fit's traces
-    within 0.5% of the fit (`keras_gpu.hooks.trace_cost.TraceGate`,
-    decided where the trace would start). The fit's expected length is
-    the time since `fit` began plus its steps left (steps per epoch x
-    epochs, from `self.params` or the epoch before) at the pace since the
-    first step ended; where the epoch's length is not known yet, the time
-    so far stands for it, and the decision waits for the next epoch where
-    one follows. A trace's cost is the mean start plus stop measured by the
-    earlier traces of this process on the same backend and device kind
-    (`profiler_cost`; a DEBUG line gives each one), or, before any, the
-    prior in `keras_gpu.hooks.trace_cost.PRIOR_COST_S`. A fit that does not
-    trace says why in one INFO line per process, starts no profiler, and
-    creates no trace directory. An explicit `profile_every_s` traces
-    whatever it costs.
+    training thread) and stop (beside training): about 0.3 s per fit with
+    JAX on an NVIDIA H200, +28% on a fit of 1,500 steps of 0.7 ms. So,
+    unless `profile_every_s` is set, a trace starts only where the fit's
+    traces, this one included, cost at most 0.5% of the fit
+    (`keras_gpu.hooks.trace_cost.TraceGate`, decided where the trace would
+    start): the time since `fit` began plus the steps left (steps per epoch
+    x epochs) at the pace since the first step ended; where the epoch's
+    length is not known yet, the decision waits for the next epoch (in the
+    last, the time so far is the fit's length). A trace's cost is the mean
+    start plus stop of this process's earlier traces on the same backend
+    and device kind (`profiler_cost`), or before any the prior in
+    `keras_gpu.hooks.trace_cost.PRIOR_COST_S`. A fit that does not trace
+    says why in one INFO line per process and starts no profiler. An
+    explicit `profile_every_s` traces whatever it costs, and so does every
+    worker of a multi-worker job (they trace the same steps).
 
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step
@@ -352,7 +350,9 @@ class StepTimeLogger(LoggingCallback):
             return
         try:
             replicas = self._replicas()
-            gate = TraceGate(_backend.name(), device_kind(d for _, d in replicas), forced=self.forced)
+            # Every worker of a job traces the same steps: no worker decides on its own clock.
+            forced = self.forced or workers > 1
+            gate = TraceGate(_backend.name(), device_kind(d for _, d in replicas), forced=forced)
             self._fit = TraceSchedule(
                 profiler,
                 replicas,
