@@ -16,7 +16,7 @@ from tests._util import run_python
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from keras_gpu.hooks import step_time_trace, trace_read
+from keras_gpu.hooks import trace_read
 from keras_gpu.hooks.step_time_logger import StepTimeLogger
 from keras_gpu.output.reader import read_scalars
 
