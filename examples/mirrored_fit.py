@@ -54,7 +54,8 @@ def main() -> None:
         batch_size=global_batch,
         epochs=args.epochs,
         verbose=2,
-        callbacks=keras_gpu.callbacks(args.log_dir),
+        # profile_every_s: trace even this short fit, to measure each replica
+        callbacks=keras_gpu.callbacks(args.log_dir, profile_every_s=300),
     )
     print(f"{strategy.num_replicas_in_sync} replicas, global batch {global_batch}, "
           f"loss {history.history['loss'][0]:.4f} -> {history.history['loss'][-1]:.4f}")

@@ -73,7 +73,7 @@ def test_fit_returns_while_its_trace_is_parsed_and_the_points_follow(tmp_path, m
     seen.gate = gate
     caplog.set_level(logging.INFO, logger="keras_gpu")
     x, y = _arrays(16 * 12)
-    cb = StepTimeLogger(tmp_path, profile_steps=4, warmup_steps=2)
+    cb = StepTimeLogger(tmp_path, profile_steps=4, warmup_steps=2, profile_every_s=300)
     model = _model()
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb, seen])
     # fit returned with the parser still held inside its first trace: nothing of it is written yet.
@@ -115,7 +115,7 @@ def test_points_of_a_trace_parsed_after_fit_survive_interpreter_exit(tmp_path):
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
         x, y = np.zeros((16 * 12, 8), "float32"), np.zeros((16 * 12, 1), "float32")
-        cb = StepTimeLogger({str(tmp_path)!r}, profile_steps=4, warmup_steps=2)
+        cb = StepTimeLogger({str(tmp_path)!r}, profile_steps=4, warmup_steps=2, profile_every_s=300)
         model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
         assert not cb.wait(timeout=0)
         threading.Thread(target=gate.set).start()

@@ -18,7 +18,7 @@ x = rng.normal(size=(1000, 256)).astype("float32"); y = (x[:, :4].sum(1) > 0).as
 with strategy.scope():
     model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=keras_gpu.callbacks({log_dir!r}))
+model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=keras_gpu.callbacks({log_dir!r}, profile_every_s=300))
 """
 
 

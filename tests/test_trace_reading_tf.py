@@ -44,7 +44,7 @@ def _sleepy(seconds):
 
 
 def _fit(model, ds, tmp_path, caplog):
-    cb = StepTimeLogger(tmp_path, profile_steps=3)
+    cb = StepTimeLogger(tmp_path, profile_steps=3, profile_every_s=300)
     caplog.set_level(logging.INFO, logger="keras_gpu")
     model.fit(ds, epochs=2, verbose=0, callbacks=[cb])
     assert cb.last is not None

@@ -37,6 +37,7 @@ from keras_gpu.hooks.step_time_trace import (
     read_trace,
     steps_per_execution,
 )
+from keras_gpu.hooks.trace_cost import TraceCost, TraceGate, device_kind, trace_costs
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
 from keras_gpu.output import tags as _tags
@@ -110,6 +111,23 @@ class StepTimeLogger(LoggingCallback):
     (`keras_gpu.hooks.device_profiler`), with one warning. Each trace's
     kernel view and the host's work per step are logged as text summaries.
 
+    **Which fits trace.** A trace costs the profiler's start (on the
+    training thread) and stop (beside training): about 0.3 s per fit with
+    JAX on an NVIDIA H200, +28% on a fit of 1,500 steps of 0.7 ms. So,
+    unless `profile_every_s` is set, a trace starts only where the fit's
+    traces, this one included, cost at most 0.5% of the fit
+    (`keras_gpu.hooks.trace_cost.TraceGate`, decided where the trace would
+    start): the time since `fit` began plus the steps left (steps per epoch
+    x epochs) at the pace since the first step ended; where the epoch's
+    length is not known yet, the decision waits for the next epoch (in the
+    last, the time so far is the fit's length). A trace's cost is the mean
+    start plus stop of this process's earlier traces on the same backend
+    and device kind (`profiler_cost`), or before any the prior in
+    `keras_gpu.hooks.trace_cost.PRIOR_COST_S`. A fit that does not trace
+    says why in one INFO line per process and starts no profiler. An
+    explicit `profile_every_s` traces whatever it costs, and so does every
+    worker of a multi-worker job (they trace the same steps).
+
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step
     (`keras_gpu.hooks.step_probe`: `tf.timestamp()` where the worker's own
@@ -166,7 +184,9 @@ class StepTimeLogger(LoggingCallback):
     Args:
         log_dir: Directory shared with the other callbacks.
         profile_every_s: Seconds between traces (after the first); `0` turns
-            tracing off.
+            tracing off. `None` (the default): every 300 s, in a fit where
+            a trace costs at most 0.5% of it (see "Which fits trace" above);
+            a number, `300` included, traces whatever it costs.
         profile_steps: Training steps per trace (rounded up to whole
             executions with `steps_per_execution > 1`).
         warmup_steps: Steps of the first epoch after which its first trace
@@ -198,6 +218,7 @@ class StepTimeLogger(LoggingCallback):
             a count below 1), or the `log_dir` is empty.
 
     Attributes:
+        forced: Whether `profile_every_s` was set (traces whatever they cost).
         last: The last `keras_gpu.meters.step_time.StepTime`, or `None`
             (read after `fit`, it waits for the fit's traces).
         traces: Breakdowns logged in this `fit`, oldest first (as `last`).
@@ -213,8 +234,8 @@ class StepTimeLogger(LoggingCallback):
         >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
-        >>> with tempfile.TemporaryDirectory() as log_dir:
-        ...     step_time = keras_gpu.StepTimeLogger(log_dir, warmup_steps=1, profile_steps=2)
+        >>> with tempfile.TemporaryDirectory() as log_dir:  # profile_every_s: trace even this short fit
+        ...     step_time = keras_gpu.StepTimeLogger(log_dir, profile_every_s=300, warmup_steps=1, profile_steps=2)
         ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[step_time], verbose=0)
         >>> len(step_time.traces), step_time.last.steps  # one trace of two steps
         (1, 2)
@@ -231,7 +252,7 @@ class StepTimeLogger(LoggingCallback):
         self,
         log_dir: str | os.PathLike,
         *,
-        profile_every_s: float = DEFAULT_PROFILE_EVERY_S,
+        profile_every_s: float | None = None,
         profile_steps: int = 20,
         warmup_steps: int = 50,
         max_traces: int = 5,
@@ -240,7 +261,9 @@ class StepTimeLogger(LoggingCallback):
     ) -> None:
         super().__init__(log_dir, per_worker_runs)
         # keras_gpu.callbacks() checked the profile_every_s it forwards.
-        self.profile_every_s = check_profile_every_s(profile_every_s)
+        every_s = check_profile_every_s(profile_every_s, allow_none=True)
+        self.forced = every_s is not None  # the user's interval: trace whatever it costs
+        self.profile_every_s = self.DEFAULT_PROFILE_EVERY_S if every_s is None else every_s
         self.profile_steps = check_positive("profile_steps", profile_steps, integer=True)
         self.warmup_steps = check_positive("warmup_steps", warmup_steps, integer=True)
         self.max_traces = check_positive("max_traces", max_traces, integer=True)
@@ -259,6 +282,8 @@ class StepTimeLogger(LoggingCallback):
         self._last_end = -1
         self._ends = threading.Condition()  # notified at each batch end: a traced step waits for the last one
         self._train_thread = threading.get_ident()
+        self._cost_key: tuple[str, str] | None = None  # (backend, device kind) of the last fit that could trace
+        self._last_fit: TraceSchedule | None = None
 
     @property
     def last(self) -> steptime.StepTime | None:
@@ -271,6 +296,19 @@ class StepTimeLogger(LoggingCallback):
         """The breakdowns of the current or last `fit`, oldest first (after `fit`, as `last`)."""
         out = self._settled()
         return [] if out is None else out.traces
+
+    @property
+    def profiler_cost(self) -> TraceCost | None:
+        """The profiler's measured start and stop in this process, for the backend and device kind of the
+        last `fit` (`None` where no trace of theirs was measured): `keras_gpu.hooks.trace_cost.TraceCost`."""
+        key = self._cost_key
+        return None if key is None else trace_costs().get(key)
+
+    @property
+    def no_trace_reason(self) -> str | None:
+        """Why the last `fit` started no trace for its cost (`None`: it was not held back by its cost)."""
+        fit = self._last_fit
+        return None if fit is None else fit.gate.reason
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the last `fit`'s traces are stopped, parsed and written; whether they are.
@@ -316,7 +354,7 @@ class StepTimeLogger(LoggingCallback):
             logger.warning("keras-gpu: the cluster view is off: %s: %s", type(exc).__name__, exc)
 
     def on_train_begin(self, logs=None):
-        self._fit = self._cluster_fit = None
+        self._fit = self._cluster_fit = self._last_fit = None
         self.cluster = []
         self._open()
         self._out = _FitOutput(self._writer)
@@ -353,9 +391,13 @@ class StepTimeLogger(LoggingCallback):
             )
             return
         try:
+            replicas = self._replicas()
+            # Every worker of a job traces the same steps: no worker decides on its own clock.
+            forced = self.forced or workers > 1
+            gate = TraceGate(_backend.name(), device_kind(d for _, d in replicas), forced=forced)
             self._fit = TraceSchedule(
                 profiler,
-                self._replicas(),
+                replicas,
                 self.warmup_steps,
                 self.profile_steps,
                 epochs=params.get("epochs"),
@@ -367,7 +409,9 @@ class StepTimeLogger(LoggingCallback):
                 profile_dir=os.path.join(self.run_dir, PROFILE_SUBDIR),
                 keep=self._writer is not None,
                 stop_inline=workers > 1 and tensorflow,
+                gate=gate,
             )
+            self._last_fit, self._cost_key = self._fit, (gate.backend, gate.kind)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
             logger.warning("keras-gpu: StepTimeLogger is off for this fit: %s: %s", type(exc).__name__, exc)
 
@@ -393,7 +437,12 @@ class StepTimeLogger(LoggingCallback):
             if self._by_begins and cluster.batch_end(batch - 1):
                 self._cluster_views(cluster, cluster.at_batch_end(self._own_window(), self._once))
         fit = self._fit
-        if fit is not None and self._by_begins and batch > 0 and batch - 1 >= fit.next_batch:  # not an epoch's first
+        if fit is None:
+            return
+        if fit.pace_pending and (batch or fit.base):  # the fit's first step has ended
+            fit.pace_pending = False
+            fit.gate.note_first_step(fit.base + batch)
+        if self._by_begins and batch > 0 and batch - 1 >= fit.next_batch:  # not an epoch's first
             # A trace starts, marks or stops here: the previous step must have finished first, as in Keras'
             # synchronous loop, so that each traced step's device work falls inside its own mark.
             if not self._wait_for_end(batch - 1):
@@ -563,6 +612,8 @@ class StepTimeLogger(LoggingCallback):
         ]
 
     def _log_summary(self, fit: TraceSchedule, last: steptime.StepTime | None) -> None:
+        if last is None and fit.gate.reason is not None:
+            return  # its cost held it back: said once per process
         if last is None:
             logger.info(
                 "keras-gpu: StepTimeLogger traced no step in this fit (the first trace comes after warm-up: at the "

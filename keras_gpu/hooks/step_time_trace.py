@@ -3,7 +3,8 @@
 `TraceSchedule` starts the backend's profiler at a batch end, marks
 each traced step, and ends the trace at a later batch end; the finished trace
 becomes a `TraceJob`, which `TraceParser` hands to one
-background thread to read (`read_trace`). The profiler stops on a
+background thread to read (`read_trace`, in `keras_gpu.hooks.trace_read`);
+`keras_gpu.hooks.trace_cost` says whether a fit may trace. The profiler stops on a
 thread of its own (collecting and writing a trace takes about 0.5 s per 10 MB
 on TensorFlow, 1 s per 6 MB on JAX here), which the training thread never waits for. Every target is a count of the fit's training
 steps, so every worker of a job traces the same steps.
@@ -19,15 +20,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import device_profiler
+from keras_gpu.hooks.trace_cost import TraceGate, device_kind, record_cost
+from keras_gpu.hooks.trace_read import TraceJob, read_trace
 from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters import xspace
 
 __all__ = [
     "PROFILE_SUBDIR",
@@ -130,45 +131,6 @@ def steps_per_execution(model: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-@dataclass(frozen=True)
-class TraceJob:
-    """One finished trace, for the parser thread.
-
-    Attributes:
-        profile_dir: Where the run keeps its traces (`run_dir/plugins/profile`).
-        staging: The trace's own directory, where the profiler wrote it.
-        keep: Whether the trace is kept in `profile_dir` (the run is written).
-        steps: Training steps traced, as the schedule counted them.
-        wall_sec: Their wall time, batch end to batch end, in seconds.
-        step: The global step the breakdown is logged at (where the trace ended).
-        steps_per_mark: Training steps in each marked step (`steps_per_execution`).
-        num_replicas: This worker's replicas.
-        labels: Per local replica, its tag label (`<global index>_<DEV>_<n>`).
-        gpu_replicas: `{GPU index in the trace: local replicas on it}`.
-        expect_device: `"GPU"` where the replicas run on GPUs (a trace without GPU activity then says so).
-        write: Where its breakdown goes, `write(breakdown, labels, step)`
-            (the output of the `fit` that traced it).
-        stop_profiler: Waits for the profiler's stop, under way on a thread
-            of its own (or done already, inline), before the trace can be read
-            (on the parser thread): returns whether the profiler stopped and
-            wrote the trace. `None`: it had stopped before the job was made.
-    """
-
-    profile_dir: str
-    staging: str
-    keep: bool
-    steps: int
-    wall_sec: float
-    step: int
-    steps_per_mark: int
-    num_replicas: int
-    labels: tuple[str, ...]
-    gpu_replicas: dict[int, tuple[int, ...]]
-    write: Callable[[steptime.StepTime, tuple[str, ...], int], None] | None = None
-    stop_profiler: Callable[[], bool] | None = None
-    expect_device: str | None = None
-
-
 class TraceSchedule:
     """The traces of one `fit`: where it is in steps, and the next trace's start and stop.
 
@@ -195,6 +157,9 @@ class TraceSchedule:
             end that ends a trace, instead of on the parser thread (TensorFlow's
             multi-worker tracing, where stops are unsafe already: see
             `StepTimeLogger(multiworker_tracing=...)`).
+        gate: Whether a trace may start (`keras_gpu.hooks.trace_cost.TraceGate`);
+            `None`: every trace may (a forced gate, which still records the
+            profiler's measured cost).
     """
 
     def __init__(
@@ -213,16 +178,19 @@ class TraceSchedule:
         profile_dir: str = "",
         keep: bool = False,
         stop_inline: bool = False,
+        gate: TraceGate | None = None,
     ) -> None:
         self.profiler = profiler
+        if gate is None:
+            gate = TraceGate(_backend.name(), device_kind(d for _, d in replicas), forced=True)
+        self.gate = gate
+        self.pace_pending = not gate.forced  # the gate wants the end of the fit's first step
+        self.traces = 0  # traces started in this fit
+        self.start_sec = 0.0  # the last start's measured seconds
         self.stop_inline = stop_inline
         self.profiler_ok = True
         self.replicas = replicas
-        gpus = [topology.parse_device(d) for _, d in replicas]
-        on_gpus = _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus)
-        self.gpu_replicas = topology.trace_gpu_replicas(  # logical GPUs -> the physical GPUs a trace names
-            [d for _, d in replicas], topology.gpu_layout() if on_gpus else None
-        )
+        self._gpu_replicas: dict[int, tuple[int, ...]] | None = None  # read at the first trace
         self.steps_per_execution = steps_per_execution
         self.requested_steps = profile_steps
         # A trace's steps, in whole executions.
@@ -251,6 +219,18 @@ class TraceSchedule:
         self.next_batch: float = _INF
         self.t0 = time.perf_counter()
 
+    @property
+    def gpu_replicas(self) -> dict[int, tuple[int, ...]]:
+        """`{GPU index in a trace: local replicas on it}` (read once, at the first trace)."""
+        if self._gpu_replicas is None:
+            devices = [d for _, d in self.replicas]
+            gpus = [topology.parse_device(d) for d in devices]
+            on_gpus = _backend.name() == "tensorflow" and any(g and g.device_type == "GPU" for g in gpus)
+            self._gpu_replicas = topology.trace_gpu_replicas(  # logical GPUs -> the physical GPUs a trace names
+                devices, topology.gpu_layout() if on_gpus else None
+            )
+        return self._gpu_replicas
+
     def step_of(self, batch: int) -> int:
         """Steps of this fit done at the end of `batch` of the current epoch."""
         return self.base + steps_done(batch, self.known_steps)
@@ -258,8 +238,9 @@ class TraceSchedule:
     def epoch_begin(self, epoch: int) -> None:
         self.last_batch = -1
         self.epoch = epoch
-        if epoch > 0 and self.first and self.start_at is not None:
-            self.start_at = min(self.start_at, self.base + 1)  # ... or at the second epoch's first batch end
+        if epoch > 0 and (self.first or self.start_at == _INF) and self.start_at is not None:
+            # ... or at the second epoch's first batch end (and a trace that waited for the fit's length)
+            self.start_at = min(self.start_at, self.base + 1)
         self.schedule()
 
     def epoch_end(self) -> None:
@@ -316,20 +297,35 @@ class TraceSchedule:
             else:
                 self.begin_mark(self.first_step + step)
         elif self.start_at is not None and step >= self.start_at:
-            if self.fits(batch):
-                self.start(batch)
-            else:
+            if not self.fits(batch):
                 self.start_at = self.base + self.epoch_steps + 1  # the next epoch's first batch end holds it
+            else:
+                allowed = self.may_trace(step)
+                if allowed:
+                    self.start(batch)
+                else:  # not yet: the next epoch's first batch end knows the fit's length; no: none in this fit
+                    self.start_at = _INF if allowed is None else None
         self.schedule()
         return job
 
+    def may_trace(self, step: int) -> bool | None:
+        """The one place that says whether this fit may start a trace now, `step` steps in (`None`: not yet).
+
+        The profiler's failures end tracing for the fit, and a trace of this
+        process without GPU activity for every later fit
+        (`keras_gpu.hooks.device_profiler`); then the gate decides
+        (`keras_gpu.hooks.trace_cost.TraceGate`: the trace's cost against the fit's length).
+        """
+        if not self.profiler_ok or device_profiler.failed():
+            return False
+        total = self.epochs * self.epoch_steps if self.epochs is not None and self.epoch_steps is not None else None
+        last_chance = self.epochs is None or self.epoch >= self.epochs - 1
+        return self.gate.allow(step, total, self.traces, last_chance)
+
     def start(self, batch: int) -> None:
-        """Start a trace at the end of `batch` (one warning where the profiler cannot start); none at all once a
-        trace of this process held no GPU activity (`keras_gpu.hooks.device_profiler`)."""
+        """Start a trace at the end of `batch` (one warning where the profiler cannot start); `may_trace` decides."""
         self.start_at = None
         self.first = False
-        if device_profiler.failed():
-            return
         self.tracing = True
         self.start_step = self.step_of(batch)
         self.stop_at = self.start_step + self.requested_steps
@@ -346,7 +342,10 @@ class TraceSchedule:
             # right after one whose last trace is still stopping): the profiler is one per process.
             if not _STOPS.wait(STOP_WAIT_S):
                 raise RuntimeError(f"the profiler's last stop has not ended after {STOP_WAIT_S:g} s")
+            t = time.perf_counter()
             self.profiler.start(self.staging)
+            self.start_sec = time.perf_counter() - t
+            self.traces += 1
         except Exception as exc:  # noqa: BLE001 - another profiler session, a missing plugin, ...
             shutil.rmtree(self.staging, ignore_errors=True)
             self.staging = ""
@@ -416,10 +415,13 @@ class TraceSchedule:
         """
         _STOPS.begin()
         stopped: list[bool] = []
+        start_sec = self.start_sec
 
         def stop_profiler() -> None:
             try:
+                t = time.perf_counter()
                 self.profiler.stop()
+                record_cost(self.gate.backend, self.gate.kind, start_sec, time.perf_counter() - t)
                 stopped.append(True)
             except Exception as exc:  # noqa: BLE001
                 self.profiler_ok = False
@@ -506,85 +508,3 @@ class TraceParser:
                 item()
             except Exception as exc:  # noqa: BLE001 - a failure here must not end the parser
                 logger.warning("keras-gpu: StepTimeLogger's trace parser failed: %s: %s", type(exc).__name__, exc)
-
-
-def read_trace(
-    job: TraceJob, once: Once, max_traces: int, write: Callable[[steptime.StepTime, tuple[str, ...], int], None]
-) -> None:
-    """Read a finished trace (on the parser thread) and `write(breakdown, labels, step)`.
-
-    A trace of no complete step is skipped; one without training ops, or one
-    that cannot be read, costs one warning (per `once` scope). A GPU job's
-    trace without GPU activity (`StepTime.unmeasured`) is written with what
-    it measured, and turns tracing off in this process with one warning
-    (`keras_gpu.hooks.device_profiler`). The trace moves
-    under `job.profile_dir` where the run is written, which keeps the newest
-    `max_traces`; its staging directory is removed.
-    """
-    try:
-        if job.steps < 1 or job.wall_sec <= 0:
-            return  # nothing to learn from a trace of no complete step
-        paths = xspace.find_traces(job.staging)
-        if not paths:
-            raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
-        space = xspace.load(paths[-1])
-        if job.keep:  # only runs that are written keep their traces
-            _keep(os.path.dirname(paths[-1]), job.profile_dir)
-        result = steptime.analyze(
-            space,
-            steps=job.steps,
-            wall_sec=job.wall_sec,
-            num_replicas=job.num_replicas,
-            gpu_replicas=job.gpu_replicas,
-            steps_per_mark=job.steps_per_mark,
-            expect_device=job.expect_device,
-        )
-        if result.unmeasured:
-            device_profiler.turn_off(result.unmeasured)
-        elif result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
-            once.log(
-                logging.WARNING,
-                "empty-trace",
-                "keras-gpu: StepTimeLogger found no training ops in the profiler trace; no breakdown is logged.",
-            )
-            return
-        write(result, job.labels, job.step)
-    except Exception as exc:  # noqa: BLE001 - a bad trace costs one warning, never training
-        once.log(
-            logging.WARNING,
-            "parse-failed",
-            "keras-gpu: StepTimeLogger could not read a profiler trace (%s: %s); training goes on.",
-            type(exc).__name__,
-            exc,
-        )
-    finally:
-        shutil.rmtree(job.staging, ignore_errors=True)
-        if job.keep:
-            _prune(job.profile_dir, max_traces)
-
-
-def _keep(session_dir: str, profile_dir: str) -> str:
-    """Move a trace's directory under `profile_dir`, under a name no other trace has there."""
-    os.makedirs(profile_dir, exist_ok=True)
-    name = os.path.basename(session_dir.rstrip(os.sep))
-    target, n = os.path.join(profile_dir, name), 1
-    while os.path.exists(target):
-        n += 1
-        target = os.path.join(profile_dir, f"{name}_{n}")
-    shutil.move(session_dir, target)
-    return target
-
-
-def _subdirs(path: str) -> list[str]:
-    try:
-        return sorted(e.name for e in os.scandir(path) if e.is_dir())
-    except OSError:
-        return []
-
-
-def _prune(profile_dir: str, keep: int) -> None:
-    """Delete all but the newest `keep` trace directories."""
-    names = _subdirs(profile_dir)
-    paths = sorted((os.path.join(profile_dir, n) for n in names), key=lambda p: (os.path.getmtime(p), p))
-    for path in paths[: max(0, len(paths) - keep)]:
-        shutil.rmtree(path, ignore_errors=True)

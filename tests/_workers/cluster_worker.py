@@ -14,9 +14,11 @@ MODE:
 - `rotate-<kind>-<spe>` (kind `compute`, `input` or `host`; spe the steps per
   execution): in epoch e, worker e is slowed in that part: 48 extra matmuls
   over its batch inside the model, an 80 ms sleep per batch in its tf.data
-  pipeline, or a 20 ms sleep after each call of the train function;
+  pipeline, or a sleep of 20 ms per step after each call of the train function
+  (80 ms after a call of 4 steps: a signal that stands out of a loaded
+  machine's noise);
 - `input`: worker 1's tf.data pipeline sleeps 80 ms per batch, every epoch;
-- `host4-custom`, `host4-lso`: worker 1 sleeps 20 ms after each call of the
+- `host4-custom`, `host4-lso`: worker 1 sleeps 80 ms after each call of the
   train function, 4 steps per call, in a model whose class writes its own
   `train_step`, or with a `LossScaleOptimizer`;
 - `slowdown`: every worker sleeps 20 ms after each batch from epoch 1 on
@@ -45,6 +47,8 @@ import sys
 import time
 
 EPOCHS = 3
+#: Host sleep of a slowed worker, per step: `steps_per_execution` times this after each call.
+HOST_SLEEP_PER_STEP_S = 0.02
 
 
 def main() -> None:
@@ -221,7 +225,7 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
 
         def on_train_batch_end(self, batch, logs=None):
             if kind in ("host", "slowdown") and slowed(state["epoch"]):
-                time.sleep(0.02)
+                time.sleep(HOST_SLEEP_PER_STEP_S * spe)
 
     def nap(batch):
         if kind == "input" and slowed(state["epoch"]):
@@ -263,7 +267,7 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
                 key: getattr(c, key)
                 for key in ("slowest_worker", "imbalance", "part", "part_sec", "part_median_sec", "excess_sec",
                             "spread_sec", "clear", "slowdown", "slowdown_worker", "reporting")
-            }
+            } | {"rows": {str(k): v for k, v in c.rows.items()}}
             for c in cb.cluster
         ],
     }

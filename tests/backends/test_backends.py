@@ -245,7 +245,7 @@ rng = np.random.default_rng(0)
 x, y = rng.random((64 * 30, 32), dtype=np.float32), rng.random((64 * 30, 10), dtype=np.float32)
 model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
 model.compile("sgd", "mse")
-cb = StepTimeLogger({log_dir!r}, profile_steps=10)
+cb = StepTimeLogger({log_dir!r}, profile_steps=10, profile_every_s=300)
 model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=[cb])
 print("RESULT", json.dumps(None if cb.last is None else cb.last.as_dict()))
 """
