@@ -111,22 +111,23 @@ class StepTimeLogger(LoggingCallback):
     (`keras_gpu.hooks.device_profiler`), with one warning. Each trace's
     kernel view and the host's work per step are logged as text summaries.
 
-    **Which fits trace.** A trace costs the profiler's start (on the
-    training thread) and stop (beside training): about 0.3 s per fit with
-    JAX on an NVIDIA H200, +28% on a fit of 1,500 steps of 0.7 ms. So,
-    unless `profile_every_s` is set, a trace starts only where the fit's
-    traces, this one included, cost at most 0.5% of the fit
+    **Which fits trace.** A trace costs the profiler's start (on the training
+    thread) and stop (beside training): about 0.3 s per fit with JAX on an
+    NVIDIA H200, +28% on a fit of 1,500 steps of 0.7 ms. So, unless
+    `profile_every_s` is set, a trace starts only where the fit's traces, this
+    one included, cost at most 0.5% of the fit
     (`keras_gpu.hooks.trace_cost.TraceGate`, decided where the trace would
-    start): the time since `fit` began plus the steps left (steps per epoch
-    x epochs) at the pace since the first step ended; where the epoch's
-    length is not known yet, the decision waits for the next epoch (in the
-    last, the time so far is the fit's length). A trace's cost is the mean
-    start plus stop of this process's earlier traces on the same backend
-    and device kind (`profiler_cost`), or before any the prior in
-    `keras_gpu.hooks.trace_cost.PRIOR_COST_S`. A fit that does not trace
-    says why in one INFO line per process and starts no profiler. An
-    explicit `profile_every_s` traces whatever it costs, and so does every
-    worker of a multi-worker job (they trace the same steps).
+    start): the time since `fit` began plus the steps left (steps per epoch x
+    epochs) at the pace since the first step ended; where the epoch's length
+    is not known yet, the decision waits for the next epoch (in the last, the
+    time so far is the fit's length).
+
+    A trace's cost is the mean start plus stop of this process's earlier
+    traces on the same backend and device kind (`profiler_cost`), or before
+    any the prior in `keras_gpu.hooks.trace_cost.PRIOR_COST_S`. A fit that
+    does not trace says why in one INFO line per process and starts no
+    profiler. An explicit `profile_every_s` traces whatever it costs, and so
+    does every worker of a multi-worker job (they trace the same steps).
 
     **Multi-worker TensorFlow jobs** are measured without the profiler, on
     every worker, by default: a probe inside each training step
@@ -234,8 +235,10 @@ class StepTimeLogger(LoggingCallback):
         >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> x, y = np.zeros((16, 4), "float32"), np.zeros((16, 1), "float32")
-        >>> with tempfile.TemporaryDirectory() as log_dir:  # profile_every_s: trace even this short fit
-        ...     step_time = keras_gpu.StepTimeLogger(log_dir, profile_every_s=300, warmup_steps=1, profile_steps=2)
+        >>> with tempfile.TemporaryDirectory() as log_dir:  # trace this short fit too
+        ...     step_time = keras_gpu.StepTimeLogger(
+        ...         log_dir, profile_every_s=300, warmup_steps=1, profile_steps=2
+        ...     )
         ...     _ = model.fit(x, y, batch_size=4, epochs=1, callbacks=[step_time], verbose=0)
         >>> len(step_time.traces), step_time.last.steps  # one trace of two steps
         (1, 2)

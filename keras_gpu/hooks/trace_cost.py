@@ -83,7 +83,7 @@ _costs: dict[tuple[str, str], TraceCost] = {}
 def record_cost(backend: str, kind: str, start_sec: float, stop_sec: float) -> TraceCost:
     """Add one trace's measured start and stop to this process's record; the updated record.
 
-    Example:
+    Examples:
         >>> from keras_gpu.hooks import trace_cost
         >>> cost = trace_cost.record_cost("example", "cpu", 0.25, 0.75)
         >>> cost.traces, cost.per_trace_sec
@@ -122,7 +122,7 @@ def trace_costs() -> dict[tuple[str, str], TraceCost]:
 def device_kind(devices: Iterable[str]) -> str:
     """`"gpu"` where any device is a GPU, else the first device's kind in lower case (`"cpu"`, `"tpu"`).
 
-    Example:
+    Examples:
         >>> from keras_gpu.hooks.trace_cost import device_kind
         >>> device_kind(["/device:CPU:0"]), device_kind(["/device:CPU:0", "/device:GPU:1"])
         ('cpu', 'gpu')
