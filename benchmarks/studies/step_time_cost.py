@@ -3,8 +3,8 @@
 Run from the repository root (nothing else should run on the machine meanwhile):
 
 ```
-python -m benchmarks.step_time_cost                 # 6 minutes of training, the default trace period (300 s)
-python -m benchmarks.step_time_cost --minutes 1 --profile-every-s 30   # shorter, same ratio of traces to time
+python -m benchmarks.studies.step_time_cost                 # 6 minutes of training, the default trace period (300 s)
+python -m benchmarks.studies.step_time_cost --minutes 1 --profile-every-s 30   # shorter, same ratio of traces to time
 ```
 
 One process trains the 1 ms MLP (`mlp-1` of :mod:`benchmarks._workload`) with
@@ -26,15 +26,12 @@ it never fails because a budget is missed.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from typing import Any
 
-from benchmarks import _stats
+from benchmarks import _cli, _stats
 
 __all__ = ["main", "run"]
 
@@ -146,10 +143,9 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _cli.make_parser("python -m benchmarks.studies.step_time_cost", __doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=6.0, help="training time (default 6)")
     parser.add_argument("--profile-every-s", type=float, default=None, help="trace period (default: the callbacks')")
-    parser.add_argument("--output", default=None, help="write the result as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as log_dir:
         result = run(args.minutes, args.profile_every_s, log_dir)
@@ -162,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:>24}: {seconds:8.4f} s  ({100 * seconds / result['train_s']:.4f}% of training)")
     print(f"  default set, all costs: {cost['default_set_total']:.3f}%;  step-time breakdown alone: {cost['step_time_total']:.4f}%")
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        _cli.write_json(args.output, result, indent=2)
     return 0
 
 
