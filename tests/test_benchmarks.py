@@ -301,6 +301,20 @@ def test_bad_study_options_are_refused_before_any_run(name, argv, message, capsy
     assert message in capsys.readouterr().err
 
 
+def test_the_step_time_study_wraps_what_the_step_time_logger_calls(tmp_path):
+    """`step_time_cost` follows the traces through the schedule's start/stop and times the parser's handler."""
+    import inspect
+
+    from keras_gpu.hooks.factory import StepTimeLogger
+    from keras_gpu.hooks.step_time_trace import TraceSchedule
+
+    assert list(inspect.signature(TraceSchedule.start).parameters) == ["self", "batch"]
+    assert list(inspect.signature(TraceSchedule.stop).parameters) == ["self"]
+    assert {"tracing", "last_batch"} <= set(inspect.getsource(TraceSchedule.__init__).replace("self.", " ").split())
+    logger = StepTimeLogger(str(tmp_path))
+    assert callable(logger._parser._handle) and callable(logger.wait)
+
+
 def test_the_shared_parser_has_only_the_options_asked_for():
     full = _cli.make_parser("p", "d", rounds=5, pairs=3, quick="smaller").parse_args([])
     assert vars(full) == {"output": None, "rounds": 5, "pairs": 3, "quick": False}

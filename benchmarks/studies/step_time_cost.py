@@ -13,7 +13,8 @@ about 10 s. It measures, with instruments of its own:
 
 * the time inside every keras-gpu hook on the training thread (profiler
   start and stop included), and the CPU time of the callbacks' threads (the
-  trace parser, the memory sampler), as in :mod:`benchmarks.overhead`;
+  trace parser, read on its own thread around each trace it parses; the
+  memory sampler), as in :mod:`benchmarks.overhead`;
 * the traced steps' slowdown: a timestamp callback placed first records every
   batch end; for each trace (the batch range StepTimeLogger traced) the
   excess of the traced steps' time over the median untraced step time;
@@ -45,6 +46,7 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     from benchmarks._instrument import HookTimer
     from benchmarks._workload import build_model, make_data, setup_replicas, workload
     from keras_gpu.hooks.factory import StepTimeLogger
+    from keras_gpu.hooks.step_time_trace import TraceSchedule
 
     w = workload("mlp-1")
     strategy = setup_replicas(1)
@@ -65,19 +67,19 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     callbacks = keras_gpu.callbacks(log_dir, **kwargs)
     step_logger = next(cb for cb in callbacks if isinstance(cb, StepTimeLogger))
     traces: list[tuple[int, int, int]] = []  # (epoch, first traced batch, last traced batch)
-    real_start, real_stop = step_logger._start, step_logger._stop
+    # Each trace's batch range, from the fit's trace schedule (its start at a batch end, its stop at the last
+    # traced batch end); the methods are wrapped for this fit only.
+    real_start, real_stop = TraceSchedule.start, TraceSchedule.stop
 
     def start(fit: Any, batch: int) -> None:
         real_start(fit, batch)
         if fit.tracing:
             traces.append((clock.epoch, batch, batch))
 
-    def stop(fit: Any) -> None:
-        if traces:
+    def stop(fit: Any) -> Any:
+        if traces and fit.tracing:
             traces[-1] = (traces[-1][0], traces[-1][1], fit.last_batch)
-        real_stop(fit)
-
-    step_logger._start, step_logger._stop = start, stop
+        return real_stop(fit)
 
     class Clock(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -99,10 +101,31 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     clock = Clock()
     timer = HookTimer(callbacks).install()
     t0 = time.perf_counter()
-    model.fit(xs, ys, batch_size=w.batch_size, epochs=epochs, verbose=0, callbacks=[clock, *callbacks])
+    # The trace parser's thread lives only while a trace is pending, so the hook timer rarely sees it: its
+    # CPU time is read on that thread itself, around each trace it handles.
+    parser_cpu_s = [0.0]
+    handle = step_logger._parser._handle
+
+    def timed_handle(job: Any) -> None:
+        c0 = time.thread_time()
+        try:
+            handle(job)
+        finally:
+            parser_cpu_s[0] += time.thread_time() - c0
+
+    step_logger._parser._handle = timed_handle
+    TraceSchedule.start, TraceSchedule.stop = start, stop
+    try:
+        model.fit(xs, ys, batch_size=w.batch_size, epochs=epochs, verbose=0, callbacks=[clock, *callbacks])
+    finally:
+        TraceSchedule.start, TraceSchedule.stop = real_start, real_stop
     fit_s = time.perf_counter() - t0
-    thread_cpu = timer.sample_threads()
+    timer.sample_threads()
     hooks = timer.snapshot_slots()
+    step_logger.wait()  # the last trace's parse, which `fit` does not wait for, is part of the run's cost
+    parser_cpu = parser_cpu_s[0]
+    other_threads_cpu = sum(t["cpu_s"] for t in timer.threads if t["name"] != "keras-gpu-step-time")
+    thread_cpu = other_threads_cpu + parser_cpu
 
     # Step times: consecutive batch ends; a step's index is its batch.
     traced: set[tuple[int, int]] = {(e, b) for e, first, last in traces for b in range(first + 1, last + 1)}
@@ -115,7 +138,6 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     slowdown = sum(dt - median for dt in traced_dt)
     hook_s = sum(v[0] for v in hooks.values())
     step_hooks = sum(v[0] for k, v in hooks.items() if k.startswith("StepTimeLogger."))
-    parser_cpu = sum(t["cpu_s"] for t in timer.threads if t["name"] == "keras-gpu-step-time")
     train_s = clock.train_s
     return {
         "minutes": minutes,
