@@ -18,8 +18,6 @@ names, and writes :func:`dispatch_ab`'s result (used by
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
@@ -27,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks import _cli
 from benchmarks._stats import describe, median
 
 __all__ = ["async_dispatch", "dispatch_ab", "interleaved_pairs", "main", "mlp", "shuffled_rounds", "time_fit"]
@@ -192,18 +191,14 @@ def dispatch_ab(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m benchmarks._ab OUT.json [--pairs N] [--steps N]`: the default set's dispatch A/B, as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks._ab", description=main.__doc__)
+    parser = _cli.make_parser("python -m benchmarks._ab", main.__doc__, output=None, pairs=5)
     parser.add_argument("out", help="path of the JSON result")
-    parser.add_argument("--pairs", type=int, default=5, help="interleaved A/B pairs (default 5)")
     parser.add_argument("--steps", type=int, default=2000, help="steps per fit (default 2000)")
     args = parser.parse_args(argv)
-    for name in ("pairs", "steps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer. Received: --{name}={getattr(args, name)!r}")
+    _cli.check_at_least(parser, args, pairs=1, steps=1)
     with tempfile.TemporaryDirectory(prefix="keras_gpu_ab_") as tmp:
         result = dispatch_ab(tmp, pairs=args.pairs, steps=args.steps)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    _cli.write_json(args.out, result)
     return 0
 
 

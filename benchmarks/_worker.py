@@ -523,10 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     result = job(spec)
     result["job"] = spec["job"]
     result["worker_wall_s"] = time.perf_counter() - started
-    tmp = argv[1] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f)
-    os.replace(tmp, argv[1])
+    from benchmarks._cli import write_json
+
+    write_json(argv[1], result, indent=None)
     return 0
 
 

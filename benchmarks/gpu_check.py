@@ -86,7 +86,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python benchmarks/gpu_check.py`: the repository's packages
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import _ab
+from benchmarks import _ab, _cli
 from benchmarks._stats import describe, median
 
 # Thresholds of the checks.
@@ -742,8 +742,7 @@ def worker(backend: str, out_path: str, pairs: int, size: dict[str, Any]) -> int
                 rows, figures = [check(f"{part} checks (raised)", f"{type(exc).__name__}: {exc}", "no error", False)], {}
             result["checks"] += rows
             result["figures"].update(figures)
-    with open(out_path, "w") as f:
-        json.dump(result, f, indent=2, default=str)
+    _cli.write_json(out_path, result, indent=2)
     return 0
 
 
@@ -833,10 +832,11 @@ def hardware() -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser = _cli.make_parser(
+        "python benchmarks/gpu_check.py", __doc__.split("\n\n", 1)[0], output="--json",
+        output_help="also write the figures to this JSON file", pairs=7,
+    )
     parser.add_argument("--backends", default="jax,torch", help="comma-separated: jax, torch (default: both)")
-    parser.add_argument("--json", help="also write the figures to this JSON file")
-    parser.add_argument("--pairs", type=int, default=7, help="interleaved fit pairs of the cost checks (default 7)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # tiny sizes: tests the script on a CPU
@@ -885,8 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report.get("scale"):
         print(scale_markdown(report["scale"]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, default=str)
+        _cli.write_json(args.json, report, indent=2)
     passed = all(
         "error" not in r and all(row["pass"] is not False for row in r["checks"]) for r in report["backends"].values()
     ) and not any("error" in study for study in report.get("scale", {}).values())

@@ -128,7 +128,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _analysis
+from benchmarks import _analysis, _cli
 from benchmarks._machine import describe_machine, load_average
 from benchmarks._variants import DEFAULT_VARIANTS, VARIANTS, variant
 from benchmarks._workload import CONFIGS, DEFAULT_CONFIGS
@@ -189,8 +189,8 @@ def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's parser (`python -m benchmarks.overhead --help`)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.overhead", description="Measure what keras-gpu's callbacks cost a training run."
+    parser = _cli.make_parser(
+        "python -m benchmarks.overhead", "Measure what keras-gpu's callbacks cost a training run.", output=None
     )
     return add_options(parser)
 
@@ -311,8 +311,7 @@ def _run_worker(spec: dict[str, Any], timeout: float, workers: int = 1, backend:
     """
     with tempfile.TemporaryDirectory(prefix="keras_gpu_bench_job_") as tmp:
         job = os.path.join(tmp, "job.json")
-        with open(job, "w", encoding="utf-8") as f:
-            json.dump(spec, f)
+        _cli.write_json(job, spec, indent=None)
         outs = [os.path.join(tmp, f"result{i}.json") for i in range(workers)]
         envs = [_worker_env(backend)] * workers
         if workers > 1:
@@ -479,12 +478,7 @@ def failed_parts(result: dict[str, Any]) -> list[str]:
 
 def write_result(result: dict[str, Any], path: str) -> None:
     """Write `result` as JSON to `path` (atomically), creating its directory."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    _cli.write_json(path, result)
 
 
 def run_from_options(opts: dict[str, Any], *, table: bool = True) -> int:

@@ -1,6 +1,6 @@
 """The scaling study's workload: a small MLP trained under keras_gpu.make_strategy(), with a stopwatch.
 
-`keras-gpu scale` runs it unchanged in `benchmarks/gpu_check.py` and `benchmarks/scale_time.py`, and the
+`keras-gpu scale` runs it unchanged in `benchmarks/gpu_check.py` and `benchmarks/studies/scale_time.py`, and the
 tests of `keras-gpu scale` compare its rows with the stopwatch. On TensorFlow it reads a `tf.data` pipeline,
 on JAX NumPy arrays; `--batch` is per replica, so the global batch grows with the replicas.
 

@@ -10,6 +10,10 @@ in the benchmark's own subprocesses.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -18,7 +22,7 @@ import time
 import keras
 import pytest
 
-from benchmarks import _analysis, _stats
+from benchmarks import _analysis, _cli, _stats
 from benchmarks._instrument import HookTimer, wrapper_overhead_s
 from benchmarks._probes import BusyHookProbe, SpinThreadProbe
 from benchmarks._proc import open_fd_count, rss_bytes, task_count, thread_cpu_seconds
@@ -232,6 +236,111 @@ def test_installed_cli_never_imports_the_benchmark_and_says_how_to_run_it(tmp_pa
     assert proc.stdout.split() == ["clean", "same-path"]
     assert "python -m benchmarks.overhead --quick --configs mlp-1" in proc.stderr
     assert "not part of the installed package" in proc.stderr
+
+
+# --------------------------------------------------------------------------- commands and the shared CLI
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+STUDIES = (
+    "ride_cost", "sample_count_cost", "step_time_cost", "straggler_rule", "profiler_crash_rate", "fit_return",
+    "cluster_scale", "scale_time",
+)
+
+
+def _documented_commands() -> dict[str, set[str]]:
+    """`python -m benchmarks...` module -> the documents naming it, over docs/ and README.md."""
+    found: dict[str, set[str]] = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for module in re.findall(r"python -m (benchmarks(?:\.\w+)*)", path.read_text(encoding="utf-8")):
+            found.setdefault(module, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_documented_benchmark_command_names_an_importable_module():
+    commands = _documented_commands()
+    assert {"benchmarks.overhead", "benchmarks.studies.ride_cost", "benchmarks.studies.straggler_rule"} <= set(commands)
+    missing = {m: sorted(docs) for m, docs in commands.items() if importlib.util.find_spec(m) is None}
+    assert not missing, f"documented commands whose module does not exist: {missing}"
+
+
+def test_every_documented_benchmark_script_path_exists():
+    named = set()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        named |= set(re.findall(r"\bbenchmarks/[\w/]+\.py\b", path.read_text(encoding="utf-8")))
+    assert "benchmarks/gpu_check.py" in named
+    assert not sorted(p for p in named if not (ROOT / p).is_file())
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_each_study_is_a_module_of_the_studies_package_with_the_shared_options(name, capsys):
+    module = importlib.import_module(f"benchmarks.studies.{name}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith(f"usage: python -m benchmarks.studies.{name}")
+    assert ("--json" if name == "scale_time" else "--output") in usage
+    assert not (ROOT / "benchmarks" / f"{name}.py").exists()  # one copy, in studies/
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "message"),
+    [
+        ("ride_cost", ["--rounds", "0"], "--rounds must be at least 1. Received: --rounds=0"),
+        ("ride_cost", ["--steps", "1"], "--steps must be at least 2. Received: --steps=1"),
+        ("sample_count_cost", ["--rounds", "0"], "--rounds must be at least 1. Received: --rounds=0"),
+        ("fit_return", ["--rounds", "0"], "--rounds must be at least 1. Received: --rounds=0"),
+        ("profiler_crash_rate", ["--workers", "1"], "--workers must be at least 2. Received: --workers=1"),
+    ],
+)
+def test_bad_study_options_are_refused_before_any_run(name, argv, message, capsys):
+    module = importlib.import_module(f"benchmarks.studies.{name}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_step_time_study_wraps_what_the_step_time_logger_calls(tmp_path):
+    """`step_time_cost` follows the traces through the schedule's start/stop and times the parser's handler."""
+    import inspect
+
+    from keras_gpu.hooks.factory import StepTimeLogger
+    from keras_gpu.hooks.step_time_trace import TraceSchedule
+
+    assert list(inspect.signature(TraceSchedule.start).parameters) == ["self", "batch"]
+    assert list(inspect.signature(TraceSchedule.stop).parameters) == ["self"]
+    assert {"tracing", "last_batch"} <= set(inspect.getsource(TraceSchedule.__init__).replace("self.", " ").split())
+    logger = StepTimeLogger(str(tmp_path))
+    assert callable(logger._parser._handle) and callable(logger.wait)
+
+
+def test_the_shared_parser_has_only_the_options_asked_for():
+    full = _cli.make_parser("p", "d", rounds=5, pairs=3, quick="smaller").parse_args([])
+    assert vars(full) == {"output": None, "rounds": 5, "pairs": 3, "quick": False}
+    assert vars(_cli.make_parser("p", "d", output=None).parse_args([])) == {}
+    assert vars(_cli.make_parser("p", "d", output="--json").parse_args(["--json", "x.json"])) == {"json": "x.json"}
+
+
+def test_write_json_creates_the_folder_and_leaves_no_partial_file(tmp_path):
+    import json
+
+    import numpy as np
+
+    path = tmp_path / "a" / "b" / "result.json"
+    _cli.write_json(path, {"n": 3, "seconds": [0.5, 1.5], "dtype": np.dtype("float32")})
+    assert json.loads(path.read_text()) == {"n": 3, "seconds": [0.5, 1.5], "dtype": "float32"}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["result.json"]
+    with pytest.raises(TypeError):
+        _cli.write_json(path, {(1, 2): 0})  # a key JSON cannot hold
+    assert json.loads(path.read_text())["n"] == 3  # the earlier result is intact
+    assert sorted(p.name for p in path.parent.iterdir()) == ["result.json"]
+
+
+def test_the_shared_cli_examples_run():
+    import doctest
+
+    assert doctest.testmod(_cli, optionflags=doctest.ELLIPSIS).failed == 0
 
 
 # --------------------------------------------------------------------------- end to end

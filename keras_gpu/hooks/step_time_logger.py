@@ -202,7 +202,7 @@ class StepTimeLogger(LoggingCallback):
             22 of 453 stops of 5-step traces (about 5%; the chief 0 of 507, a
             single process 0 of 200), a crash in `TraceMeRecorder::Consume`.
             Measure it on your machine with `python -m
-            benchmarks.profiler_crash_rate`.
+            benchmarks.studies.profiler_crash_rate`.
         per_worker_runs: Whether a worker other than the chief writes its own
             run (`log_dir/worker_k/train`). `None`: yes in jobs of up to 16
             workers; above that only the chief writes.

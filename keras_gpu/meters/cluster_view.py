@@ -56,7 +56,7 @@ STRAGGLER_IMBALANCE = 0.1
 #: ...and its excess over the others' median busy time is this many times
 #: the spread (max - min) of the others' own busy times. Both measured on
 #: balanced loopback jobs of 2, 3 and 4 CPU workers (see
-#: `benchmarks/straggler_rule.py`).
+#: `benchmarks/studies/straggler_rule.py`).
 CLEAR_OF_SPREAD = 2.0
 #: A worker whose busy time per step in the latest window is this many times
 #: its own best window's is named as slowed.

@@ -24,7 +24,7 @@ MODE:
 - `slowdown`: every worker sleeps 20 ms after each batch from epoch 1 on
   (the whole cluster turns slow: no straggler, a slowdown);
 - `measure`: balanced, 6 epochs of 32 steps (the false-alarm measurement of
-  `benchmarks/straggler_rule.py`);
+  `benchmarks/studies/straggler_rule.py`);
 - `identical`: the same model trained twice from the same seed, without and
   with the callbacks, with 1 and with 4 steps per execution; OUT/w<rank>.json
   holds the final weights' digests (`identical-ride` forces the rows' ride on

@@ -3,8 +3,8 @@
 Run from the repository root (nothing else should run on the machine meanwhile):
 
 ```
-python -m benchmarks.step_time_cost                 # 6 minutes of training, the default trace period (300 s)
-python -m benchmarks.step_time_cost --minutes 1 --profile-every-s 30   # shorter, same ratio of traces to time
+python -m benchmarks.studies.step_time_cost                 # 6 minutes of training, the default trace period (300 s)
+python -m benchmarks.studies.step_time_cost --minutes 1 --profile-every-s 30   # shorter, same ratio of traces to time
 ```
 
 One process trains the 1 ms MLP (`mlp-1` of :mod:`benchmarks._workload`) with
@@ -13,7 +13,8 @@ about 10 s. It measures, with instruments of its own:
 
 * the time inside every keras-gpu hook on the training thread (profiler
   start and stop included), and the CPU time of the callbacks' threads (the
-  trace parser, the memory sampler), as in :mod:`benchmarks.overhead`;
+  trace parser, read on its own thread around each trace it parses; the
+  memory sampler), as in :mod:`benchmarks.overhead`;
 * the traced steps' slowdown: a timestamp callback placed first records every
   batch end; for each trace (the batch range StepTimeLogger traced) the
   excess of the traced steps' time over the median untraced step time;
@@ -26,15 +27,12 @@ it never fails because a budget is missed.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from typing import Any
 
-from benchmarks import _stats
+from benchmarks import _cli, _stats
 
 __all__ = ["main", "run"]
 
@@ -48,6 +46,7 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     from benchmarks._instrument import HookTimer
     from benchmarks._workload import build_model, make_data, setup_replicas, workload
     from keras_gpu.hooks.factory import StepTimeLogger
+    from keras_gpu.hooks.step_time_trace import TraceSchedule
 
     w = workload("mlp-1")
     strategy = setup_replicas(1)
@@ -68,19 +67,19 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     callbacks = keras_gpu.callbacks(log_dir, **kwargs)
     step_logger = next(cb for cb in callbacks if isinstance(cb, StepTimeLogger))
     traces: list[tuple[int, int, int]] = []  # (epoch, first traced batch, last traced batch)
-    real_start, real_stop = step_logger._start, step_logger._stop
+    # Each trace's batch range, from the fit's trace schedule (its start at a batch end, its stop at the last
+    # traced batch end); the methods are wrapped for this fit only.
+    real_start, real_stop = TraceSchedule.start, TraceSchedule.stop
 
     def start(fit: Any, batch: int) -> None:
         real_start(fit, batch)
         if fit.tracing:
             traces.append((clock.epoch, batch, batch))
 
-    def stop(fit: Any) -> None:
-        if traces:
+    def stop(fit: Any) -> Any:
+        if traces and fit.tracing:
             traces[-1] = (traces[-1][0], traces[-1][1], fit.last_batch)
-        real_stop(fit)
-
-    step_logger._start, step_logger._stop = start, stop
+        return real_stop(fit)
 
     class Clock(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -102,10 +101,31 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     clock = Clock()
     timer = HookTimer(callbacks).install()
     t0 = time.perf_counter()
-    model.fit(xs, ys, batch_size=w.batch_size, epochs=epochs, verbose=0, callbacks=[clock, *callbacks])
+    # The trace parser's thread lives only while a trace is pending, so the hook timer rarely sees it: its
+    # CPU time is read on that thread itself, around each trace it handles.
+    parser_cpu_s = [0.0]
+    handle = step_logger._parser._handle
+
+    def timed_handle(job: Any) -> None:
+        c0 = time.thread_time()
+        try:
+            handle(job)
+        finally:
+            parser_cpu_s[0] += time.thread_time() - c0
+
+    step_logger._parser._handle = timed_handle
+    TraceSchedule.start, TraceSchedule.stop = start, stop
+    try:
+        model.fit(xs, ys, batch_size=w.batch_size, epochs=epochs, verbose=0, callbacks=[clock, *callbacks])
+    finally:
+        TraceSchedule.start, TraceSchedule.stop = real_start, real_stop
     fit_s = time.perf_counter() - t0
-    thread_cpu = timer.sample_threads()
+    timer.sample_threads()
     hooks = timer.snapshot_slots()
+    step_logger.wait()  # the last trace's parse, which `fit` does not wait for, is part of the run's cost
+    parser_cpu = parser_cpu_s[0]
+    other_threads_cpu = sum(t["cpu_s"] for t in timer.threads if t["name"] != "keras-gpu-step-time")
+    thread_cpu = other_threads_cpu + parser_cpu
 
     # Step times: consecutive batch ends; a step's index is its batch.
     traced: set[tuple[int, int]] = {(e, b) for e, first, last in traces for b in range(first + 1, last + 1)}
@@ -118,7 +138,6 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
     slowdown = sum(dt - median for dt in traced_dt)
     hook_s = sum(v[0] for v in hooks.values())
     step_hooks = sum(v[0] for k, v in hooks.items() if k.startswith("StepTimeLogger."))
-    parser_cpu = sum(t["cpu_s"] for t in timer.threads if t["name"] == "keras-gpu-step-time")
     train_s = clock.train_s
     return {
         "minutes": minutes,
@@ -146,10 +165,9 @@ def run(minutes: float, profile_every_s: float | None, log_dir: str) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _cli.make_parser("python -m benchmarks.studies.step_time_cost", __doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=6.0, help="training time (default 6)")
     parser.add_argument("--profile-every-s", type=float, default=None, help="trace period (default: the callbacks')")
-    parser.add_argument("--output", default=None, help="write the result as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as log_dir:
         result = run(args.minutes, args.profile_every_s, log_dir)
@@ -162,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:>24}: {seconds:8.4f} s  ({100 * seconds / result['train_s']:.4f}% of training)")
     print(f"  default set, all costs: {cost['default_set_total']:.3f}%;  step-time breakdown alone: {cost['step_time_total']:.4f}%")
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        _cli.write_json(args.output, result, indent=2)
     return 0
 
 

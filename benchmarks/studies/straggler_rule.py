@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m benchmarks.straggler_rule --runs 4 --workers 2 3 4 --dir /tmp/straggler_rule
-    python -m benchmarks.straggler_rule --dir /tmp/straggler_rule --no-run   # analyze jobs already run
+    python -m benchmarks.studies.straggler_rule --runs 4 --workers 2 3 4 --dir /tmp/straggler_rule
+    python -m benchmarks.studies.straggler_rule --dir /tmp/straggler_rule --no-run   # analyze jobs already run
 
 Raw result of the 12 jobs measured: `docs/benchmarks/straggler-rule-balanced-cpu-2core.json`.
 
@@ -19,7 +19,6 @@ worker: a false alarm, since no worker was slowed). It reports; it never fails.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -27,10 +26,11 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks import _stats
+from benchmarks import _cli, _stats
 from keras_gpu.meters import cluster_view
 
-WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "_workers", "cluster_worker.py")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(REPO, "tests", "_workers", "cluster_worker.py")
 
 
 def _run(directory: str, workers: int, run: int) -> str:
@@ -94,12 +94,13 @@ def analyze(directory: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _cli.make_parser(
+        "python -m benchmarks.studies.straggler_rule", __doc__.splitlines()[0], output_help="write the analysis as JSON here"
+    )
     parser.add_argument("--runs", type=int, default=4, help="jobs per worker count")
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--dir", required=True, help="where each job writes its records")
     parser.add_argument("--no-run", action="store_true", help="only analyze the jobs already in --dir")
-    parser.add_argument("--output", help="write the analysis as JSON here")
     args = parser.parse_args(argv)
     if not args.no_run:
         for run in range(1, args.runs + 1):
@@ -114,8 +115,7 @@ def main(argv: list[str] | None = None) -> None:
               f"(imbalance alone: {entry['named_imbalance_only']}); imbalance median {entry['median_imbalance']:.3f}, "
               f"max {entry['max_imbalance']:.3f}")
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
+        _cli.write_json(args.output, result)
 
 
 if __name__ == "__main__":

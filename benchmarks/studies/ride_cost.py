@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m benchmarks.ride_cost                      # 41 rounds of 400 steps
-    python -m benchmarks.ride_cost --rounds 9 --steps 200 --output ride.json
+    python -m benchmarks.studies.ride_cost                      # 41 rounds of 400 steps
+    python -m benchmarks.studies.ride_cost --rounds 9 --steps 200 --output ride.json
 
 In a two-worker job the steps' wall time moves by several percent from one
 fit to the next (the collectives cross loopback gRPC), which hides an
@@ -31,13 +31,11 @@ microseconds per step and as a share of the bare step. It reports; it never fail
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import statistics
 from typing import Any
 
-from benchmarks import _ab, _stats
+from benchmarks import _ab, _cli, _stats
 
 BATCH = 64
 VARIANTS = ("bare", "probe", "ride")
@@ -96,14 +94,11 @@ def summarize(per_step: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=41, help="A/B rounds (default 41)")
+    parser = _cli.make_parser("python -m benchmarks.studies.ride_cost", __doc__.split("\n\n")[0], rounds=41)
     parser.add_argument("--steps", type=int, default=400, help="steps per variant and round (default 400)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", help="path of a JSON result")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.steps < 2:
-        parser.error(f"--rounds must be at least 1 and --steps at least 2. Received: {args.rounds}, {args.steps}")
+    _cli.check_at_least(parser, args, rounds=1, steps=2)
     result = run(args.rounds, args.steps, args.seed)
     for key, label in (("per_step_sec", "wall"), ("cpu_per_step_sec", "process CPU")):
         result[f"summary_{key}"] = summary = summarize(result[key])
@@ -116,8 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"quartiles {us[0]:+.1f} to {us[2]:+.1f} us)"
             )
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
+        _cli.write_json(args.output, result)
 
 
 if __name__ == "__main__":

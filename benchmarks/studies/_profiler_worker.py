@@ -1,4 +1,4 @@
-"""One worker of `benchmarks.profiler_crash_rate`: a multi-worker `fit` that starts and stops TensorFlow's profiler.
+"""One worker of `benchmarks.studies.profiler_crash_rate`: a multi-worker `fit` that starts and stops TensorFlow's profiler.
 
 Usage: _profiler_worker.py OUT TRACES STEPS   (run under `keras-gpu launch`)
 

@@ -3,8 +3,8 @@
 Run from the repository root:
 
 ```
-python -m benchmarks.fit_return                    # an LSTM over timeseries_dataset_from_array, 20 traced steps
-python -m benchmarks.fit_return --timesteps 60 --rounds 3
+python -m benchmarks.studies.fit_return                    # an LSTM over timeseries_dataset_from_array, 20 traced steps
+python -m benchmarks.studies.fit_return --timesteps 60 --rounds 3
 ```
 
 Each round trains a fresh LSTM (`--timesteps` steps of 8 features, 32 units)
@@ -27,13 +27,12 @@ ends. It measures, by `time.perf_counter`:
 * `trace_mb`: the size of the `.xplane.pb` file;
 * `fit_s` (a stopwatch around `fit`) and `line_fit_s` (the end-of-fit line's "s of fit").
 
-It prints one JSON line per round and the medians. It reports; it never fails
+It prints one JSON line per round and the medians (`--output` also writes them as JSON). It reports; it never fails
 because a budget is missed.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -41,7 +40,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks import _stats
+from benchmarks import _cli, _stats
 
 __all__ = ["main", "run"]
 
@@ -137,10 +136,10 @@ def run(timesteps: int, log_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _cli.make_parser("python -m benchmarks.studies.fit_return", __doc__.split("\n\n")[0], rounds=3)
     parser.add_argument("--timesteps", type=int, default=120, help="LSTM time steps per sample (trace size)")
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    _cli.check_at_least(parser, args, rounds=1, timesteps=1)
     rows = []
     for _ in range(args.rounds):
         with tempfile.TemporaryDirectory() as log_dir:
@@ -153,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(rows[0][k], bool)
     }
     print("median", json.dumps(medians))
+    if args.output:
+        _cli.write_json(args.output, {"timesteps": args.timesteps, "rounds": rows, "median": medians})
     return 0
 
 

@@ -3,8 +3,8 @@
 Run from the repository root (needs the `tensorboard` package; no TensorFlow, no GPU):
 
 ```
-python -m benchmarks.cluster_scale                    # 8, 64 and 256 workers, per-worker runs as by default
-python -m benchmarks.cluster_scale --also-all-runs    # and every worker writing its own run, for comparison
+python -m benchmarks.studies.cluster_scale                    # 8, 64 and 256 workers, per-worker runs as by default
+python -m benchmarks.studies.cluster_scale --also-all-runs    # and every worker writing its own run, for comparison
 ```
 
 For each job size it writes, with keras-gpu's own writer and tag names, what
@@ -23,7 +23,6 @@ bytes, scalar points, TensorBoard seconds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -35,6 +34,8 @@ import time
 import urllib.parse
 import urllib.request
 from typing import Any
+
+from benchmarks import _cli
 
 __all__ = ["main", "simulate"]
 
@@ -186,12 +187,11 @@ def serve_time(log_dir: str, runs: list[str], timeout: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _cli.make_parser("python -m benchmarks.studies.cluster_scale", __doc__.split("\n\n")[0], output_help="write the results as JSON here")
     parser.add_argument("--workers", type=int, nargs="+", default=[8, 64, 256])
     parser.add_argument("--gpus-per-worker", type=int, default=8)
     parser.add_argument("--also-all-runs", action="store_true", help="also measure every worker writing its run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for TensorBoard per job")
-    parser.add_argument("--output", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     results = []
     cases = [(n, False) for n in args.workers]
@@ -219,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump({"gpus_per_worker": args.gpus_per_worker, "results": results}, f, indent=2)
+        _cli.write_json(args.output, {"gpus_per_worker": args.gpus_per_worker, "results": results}, indent=2)
     return 0
 
 

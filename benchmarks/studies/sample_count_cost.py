@@ -2,8 +2,8 @@
 
 Run from the repository root (one backend per run; `KERAS_BACKEND` picks it)::
 
-    python -m benchmarks.sample_count_cost                # 9 rounds of 3 variants, 400 steps each
-    python -m benchmarks.sample_count_cost --rounds 5 --steps 200 --output cost.json
+    python -m benchmarks.studies.sample_count_cost                # 9 rounds of 3 variants, 400 steps each
+    python -m benchmarks.studies.sample_count_cost --rounds 5 --steps 200 --output cost.json
 
 The model and batch are `mlp-1` of :mod:`benchmarks._workload` (batch 64).
 The input has no static batch size: on TensorFlow a `tf.data` pipeline
@@ -41,12 +41,10 @@ other work the spread across rounds is printed beside the medians.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from typing import Any
 
-from benchmarks import _ab, _stats
+from benchmarks import _ab, _cli, _stats
 
 BATCH = 64
 VARIANTS = ("none", "given", "counted")
@@ -202,14 +200,13 @@ def _model(build_model: Any, strategy: Any, seed: int) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
+    parser = _cli.make_parser("python -m benchmarks.studies.sample_count_cost", __doc__.splitlines()[0], rounds=9)
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--output", default=None, help="write the result as JSON here")
     parser.add_argument(
         "--variants", default=None, help="comma-separated subset (must include given); default: all of this backend"
     )
     args = parser.parse_args(argv)
+    _cli.check_at_least(parser, args, rounds=1, steps=2)
     variants = tuple(args.variants.split(",")) if args.variants else None
     result = run(args.rounds, args.steps, variants=variants)
     ms = result["step_ms"]
@@ -225,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if result["logger_cost_share"] is not None:
         print(f"  the logger itself (given - none): {100 * result['logger_cost_share']:+.2f}%")
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        _cli.write_json(args.output, result, indent=2)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Wall time of a whole `keras-gpu scale` study of a small MLP, and the table it gives.
 
 ```
-python -m benchmarks.scale_time                      # 1 and 2 logical CPUs (2 configurations)
-python -m benchmarks.scale_time --workers 1,2 --json scale_time.json
+python -m benchmarks.studies.scale_time                      # 1 and 2 logical CPUs (2 configurations)
+python -m benchmarks.studies.scale_time --workers 1,2 --json scale_time.json
 ```
 
 Runs `keras-gpu scale --replicas R --workers W --warmup 20 --steps 100 benchmarks/scale_mlp.py` in a
@@ -12,7 +12,6 @@ the number of configurations, and the rows. There is no timed test: this is the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks import _cli
+
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "benchmarks" / "scale_mlp.py")
 
 
@@ -39,12 +40,14 @@ def study(replicas: str, workers: str, warmup: int, steps: int, script_steps: in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser = _cli.make_parser(
+        "python -m benchmarks.studies.scale_time", __doc__.split("\n\n", 1)[0], output="--json",
+        output_help="also write the result to this file",
+    )
     parser.add_argument("--replicas", default="1,2")
     parser.add_argument("--workers", default="1")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--json", help="also write the result to this file")
     args = parser.parse_args(argv)
     result = study(args.replicas, args.workers, args.warmup, args.steps, args.warmup + args.steps + 20)
     from keras_gpu.output.scale_output import markdown_table
@@ -55,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result["returncode"]:
         print(result["stderr_tail"], file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        _cli.write_json(args.json, result, indent=2)
     return 0 if result["returncode"] == 0 else 1
 
 
