@@ -277,7 +277,7 @@ def test_a_short_tensorflow_fit_starts_no_profiler_by_default(priors, start_spy,
 
 
 def test_the_profiler_cost_benchmark_measures_each_part(priors, capsys):
-    from benchmarks import profiler_cost
+    from benchmarks.studies import profiler_cost
 
     result = profiler_cost.run(fits=1, steps=40)
     assert result["backend"] == "tensorflow" and result["steps_per_fit"] == 40
@@ -287,4 +287,7 @@ def test_the_profiler_cost_benchmark_measures_each_part(priors, capsys):
     assert len(untraced["on_train_begin_sec"]) == len(untraced["fit_sec_with"]) == len(untraced["fit_sec_without"]) == 1
     with pytest.raises(SystemExit):
         profiler_cost.main(["--fits", "0"])
-    assert "--fits must be >= 1 and --steps >= 30. Received: --fits 0 --steps 200" in capsys.readouterr().err
+    assert "--fits must be at least 1. Received: --fits=0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        profiler_cost.main(["--steps", "29"])
+    assert "--steps must be at least 30. Received: --steps=29" in capsys.readouterr().err

@@ -40,7 +40,7 @@ PRIOR_COST_S: dict[tuple[str, str], tuple[float, str]] = {
     ("jax", "gpu"): (0.30, "measured on an NVIDIA H200"),
     # Not measured: TensorFlow was not installed on the H200; the JAX figure stands in.
     ("tensorflow", "gpu"): (0.30, "not measured for TensorFlow on a GPU; JAX's H200 figure"),
-    # `python -m benchmarks.profiler_cost` on a shared 2-core x86 CPU (2026-11-27; TensorFlow 2.21, JAX 0.10.2):
+    # `python -m benchmarks.studies.profiler_cost` on a shared 2-core x86 CPU (2026-11-27; TensorFlow 2.21, JAX 0.10.2):
     # the mean start plus stop of 3 forced traces of 20 steps (JAX: stops 0.066-0.19 s, starts 0.1 ms;
     # TensorFlow: stops 0.009-0.022 s, starts 0.1 ms; docs/performance.md).
     ("jax", "cpu"): (0.11, "measured on a 2-core CPU"),

@@ -3,8 +3,8 @@
 Run from the repository root, once per backend:
 
 ```
-KERAS_BACKEND=tensorflow python -m benchmarks.profiler_cost
-KERAS_BACKEND=jax python -m benchmarks.profiler_cost --fits 5
+KERAS_BACKEND=tensorflow python -m benchmarks.studies.profiler_cost
+KERAS_BACKEND=jax python -m benchmarks.studies.profiler_cost --fits 5
 ```
 
 It trains a small MLP on the CPU (or the default device) in one process and prints JSON:
@@ -24,12 +24,12 @@ It reports; it never fails because a figure is large.
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import tempfile
 import time
 from typing import Any
+
+from benchmarks import _cli, _stats
 
 __all__ = ["main", "run"]
 
@@ -107,20 +107,22 @@ def run(fits: int, steps: int) -> dict[str, Any]:
             "on_train_begin_sec": begin,
             "fit_sec_with": with_cb,
             "fit_sec_without": without,
-            "median_difference_sec": statistics.median(a - b for a, b in zip(with_cb, without)),
+            "median_difference_sec": _stats.median([a - b for a, b in zip(with_cb, without)]),
         },
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments, measure, print JSON."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profiler_cost", description=__doc__.splitlines()[0])
+    parser = _cli.make_parser("python -m benchmarks.studies.profiler_cost", __doc__.splitlines()[0])
     parser.add_argument("--fits", type=int, default=3, help="forced traces, and pairs of untraced fits (default 3)")
     parser.add_argument("--steps", type=int, default=200, help="steps per fit (default 200)")
     args = parser.parse_args(argv)
-    if args.fits < 1 or args.steps < 30:
-        parser.error(f"--fits must be >= 1 and --steps >= 30. Received: --fits {args.fits} --steps {args.steps}")
-    print(json.dumps(run(args.fits, args.steps), indent=1))
+    _cli.check_at_least(parser, args, fits=1, steps=30)
+    result = run(args.fits, args.steps)
+    print(json.dumps(result, indent=1))
+    if args.output:
+        _cli.write_json(args.output, result)
     return 0
 
 
