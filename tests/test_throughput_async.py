@@ -116,3 +116,28 @@ def test_validation_between_batch_ends_is_timed(tmp_path):
     s = cb.summary
     assert (s["steps"], s["samples"]) == (12, 48)
     assert s["validation_seconds"] >= 0
+
+
+def test_an_epoch_stopped_early_ends_its_training_phase_before_validation(tmp_path):
+    import time
+
+    # `stop_training` at a batch end the logger did not look at: the phase ends at the latest where validation began.
+    cb = ThroughputLogger(tmp_path, every_n_steps=100, batch_size=4)
+    cb.set_model(_model())
+    cb.set_params({"epochs": 1, "steps": 20, "verbose": 0})
+    cb.on_train_begin()
+    cb.on_epoch_begin(0)
+    t0 = time.perf_counter()
+    for b in range(8):
+        cb.on_train_batch_begin(b)
+        cb.on_train_batch_end(b)
+    validation_start = time.perf_counter()
+    cb.on_test_begin()
+    time.sleep(0.05)
+    cb.on_test_end()
+    cb.on_epoch_end(0, {})
+    cb.on_train_end()
+    s = cb.summary
+    assert (s["steps"], s["samples"]) == (8, 32)
+    assert s["train_seconds"] <= validation_start - t0 + 1e-3  # not the validation's 50 ms
+    assert s["validation_seconds"] >= 0.05

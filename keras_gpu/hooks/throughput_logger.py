@@ -368,6 +368,8 @@ class ThroughputLogger(LoggingCallback):
             now = read_step(self.model, None)
             epoch_steps = None if now is None else now - fit.epoch_iterations
         now = time.perf_counter()
+        if fit.validation:  # an epoch stopped early at a batch end not looked at: it ended before validation began
+            now = min(now, fit.validation[0][0])
         if meter.last_end[0] != self._last_batch and fit.compiles is not None and fit.take_compiled(self._last_batch):
             meter.execution_compiled(self._last_batch, now)  # the epoch stopped early, at a batch end not looked at
         windows = meter.epoch_end(self._last_batch, now, epoch_steps)
