@@ -596,7 +596,10 @@ def trace_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list
     rng = np.random.default_rng(3)
     x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
     y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
-    logger = keras_gpu.StepTimeLogger(log_dir, warmup_steps=warmup, profile_steps=profile, max_traces=1)
+    # profile_every_s: trace this short fit, whatever the trace costs against it.
+    logger = keras_gpu.StepTimeLogger(
+        log_dir, warmup_steps=warmup, profile_steps=profile, max_traces=1, profile_every_s=300
+    )
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[logger])
     logger.wait(timeout=300)
     last = logger.last

@@ -199,6 +199,10 @@ class ThroughputLogger(LoggingCallback):
         self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
         self._last_batch = -1  # Keras' index of the latest batch end taken
         self._begun = -1  # Keras' index of the latest batch begin (the training thread's)
+        # JAX's and PyTorch's batch counter, and its counts at the batch begins after batch ends looked at.
+        self._batch_counter: Any = None
+        self._counts: dict[int, tuple[int | None, int | None]] = {}
+        self._looking: int | None = None  # the batch begin after the batch end being looked at
         # Batch ends may run on Keras' thread pool, concurrently: every reader and writer of the fit's state
         # after `on_train_begin` holds it.
         self._lock = threading.RLock()  # re-entered by a compile the FLOP count's trace reports
@@ -251,6 +255,9 @@ class ThroughputLogger(LoggingCallback):
     def on_train_batch_begin(self, batch, logs=None):
         # Always on the training thread, in order: what needs the order of the steps is noted here.
         self._begun = batch
+        if self._batch_counter is not None and batch - 1 >= self._next_check:  # a batch end the meter looks at
+            with self._lock:
+                self._counts[batch] = self._batch_counter()
         fit = self._fit
         if fit is not None and fit.flops_later is not None and _built(self.model):
             with self._lock:  # batch ends on the pool do not count on the training thread
@@ -339,7 +346,11 @@ class ThroughputLogger(LoggingCallback):
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
         meter = fit.meter
         # JAX's compiles, noted on the training thread with the begin of the execution that compiled.
+        self._looking = batch + 1
         self._write(meter.look(batch, t, compiled=fit.compiles is not None and fit.take_compiled(batch)))
+        self._looking = None
+        for begun in [b for b in self._counts if b <= batch + 1]:
+            del self._counts[begun]
         if meter.counter_failed:
             self._counter_failed(fit)
         self._next_check = self._next_look(fit, batch)
@@ -441,6 +452,10 @@ class ThroughputLogger(LoggingCallback):
         counter = None
         if self.batch_size is None and (data is None or data.batch_size is None or data.last_batch_size is None):
             counter = self._counter(data)
+        # JAX's and PyTorch's batch counter counts the batches the training thread took, which may run ahead of
+        # the batch ends Keras runs on its pool: it is read at batch begins, on the training thread.
+        self._batch_counter = counter if counter is not None and backend.name() != "tensorflow" else None
+        self._counts.clear()
         schedule = _setup.fit_schedule(
             model,
             data,
@@ -470,7 +485,7 @@ class ThroughputLogger(LoggingCallback):
             flops_per_sample=flops,
             peak_flops=peak,
             initial_step=self._initial_step(),
-            counter=counter,
+            counter=self._counts_at_look if self._batch_counter is not None else counter,
             tokens_per_sample=self.tokens_per_sample,
         )
         fit = _ThroughputFit(meter, t0)
@@ -510,6 +525,16 @@ class ThroughputLogger(LoggingCallback):
             logger.debug("keras-gpu: ThroughputLogger could not count FLOPs: %s: %s", type(exc).__name__, exc)
         finally:
             fit.training = training
+
+    def _counts_at_look(self) -> tuple[int | None, int | None]:
+        """The batch counter as it stood when the batch end looked at ended (the meter's counter; lock held).
+
+        Read at the batch begin after it, on the training thread (`on_train_batch_begin`), where that begin
+        ran; else now: its next call has not begun (it begins under the same lock), so the counter has taken
+        no batch past it.
+        """
+        counts = self._counts.get(self._looking)
+        return counts if counts is not None else self._batch_counter()
 
     def _uncounted_ops(self) -> tuple[str, ...]:
         """The ops the FLOP count of the model left out (its FLOPs are then a lower bound); none when given."""
