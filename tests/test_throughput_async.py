@@ -23,6 +23,14 @@ from keras_gpu.meters.throughput import ThroughputMeter
 from keras_gpu.meters.throughput_records import DataSchedule
 
 
+@pytest.fixture(autouse=True)
+def _batch_ends_on_a_pool(monkeypatch):
+    """As on JAX and PyTorch: Keras may run batch ends on its pool (TensorFlow, this process's backend, never does)."""
+    from keras_gpu.core import backend
+
+    monkeypatch.setattr(backend, "batch_ends_in_order", lambda: False)
+
+
 def _model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")

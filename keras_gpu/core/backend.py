@@ -50,6 +50,7 @@ __all__ = [
     "allocator_memory",
     "allocator_pool",
     "allocators",
+    "batch_ends_in_order",
     "compute_dtype",
     "device_name",
     "jax_preallocation",
@@ -81,6 +82,17 @@ def name() -> str:
     import keras
 
     return str(keras.backend.backend())
+
+
+def batch_ends_in_order() -> bool:
+    """Whether Keras runs every callback's batch ends on the training thread, in order, on this backend.
+
+    On TensorFlow it does (its backend is not thread-safe for Keras). On the
+    others (JAX, PyTorch), with `verbose=0` and every callback `async_safe`,
+    Keras runs batch ends on a thread pool, concurrently and in any order,
+    and waits for them only at the epoch's end.
+    """
+    return name() == "tensorflow"
 
 
 def selected() -> str:

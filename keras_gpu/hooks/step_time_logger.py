@@ -362,7 +362,7 @@ class StepTimeLogger(LoggingCallback):
         self._open()
         self._out = _FitOutput(self._writer)
         self._first_step = self._initial_step()  # ThroughputLogger's step axis: this plus the steps run
-        self._by_begins = _backend.name() != "tensorflow"
+        self._by_begins = not _backend.batch_ends_in_order()
         self._last_end = -1
         self._train_thread = threading.get_ident()
         task = self._task

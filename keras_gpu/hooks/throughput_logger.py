@@ -206,6 +206,7 @@ class ThroughputLogger(LoggingCallback):
         # Batch ends may run on Keras' thread pool, concurrently: every reader and writer of the fit's state
         # after `on_train_begin` holds it.
         self._lock = threading.RLock()  # re-entered by a compile the FLOP count's trace reports
+        self._in_order = False  # batch ends on the training thread only (TensorFlow's backend): no lock needed
         self._once = process_once()  # its hints appear once per process, however many fits
 
     # -- Keras hooks ------------------------------------------------------------
@@ -225,6 +226,7 @@ class ThroughputLogger(LoggingCallback):
         self._close_fit()  # a fit that raised left its compile watch open
         self.summary = None
         self._open()
+        self._in_order = backend.batch_ends_in_order()
         try:
             self._fit = self._start_fit(t0)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training
@@ -264,6 +266,11 @@ class ThroughputLogger(LoggingCallback):
                 self._count_flops_now(fit)
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._in_order:  # TensorFlow: Keras runs every batch end on the training thread, in order
+            self._last_batch = batch
+            if batch >= self._next_check:
+                self._check(self._fit, batch)
+            return
         # Keras may call this on its thread pool, concurrently and out of order (`async_safe`).
         with self._lock:
             if batch <= self._last_batch:
@@ -454,7 +461,7 @@ class ThroughputLogger(LoggingCallback):
             counter = self._counter(data)
         # JAX's and PyTorch's batch counter counts the batches the training thread took, which may run ahead of
         # the batch ends Keras runs on its pool: it is read at batch begins, on the training thread.
-        self._batch_counter = counter if counter is not None and backend.name() != "tensorflow" else None
+        self._batch_counter = counter if counter is not None and not backend.batch_ends_in_order() else None
         self._counts.clear()
         schedule = _setup.fit_schedule(
             model,
