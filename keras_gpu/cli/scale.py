@@ -26,7 +26,7 @@ from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, check_d
 from keras_gpu.meters.scale_cause import measured_spread
 from keras_gpu.meters.scale_table import RunResult, build_rows
 
-__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "gpu_name", "parse_list", "render", "run"]
+__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "count_option", "gpu_name", "parse_list", "render", "run"]
 
 DEFAULT_WARMUP = 20
 """Training steps before the measured window, by default."""
@@ -54,7 +54,9 @@ def parse_list(text: str, name: str) -> list[int]:
     return values
 
 
-def _count(name: str, minimum: int) -> Any:
+def count_option(name: str, minimum: int) -> Any:
+    """An argparse `type` for the option `name`: an integer of at least `minimum`, refused naming the option."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -110,9 +112,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="local worker processes, comma-separated (default: 1)")
     parser.add_argument("--cpu", action="store_true",
                         help="on a GPU machine, add a row of one worker with every GPU hidden (GPU vs CPU)")
-    parser.add_argument("--warmup", type=_count("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
+    parser.add_argument("--warmup", type=count_option("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
                         help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
-    parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
+    parser.add_argument("--steps", type=count_option("--steps", 1), default=DEFAULT_STEPS, metavar="N",
                         help=f"training steps measured (default: {DEFAULT_STEPS}); the script must train W + N steps")
     parser.add_argument("--hang-timeout", type=_seconds, default=DEFAULT_HANG_TIMEOUT_S, metavar="SECONDS",
                         help=("stop a run whose workers inside fit/evaluate/predict finish no batch for this long, "

@@ -25,6 +25,7 @@ from typing import Any
 
 from keras_gpu.cli import UsageError
 from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, run_config
+from keras_gpu.cli.scale import count_option
 from keras_gpu.hooks.tune_private import ENV_TUNE_CHANGE, ENV_TUNE_DIR, ERROR_FILE
 from keras_gpu.meters.tune_candidates import CANDIDATES, Candidate, by_name, combine, line_for, skip_reason
 from keras_gpu.meters.tune_table import TuneRun, build_rows, verdict
@@ -55,19 +56,6 @@ def parse_try(text: str) -> list[str]:
     return names
 
 
-def _count(name: str, minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}. Received: {name} {text}")
-        return value
-
-    return parse
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `keras-gpu tune`."""
     names = ",".join(c.name for c in CANDIDATES)
@@ -95,9 +83,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--try", dest="tries", type=parse_try, default=None, metavar="LIST",
                         help=f"candidates to try, comma-separated (default: all that apply: {names})")
-    parser.add_argument("--warmup", type=_count("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
+    parser.add_argument("--warmup", type=count_option("--warmup", 0), default=DEFAULT_WARMUP, metavar="W",
                         help=f"training steps before the measured window (default: {DEFAULT_WARMUP})")
-    parser.add_argument("--steps", type=_count("--steps", 1), default=DEFAULT_STEPS, metavar="N",
+    parser.add_argument("--steps", type=count_option("--steps", 1), default=DEFAULT_STEPS, metavar="N",
                         help=f"training steps measured (default: {DEFAULT_STEPS}); the script must train W + N steps")
     parser.add_argument("--log-dir", default=None, metavar="DIR",
                         help="also write the rows as a TensorBoard run, DIR/tune (`keras-gpu report DIR` shows it)")
