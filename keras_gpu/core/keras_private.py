@@ -40,6 +40,7 @@ __all__ = [
     "inputs_struct",
     "jax_initialize_rng",
     "optimizer_trainable_variables",
+    "patch_on_import",
     "patched_train_step",
     "restore_train_step",
     "set_optimizer_apply",
@@ -181,32 +182,47 @@ def wrap_callback_lists(wrap: Callable[[Any], Any]) -> None:
     that imports nothing itself, so the program still chooses the backend).
     Calling it again with the same `wrap` changes nothing.
     """
-    module = sys.modules.get(CALLBACK_LIST_MODULE)
+    patch_on_import(
+        CALLBACK_LIST_MODULE, lambda module: _wrap_callback_list_init(module.CallbackList, wrap), key=wrap
+    )
+
+
+def patch_on_import(name: str, patch: Callable[[Any], None], key: Any = None) -> None:
+    """Call `patch(module)` on the module `name`: now where it is imported, else right after it first runs.
+
+    The second case inserts a meta-path finder that imports nothing itself
+    (so the program still chooses what it imports, the backend included).
+    One finder per `name` and `key` (default: `name`): calling it again
+    before the import adds none.
+    """
+    module = sys.modules.get(name)
     if module is not None:
-        _wrap_callback_list_init(module.CallbackList, wrap)
-    elif not any(isinstance(f, _WrapOnImport) and f.wrap is wrap for f in sys.meta_path):
-        sys.meta_path.insert(0, _WrapOnImport(wrap))
+        patch(module)
+        return
+    key = name if key is None else key
+    if not any(isinstance(f, _PatchOnImport) and f.name == name and f.key == key for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, patch, key))
 
 
-class _WrapOnImport:
-    """A meta-path finder that wraps Keras' `CallbackList.__init__` right after its module runs."""
+class _PatchOnImport:
+    """A meta-path finder that patches the module `name` right after it runs (it imports nothing itself)."""
 
-    def __init__(self, wrap: Callable[[Any], Any]) -> None:
-        self.wrap = wrap
+    def __init__(self, name: str, patch: Callable[[Any], None], key: Any) -> None:
+        self.name, self.patch, self.key = name, patch, key
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != CALLBACK_LIST_MODULE:
+        if name != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_and_wrap(module: Any) -> None:
+        def exec_and_patch(module: Any) -> None:
             exec_module(module)
-            _wrap_callback_list_init(module.CallbackList, self.wrap)
+            self.patch(module)
 
-        spec.loader.exec_module = exec_and_wrap
+        spec.loader.exec_module = exec_and_patch
         return spec
 
 

@@ -33,13 +33,14 @@ writes them with the losses and the peak memory.
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import inspect
 import json
 import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from keras_gpu.core import keras_private
 
 __all__ = [
     "ENV_TUNE_CHANGE",
@@ -111,34 +112,7 @@ def install(change: Mapping[str, Any], folder: str) -> None:
     _CHANGE.update(change)
     _FOLDER[:] = [folder]
     for name, patch in (("keras", _patch_keras), ("tensorflow", _patch_tf_data)):
-        module = sys.modules.get(name)
-        if module is not None:
-            patch(module)
-        elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
-            sys.meta_path.insert(0, _PatchOnImport(name, patch))
-
-
-class _PatchOnImport:
-    """A meta-path finder that patches a top-level package right after it ran (it imports nothing itself)."""
-
-    def __init__(self, name: str, patch: Callable[[Any], None]) -> None:
-        self.name = name
-        self.patch = patch
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != self.name:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            self.patch(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
+        keras_private.patch_on_import(name, patch)
 
 
 # --------------------------------------------------------------------------- Keras: compile, fit, PyDataset, policy
