@@ -56,6 +56,7 @@ def test_readers_answer_none_on_objects_without_the_state():
         keras_private.tf_dataset_adapter_dataset,
         keras_private.inputs_struct,
         keras_private.optimizer_trainable_variables,
+        keras_private.callback_model,
     ):
         assert reader(object()) is None
     assert keras_private.call_has_training_arg(object()) is True
@@ -77,6 +78,12 @@ def test_wrapped_epoch_iterator_hands_every_batch_through_the_wrap():
             pass
     assert seen == [4, 4, 2, 4, 4, 2]
     assert keras_private.wrap_epoch_iterator(object(), wrap) is False
+
+
+def test_callback_model_is_the_model_the_callback_was_set_to():
+    callback, model = keras.callbacks.Callback(), _model()
+    callback.set_model(model)
+    assert keras_private.callback_model(callback) is model is callback.model
 
 
 def test_inputs_struct_is_the_functional_models_inputs_as_defined():

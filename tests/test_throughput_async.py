@@ -19,8 +19,9 @@ import keras
 import pytest
 
 from keras_gpu import ThroughputLogger
+from keras_gpu.hooks.fit_introspection import BatchCounter
 from keras_gpu.meters.throughput import ThroughputMeter
-from keras_gpu.meters.throughput_records import DataSchedule
+from keras_gpu.meters.throughput_records import DataSchedule, Window
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +38,12 @@ def _model():
     return model
 
 
-def _drive(cb, *, epochs, steps, seed, spe=1, validation=False):
-    """Run the callback's hooks as Keras' asynchronous dispatch does; the threads that ran batch ends."""
+def _drive(cb, *, epochs, steps, seed, spe=1, validation=False, take=None, taken_before_begin=False):
+    """Run the callback's hooks as Keras' asynchronous dispatch does; the threads that ran batch ends.
+
+    `take(begin, end)`, where given, takes an execution's batches on the training thread: before its
+    batch begin (PyTorch's trainer) or after it, in the step (JAX's).
+    """
     rng = random.Random(seed)
     threads = set()
 
@@ -53,8 +58,13 @@ def _drive(cb, *, epochs, steps, seed, spe=1, validation=False):
             cb.on_epoch_begin(epoch)
             ends = []
             for begin in range(0, steps, spe):
+                last = min(begin + spe, steps) - 1
+                if take is not None and taken_before_begin:
+                    take(begin, last)
                 cb.on_train_batch_begin(begin)
-                ends.append(min(begin + spe, steps) - 1)
+                if take is not None and not taken_before_begin:
+                    take(begin, last)
+                ends.append(last)
             rng.shuffle(ends)
             for f in [pool.submit(end, b) for b in ends]:
                 f.result()  # Keras waits for every batch end before the epoch's end (and before on_test_end)
@@ -85,6 +95,47 @@ def test_out_of_order_batch_ends_with_steps_per_execution(tmp_path, seed):
     _drive(cb, epochs=2, steps=18, seed=seed, spe=4)
     assert (cb.summary["steps"], cb.summary["samples"]) == (36, 36 * 8)
     assert cb.summary["measured_steps"] == 36
+
+
+class _Taken:
+    """The training thread's batches through JAX's and PyTorch's batch counter, a batch's size by its index."""
+
+    def __init__(self, size, steps):
+        import numpy as np
+
+        self.counter = BatchCounter()
+        epochs = (np.zeros((size(b), 2), "float32") for _ in iter(int, 1) for b in range(steps))
+        self._batches = self.counter.wrap(epochs)
+
+    def take(self, begin, end):
+        for _ in range(begin, end + 1):
+            next(self._batches)
+
+
+@pytest.mark.parametrize("taken_before_begin", [True, False], ids=["pytorch", "jax"])
+@pytest.mark.parametrize("spe", [1, 3])
+def test_counted_batches_are_exact_however_far_the_training_thread_runs_ahead(
+    tmp_path, monkeypatch, taken_before_begin, spe
+):
+    # Every begin of the epoch runs before the first batch end: each window must count its own batches only.
+    def size(batch):
+        return 5 if batch == 16 else 8 + batch % 3
+
+    taken = _Taken(size, 17)
+    windows = []
+    monkeypatch.setattr(ThroughputLogger, "_counter", lambda self, data=None: taken.counter)
+    monkeypatch.setattr(ThroughputLogger, "_write", lambda self, events: windows.extend(events))
+    cb = ThroughputLogger(tmp_path, every_n_steps=4)
+    cb.set_model(_model())
+    _drive(cb, epochs=2, steps=17, seed=1, spe=spe, take=taken.take, taken_before_begin=taken_before_begin)
+    per_epoch = sum(size(b) for b in range(17))
+    assert (cb.summary["steps"], cb.summary["samples"]) == (34, 2 * per_epoch)
+    assert len(windows) >= 4
+    for window in windows:
+        if not isinstance(window, Window):
+            continue  # the first execution of an epoch (its time only)
+        in_epoch = range(window.step - window.steps, window.step)  # global steps; 17 per epoch
+        assert window.samples == sum(size(step % 17) for step in in_epoch), window
 
 
 def test_concurrent_batch_ends_are_taken_in_batch_order(tmp_path):

@@ -36,6 +36,7 @@ __all__ = [
     "array_adapter_inputs",
     "array_adapter_num_samples",
     "call_has_training_arg",
+    "callback_model",
     "drop_train_function",
     "inputs_struct",
     "jax_initialize_rng",
@@ -169,6 +170,21 @@ def set_train_function(model: Any, function: Callable[..., Any] | None) -> None:
     `on_train_begin` is what the steps call.
     """
     model.train_function = function
+
+
+def callback_model(callback: Any) -> Any:
+    """The model `callback` was set to (`callback._model`), without the state sync `Callback.model` runs on JAX.
+
+    On JAX, Keras' `Callback.model` property first calls
+    `model.jax_state_sync()`, which writes the training state into the
+    model's variables and makes the next step read it back from them. On
+    the training thread, between steps, that is only slow; from a batch
+    end on Keras' thread pool it races the step running on the training
+    thread, whose state buffers are donated: `fit` then fails with "Array
+    has been deleted" (checked on Keras 3.15 with JAX 0.10). A hook that
+    may run on the pool reads the model here, and touches no variable.
+    """
+    return getattr(callback, "_model", None)
 
 
 # --------------------------------------------------------------------------- every CallbackList of the process

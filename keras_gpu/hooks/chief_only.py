@@ -59,6 +59,10 @@ class ChiefWrites:
         super().on_train_begin(logs)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.async_safe:
+            # Per-epoch saves: Keras' batch end saves nothing, and on its pool it must not touch the model
+            # (on JAX, `Callback.model` syncs the training state, racing the step on the training thread).
+            return
         if self.chief_writes:
             with self._writing():
                 super().on_train_batch_end(batch, logs)

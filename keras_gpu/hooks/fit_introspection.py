@@ -298,18 +298,35 @@ class BatchCounter:
     batch with no array of rank 1 or more counts as a step of 0 samples.
     `input_sec` sums the host seconds spent taking the batches (two clock
     reads per batch): the wait for the input pipeline.
+
+    Keras' trainers take a step's batches at different moments: PyTorch's
+    before the step's `on_train_batch_begin`, JAX's inside the step, after
+    it. A count read at a batch begin therefore covers the batches of the
+    epoch up to `taken_in_epoch - 1` (Keras' batch index), whichever the
+    backend; `epoch_begin` starts that count (call it from `on_epoch_begin`,
+    before the epoch's first batch is taken).
     """
 
-    __slots__ = ("_path", "input_sec", "samples", "steps")
+    __slots__ = ("_epoch_start", "_path", "input_sec", "samples", "steps")
 
     def __init__(self) -> None:
         self.steps = 0
         self.samples = 0
         self.input_sec = 0.0
+        self._epoch_start = 0
         self._path: tuple[Any, ...] | None = None
 
     def __call__(self) -> tuple[int, int]:
         return self.steps, self.samples
+
+    def epoch_begin(self) -> None:
+        """Start the epoch's count of batches taken (`taken_in_epoch`); on the training thread."""
+        self._epoch_start = self.steps
+
+    @property
+    def taken_in_epoch(self) -> int:
+        """The batches taken since `epoch_begin`: the count covers the epoch's batches before this index."""
+        return self.steps - self._epoch_start
 
     def wrap(self, batches: Any) -> Iterator[Any]:
         """Yield from `batches`, counting each batch when it is taken and the time taking it."""

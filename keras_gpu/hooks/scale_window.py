@@ -51,6 +51,7 @@ from typing import Any
 import keras
 
 from keras_gpu.core import backend as _backend
+from keras_gpu.core import keras_private
 from keras_gpu.core.log import logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks.fit_introspection import count_batches
@@ -98,9 +99,10 @@ class ScaleWindow(keras.callbacks.Callback):
         self._done = False
         self._window: dict[str, Any] | None = None
         self._last_batch = -1  # the epoch's latest batch end taken
-        # Read on the training thread at the batch begin after each end of the window: `(steps, counts)`.
-        self._at_open: tuple[int, tuple[int, int, float]] | None = None
-        self._at_close: tuple[int, tuple[int, int, float]] | None = None
+        # The counts read on the training thread at batch begins from the warmup on, by the steps they cover:
+        # the window's ends are batch ends, which the pool may take a step late (an older one is covered).
+        self._counts_at: dict[int, tuple[int, int, float]] = {}
+        self._clock_open: int | None = None  # JAX: the steps when the clock was reset, and its window's reading
         self._clock_window: Any = None
 
     # -- hooks ---------------------------------------------------------------------------
@@ -132,6 +134,8 @@ class ScaleWindow(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None) -> None:
         if self._probe is not None:
             self._probe.epoch_begin()
+        if self._counter is not None:
+            self._counter.epoch_begin()
         if self._clock is not None:
             self._clock.epoch_begin()
         with self._lock:  # the last epoch's batch ends all ran (Keras waits for them at its end)
@@ -146,21 +150,26 @@ class ScaleWindow(keras.callbacks.Callback):
             self._probe.batch_begin()
         if self._clock is not None:
             self._clock.batch_begin(batch)
-        if self.settings is not None and self.result is None and self._at_close is None:
+        if self.settings is not None and self.result is None:
+            # The steps the counter's counts cover: PyTorch's trainer took this step's batch already.
+            counted = self._counter.taken_in_epoch if self._counter is not None else int(batch)
             with self._lock:
-                self._read_at(self._steps_before + int(batch))
+                self._read_at(self._steps_before + counted)
 
     def _read_at(self, steps: int) -> None:
-        """At the batch begin after `steps` steps: the counts and the clock at the window's ends (lock held)."""
+        """At a batch begin where the counts cover `steps` steps (lock held): the counts, and JAX's clock."""
         warmup, window = self.settings.warmup, self.settings.steps
-        if self._at_open is None and steps >= warmup:
-            self._at_open = (steps, self._count())
-            if self._clock is not None:
-                self._clock.reset()
-        elif self._at_open is not None and steps - self._at_open[0] >= window:
-            self._at_close = (steps, self._count())
-            if self._clock is not None:
-                self._clock_window = self._clock.read()
+        if steps < warmup or (self._done and steps != self._steps):
+            return  # after the window: only its closing end, where the pool closed it before this begin
+        if self._counter is not None:  # host counts (TensorFlow's probe is read once, at the end: a device read)
+            self._counts_at[steps] = self._count()
+        if self._clock is None:
+            return
+        if self._clock_open is None:
+            self._clock_open = steps
+            self._clock.reset()
+        elif self._clock_window is None and steps - self._clock_open >= window:
+            self._clock_window = self._clock.read()
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._probe is not None:
@@ -191,7 +200,8 @@ class ScaleWindow(keras.callbacks.Callback):
             self._elapsed += now - self._segment
             self._done = True
             self._window = self._close()
-            self.model.stop_training = True
+            # On Keras' pool: the model without `Callback.model`'s JAX state sync, which races the running step.
+            keras_private.callback_model(self).stop_training = True
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         with self._lock:
@@ -269,11 +279,13 @@ class ScaleWindow(keras.callbacks.Callback):
     def _counted(self, steps: int, step_sec: float) -> dict[str, Any]:
         """The window's samples and, on JAX, its parts: read on the training thread at the window's ends.
 
-        The window's closing end is read at the batch begin after it, or now
-        (the end of `fit`, when every batch end ran) where none followed.
+        Each end is read at the batch begin where the counter had taken the
+        batches up to it, no more; the closing end, where no begin followed
+        (the end of `fit`, when every batch end ran), now.
         """
-        opened = self._at_open[1] if self._at_open is not None else (0, 0, 0.0)
-        closed = self._at_close[1] if self._at_close is not None else self._count()
+        counts = self._counts_at
+        opened = counts.get(self._start_steps) or counts.get(min(counts, default=0), (0, 0, 0.0))
+        closed = counts.get(self._steps) or self._count()
         out: dict[str, Any] = {"samples": closed[1] - opened[1], "samples_global": _feeds_global_batches()}
         clock = self._clock_window
         if clock is None and self._clock is not None:

@@ -199,10 +199,10 @@ class ThroughputLogger(LoggingCallback):
         self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
         self._last_batch = -1  # Keras' index of the latest batch end taken
         self._begun = -1  # Keras' index of the latest batch begin (the training thread's)
-        # JAX's and PyTorch's batch counter, and its counts at the batch begins after batch ends looked at.
+        # JAX's and PyTorch's batch counter; its counts read at batch begins, by the last batch they cover.
         self._batch_counter: Any = None
         self._counts: dict[int, tuple[int | None, int | None]] = {}
-        self._looking: int | None = None  # the batch begin after the batch end being looked at
+        self._looking: int | None = None  # the batch end being looked at
         # Batch ends may run on Keras' thread pool, concurrently: every reader and writer of the fit's state
         # after `on_train_begin` holds it.
         self._lock = threading.RLock()  # re-entered by a compile the FLOP count's trace reports
@@ -253,13 +253,19 @@ class ThroughputLogger(LoggingCallback):
             fit.validation.clear()
             fit.compiled_at.clear()  # compiles in validation and epoch-end work are not training's
             self._next_check = fit.meter.next_look  # the first execution
+            self._counts.clear()  # an epoch stopped early leaves counts its batch ends never looked at
+            if self._batch_counter is not None:
+                self._batch_counter.epoch_begin()
 
     def on_train_batch_begin(self, batch, logs=None):
         # Always on the training thread, in order: what needs the order of the steps is noted here.
         self._begun = batch
-        if self._batch_counter is not None and batch - 1 >= self._next_check:  # a batch end the meter looks at
-            with self._lock:
-                self._counts[batch] = self._batch_counter()
+        counter = self._batch_counter
+        if counter is not None:
+            through = counter.taken_in_epoch - 1  # the counts cover this epoch's batches up to here
+            if through >= self._next_check:  # a batch end the meter looks at
+                with self._lock:
+                    self._counts[through] = counter()
         fit = self._fit
         if fit is not None and fit.flops_later is not None and _built(self.model):
             with self._lock:  # batch ends on the pool do not count on the training thread
@@ -353,11 +359,11 @@ class ThroughputLogger(LoggingCallback):
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
         meter = fit.meter
         # JAX's compiles, noted on the training thread with the begin of the execution that compiled.
-        self._looking = batch + 1
+        self._looking = batch
         self._write(meter.look(batch, t, compiled=fit.compiles is not None and fit.take_compiled(batch)))
         self._looking = None
-        for begun in [b for b in self._counts if b <= batch + 1]:
-            del self._counts[begun]
+        for through in [b for b in self._counts if b <= batch]:
+            del self._counts[through]
         if meter.counter_failed:
             self._counter_failed(fit)
         self._next_check = self._next_look(fit, batch)
@@ -534,11 +540,12 @@ class ThroughputLogger(LoggingCallback):
             fit.training = training
 
     def _counts_at_look(self) -> tuple[int | None, int | None]:
-        """The batch counter as it stood when the batch end looked at ended (the meter's counter; lock held).
+        """The batch counter through the batch end looked at, no batch past it (the meter's counter; lock held).
 
-        Read at the batch begin after it, on the training thread (`on_train_batch_begin`), where that begin
-        ran; else now: its next call has not begun (it begins under the same lock), so the counter has taken
-        no batch past it.
+        Read on the training thread at the batch begin where the counter had taken exactly the batches up to
+        that batch end (`on_train_batch_begin`: PyTorch's own begin, JAX's next); else now, where no such
+        begin ran: no batch past it has been taken (a begin that would take one stores first, under the same
+        lock).
         """
         counts = self._counts.get(self._looking)
         return counts if counts is not None else self._batch_counter()

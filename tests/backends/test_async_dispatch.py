@@ -75,7 +75,45 @@ def batches():
 
 counted = keras_gpu.ThroughputLogger(os.path.join(out, "gen"), every_n_steps=7)
 model().fit(batches(), steps_per_epoch=101, epochs=EPOCHS, verbose=0, callbacks=[counted, Watch()])
+# `keras-gpu scale`'s window over batches of varying sizes: steps 5 to 14 of the fit, counted as they were taken.
+from keras_gpu.hooks.scale_env import ScaleSettings
+from keras_gpu.hooks.scale_window import ScaleWindow
+
+sizes = [8 + i % 3 for i in range(40)]
+def uneven():
+    start = 0
+    for size in sizes:
+        yield x[start : start + size], y[start : start + size]
+        start += size
+
+scale = ScaleWindow(ScaleSettings(tempfile.mkdtemp(), warmup=5, steps=10, worker=0), exit_when_done=False)
+model().fit(uneven(), steps_per_epoch=40, epochs=1, verbose=0, callbacks=[scale])
+
+# Every keras-gpu callback with a batch end at once, the state syncs each made noted: Keras' `Callback.model`
+# syncs the JAX training state, and from the pool that races the step on the training thread.
+pool_syncs = []
+if keras.backend.backend() == "jax":
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    _sync = JAXTrainer.jax_state_sync
+    def noted_sync(self):
+        if threading.current_thread() is not threading.main_thread():
+            pool_syncs.append(threading.current_thread().name)
+        return _sync(self)
+    JAXTrainer.jax_state_sync = noted_sync
+every = [
+    *keras_gpu.callbacks(os.path.join(out, "every")),
+    keras_gpu.ModelCheckpoint(os.path.join(out, "e.weights.h5"), save_weights_only=True),
+    keras_gpu.BackupAndRestore(os.path.join(out, "every-backup")),
+    ScaleWindow(ScaleSettings(tempfile.mkdtemp(), warmup=30, steps=200, worker=0), exit_when_done=False),
+    Watch(),
+]
+history = model().fit(x, y, batch_size=BATCH, epochs=5, verbose=0, callbacks=every)
+
 print("RESULT" + json.dumps({
+    "every": {"epochs": len(history.history["loss"]), "stopped_by_scale": every[-2].result["steps"],
+              "pool_syncs": len(pool_syncs), "async": every[-1].threads != {threading.get_ident()}},
+    "scale": {k: scale.result[k] for k in ("steps", "steps_trained", "samples")} | {"sizes": sizes},
     "generator": {k: counted.summary[k] for k in ("steps", "samples")},
     "modes": modes,
     "batch_end_threads": len(watch.threads),
@@ -117,7 +155,28 @@ def test_counts_are_exact_and_rates_agree_with_a_stopwatch(results, backend):
     assert summary["train_seconds"] == pytest.approx(total, rel=0.25)
 
 
-@pytest.mark.parametrize("backend", BACKENDS[:1])  # jax: PyTorch's generator fits count short, dispatch aside
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_counted_batches_are_exact_when_the_training_thread_runs_ahead(results, backend):
-    # 101 batches per pass, the last of 3 samples; the counter is read as it stood at each batch end looked at.
+    # 101 batches per pass, the last of 3 samples; the counter is read as it stood at each batch end looked at:
+    # PyTorch's trainer takes a step's batch before its batch begin, JAX's inside the step.
     assert results[backend]["generator"] == {"steps": 101 * 3, "samples": 1003 * 3}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scale_window_counts_the_batches_of_its_own_steps(results, backend):
+    scale = results[backend]["scale"]
+    # A window of 10 steps from step 5, between batch ends: later where the pool took a later batch end first.
+    start = scale["steps_trained"] - scale["steps"]
+    assert start >= 5 and scale["steps"] >= 10 and scale["steps_trained"] <= 40
+    assert scale["samples"] == sum(scale["sizes"][start : scale["steps_trained"]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_callback_runs_on_the_pool_without_touching_the_training_state(results, backend):
+    # Per-epoch checkpoints and backups, the default set and `keras-gpu scale`'s window (which stops the fit
+    # from a batch end) in one fit: on JAX a state sync from the pool made `fit` fail ("Array has been deleted").
+    every = results[backend]["every"]
+    assert every["async"]
+    assert every["pool_syncs"] == 0
+    assert every["stopped_by_scale"] >= 200  # a batch end the pool took late is covered by a later one
+    assert every["epochs"] == 3  # of 5, 101 steps each: the window of steps 30 to 229 stopped the fit in the third

@@ -136,3 +136,30 @@ def test_cudnn_attention_sizes_reads_both_layouts_of_the_cudnn_primitive():
               sizes(cudnn.AttentionLayout.BNTH.value, (2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)))
     """
     assert _last_line(code) == "(2, 4, 5, 7, 8, 8) (2, 4, 5, 7, 8, 8)"
+
+
+def test_callback_model_leaves_the_training_state_where_callback_model_syncs_it():
+    # Keras' `Callback.model` syncs the JAX training state into the variables (racing the step from the pool);
+    # `keras_private.callback_model` reads the same model without it.
+    code = """
+        import numpy as np, keras
+        from keras_gpu.core import keras_private
+
+        class Look(keras.callbacks.Callback):
+            synced = []
+            def on_train_batch_end(self, batch, logs=None):
+                model = keras_private.callback_model(self)
+                before = model._jax_state_synced
+                same = keras_private.callback_model(self) is model
+                self.synced.append((before, model._jax_state_synced, same))
+                if batch == 1:
+                    self.model  # Keras' property: the state sync
+                    self.synced.append(("property", model._jax_state_synced, True))
+
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        look = Look()
+        model.fit(np.ones((8, 3)), np.ones((8, 1)), batch_size=2, epochs=1, verbose=0, callbacks=[look])
+        print(look.synced[:3])
+    """
+    assert _last_line(code) == "[(False, False, True), (False, False, True), ('property', True, True)]"
