@@ -294,18 +294,17 @@ def test_epoch_times_add_up_with_validation_and_epoch_end_work():
     meter.epoch_begin(10.0)
     _drive(meter, [(0, 11.0), (1, 12.0), (2, 13.0)])
     meter.epoch_end(2, 13.0)
-    meter.validation_begin(13.5)
-    meter.validation_end(15.5)
+    meter.validation(13.5, 15.5)
     times = meter.epoch_close(16.0)
     assert (times.epoch_sec, times.train_sec, times.validation_sec, times.other_sec) == (6.0, 3.0, 2.0, 1.0)
     assert times.epoch_sec == pytest.approx(times.train_sec + times.validation_sec + times.other_sec)
     assert (times.first_step_sec, times.steady_steps_per_sec, times.steady_samples_per_sec) == (1.0, 1.0, 2.0)
     assert meter.epoch_close(17.0) is None  # closed once
-    # Validation still running when the epoch closes ends there.
+    # Validation started on the host before the training phase's last step ended counts from that end.
     meter.epoch_begin(20.0)
     _drive(meter, [(0, 21.0)])
     meter.epoch_end(0, 21.0)
-    meter.validation_begin(22.0)
+    meter.validation(20.5, 23.0)
     times = meter.epoch_close(24.0)
     assert (times.validation_sec, times.other_sec, times.steady_steps_per_sec) == (2.0, 1.0, None)
     s = meter.summary()

@@ -71,7 +71,6 @@ class _Epoch:
     steps: int = 0
     samples: int = 0
     validation_sec: float = 0.0
-    validation_t0: float | None = None
 
 
 @dataclass
@@ -433,18 +432,6 @@ class ThroughputMeter:
         epoch.first_samples += (steps - 1) * sched.batch_size + sched.last_batch_size
         self._totals.first_seconds[-1] = epoch.first_seconds
 
-    def validation_begin(self, t: float) -> None:
-        """Validation inside the current epoch starts at `t`."""
-        if self._epoch is not None and self._epoch.validation_t0 is None:
-            self._epoch.validation_t0 = t
-
-    def validation_end(self, t: float) -> None:
-        """Validation that `validation_begin` started ends at `t`."""
-        epoch = self._epoch
-        if epoch is not None and epoch.validation_t0 is not None:
-            epoch.validation_sec += max(0.0, t - epoch.validation_t0)
-            epoch.validation_t0 = None
-
     def validation(self, start: float, end: float) -> None:
         """A validation that ran from `start` to `end` in the epoch whose training phase `epoch_end` closed.
 
@@ -468,7 +455,6 @@ class ThroughputMeter:
         epoch = self._epoch
         if epoch is None or self._in_epoch:
             return None
-        self.validation_end(t)
         self._epoch = None
         if epoch.train_end is None:
             return None
