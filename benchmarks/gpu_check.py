@@ -51,6 +51,9 @@ speed is not a keras-gpu defect):
      time (a separate timed fit), at most 0.5 %;
    - the one-off cost per fit: short fits with a fresh default set against
      bare ones, the difference of the medians, at most 2 s.
+   - the weights after a dropout MLP's fit with the default set and
+     per-epoch `ModelCheckpoint` and `BackupAndRestore` equal two bare fits'
+     bit for bit (skipped, saying so, where the two bare fits differ).
 6. **The scaling study** (`keras-gpu scale`, on JAX and on TensorFlow where
    installed): `benchmarks/scale_mlp.py` at 1, 2, 4, ... GPUs (as many as
    the machine has), 1 and 2 workers, and the CPU row (`--cpu`), printed as
@@ -491,6 +494,53 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
     return rows, figures
 
 
+def _dropout_fit(widths: Sequence[int], batch: int, steps: int, callbacks: list[Any]) -> list[Any]:
+    """The weights after a seeded 2-epoch fit of a dropout MLP (its random stream in every step), `verbose=0`."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    layers: list[Any] = [keras.Input((widths[0],))]
+    for w in widths[1:-1]:
+        layers += [keras.layers.Dense(w, activation="relu"), keras.layers.Dropout(0.2)]
+    model = keras.Sequential([*layers, keras.layers.Dense(widths[-1])])
+    model.compile(keras.optimizers.Adam(1e-4), "mse")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
+    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    model.fit(x, y, batch_size=batch, epochs=2, verbose=0, callbacks=callbacks)
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def identical_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The weights of a fit with keras-gpu against two bare fits: bit for bit, where the bare fits agree.
+
+    The callbacks' arm has the default set and per-epoch `ModelCheckpoint`
+    and `BackupAndRestore` (their batch ends run on Keras' pool). Two bare
+    fits are the truth: where they differ, the backend's kernels are not
+    deterministic here and the check says so instead of comparing.
+    """
+    import numpy as np
+
+    import keras_gpu
+
+    widths, batch, steps = size["short_widths"], size["short_batch"], min(size["short_steps"], 200)
+    callbacks = [
+        *keras_gpu.callbacks(os.path.join(log_dir, "runs")),
+        keras_gpu.ModelCheckpoint(os.path.join(log_dir, "ckpt.weights.h5"), save_weights_only=True),
+        keras_gpu.BackupAndRestore(os.path.join(log_dir, "backup")),
+    ]
+    first = _dropout_fit(widths, batch, steps, [])
+    with_kg = _dropout_fit(widths, batch, steps, callbacks)
+    second = _dropout_fit(widths, batch, steps, [])
+    name = "weights with keras-gpu (default set, per-epoch checkpoint and backup): arrays that differ"
+    expected = "0 (bit for bit, as two bare fits)"
+    if any(not np.array_equal(a, b) for a, b in zip(first, second, strict=True)):
+        return [skipped(name, expected, f"two bare fits differ on {backend}: its kernels are not deterministic here")], {}
+    differ = sum(not np.array_equal(a, b) for a, b in zip(first, with_kg, strict=True))
+    return [check(name, differ, expected, differ == 0, f"{len(first)} arrays, {steps} steps x 2 epochs")], {}
+
+
 def transformer(seq: int, width: int, heads: int, key_dim: int, ff: int, vocab: int, classes: int, blocks: int = 2) -> Any:
     """A compiled text transformer: embedding, `blocks` x (MultiHeadAttention, feed-forward; post-norm), pooling, classifier."""
     import keras
@@ -733,6 +783,7 @@ def worker(backend: str, out_path: str, pairs: int, size: dict[str, Any]) -> int
     with tempfile.TemporaryDirectory(prefix=f"gpu_check_{backend}_") as tmp:
         parts: list[tuple[str, Callable[[], tuple[list[dict[str, Any]], dict[str, Any]]]]] = [
             ("fit", lambda: fit_checks(backend, os.path.join(tmp, "fit"), size)),
+            ("identical", lambda: identical_checks(backend, os.path.join(tmp, "identical"), size)),
             ("transformer", lambda: transformer_checks(backend, os.path.join(tmp, "transformer"), size)),
             ("trace", lambda: trace_checks(backend, os.path.join(tmp, "trace"), size)),
             ("nvml", lambda: (nvml_checks(size), {})),
