@@ -4,9 +4,9 @@
 `keras-gpu tune` started, ahead of the scale window
 (`keras_gpu.hooks.scale_window.ScaleWindow`, which ends the process after
 its window). It keeps each batch end's `loss` as Keras hands it to the
-callbacks (already a Python float under the scale window's synchronous
-dispatch: no extra wait, no I/O on the training thread) with its step
-number, and at the end of training writes `tune.json` to the run's folder:
+callbacks (a Python float Keras converted: no extra wait, no I/O on the
+training thread) with its step number, and at the end of training writes
+`tune.json` to the run's folder:
 the script's facts (see `tune_private.FACTS`), the model's
 `steps_per_execution`, `jit_compile` and dtype policy, the losses, and the
 peak memory.
@@ -14,12 +14,18 @@ peak memory.
 The peak memory is the GPU allocators' peak where the backend keeps one
 (every backend on GPUs), else (on the CPU) the process's peak resident set
 size (`resource.getrusage`), and `memory_kind` says which.
+
+It is `async_safe`, like the scale window: a run keeps the dispatch the
+script's `fit` has (on JAX and PyTorch with `verbose=0`, batch ends on
+Keras' thread pool, in any order), so each candidate is timed as the
+script runs it. The losses are sorted by step when the record is built.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,15 +58,21 @@ class TuneRecord(keras.callbacks.Callback):
         self.record: dict[str, Any] | None = None
         self._steps_before = 0
         self._steps = 0
+        self._lock = threading.Lock()  # batch ends may run on Keras' pool, concurrently
+
+    async_safe = True
+    """Keras may run `on_train_batch_end` on its thread pool, in any order: tune times the script's own dispatch."""
 
     def on_train_begin(self, logs=None) -> None:
         self.losses = []
         self._steps_before = self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None) -> None:
-        self._steps = self._steps_before + int(batch) + 1
-        if logs and "loss" in logs:
-            self.losses.append((self._steps, logs["loss"]))  # a reference: read after training
+        step = self._steps_before + int(batch) + 1
+        with self._lock:
+            self._steps = max(self._steps, step)
+            if logs and "loss" in logs:
+                self.losses.append((step, logs["loss"]))  # converted after training, in step order
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._steps_before = self._steps
@@ -88,7 +100,7 @@ class TuneRecord(keras.callbacks.Callback):
             "steps_per_execution": int(getattr(model, "steps_per_execution", 1) or 1),
             "jit_compile": bool(getattr(model, "jit_compile", False)),
             "policy": getattr(policy, "name", str(policy)),
-            "losses": [[step, float(value)] for step, value in self.losses],
+            "losses": [[step, float(value)] for step, value in sorted(self.losses, key=lambda item: item[0])],
             "peak_memory_bytes": memory,
             "memory_kind": kind,
             "bf16_gpu": _gpu_has_bf16(),

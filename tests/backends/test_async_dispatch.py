@@ -22,6 +22,7 @@ import json, os, tempfile, threading, time
 import numpy as np
 import keras
 import keras_gpu
+from keras_gpu.hooks.tune_record import TuneRecord
 
 SAMPLES, BATCH, EPOCHS = 1003, 10, 3
 out = tempfile.mkdtemp()
@@ -55,6 +56,7 @@ each = {
                                                           save_freq=5),
     "BackupAndRestore": keras_gpu.BackupAndRestore(os.path.join(out, "backup")),
     "default set": keras_gpu.callbacks(os.path.join(out, "d")),
+    "TuneRecord": TuneRecord("", {}, {}),  # what `keras-gpu tune` adds to every fit it times
 }
 modes = {name: keras.callbacks.CallbackList(cb if isinstance(cb, list) else [cb], model=m)._async_train
          for name, cb in each.items()}
