@@ -144,3 +144,32 @@ def test_the_module_paths_of_earlier_layouts_are_gone(old):
     sys.modules.pop(old, None)
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(old)
+
+
+def test_every_callback_with_a_batch_end_hook_declares_async_safe():
+    # Keras runs batch ends on its pool (JAX, PyTorch, `verbose=0`) only where every callback that overrides one
+    # says `async_safe`: a keras-gpu callback without it would change how the user's `fit` runs.
+    import importlib
+    import inspect
+    import pkgutil
+
+    import keras
+
+    import keras_gpu
+
+    hooks = ("on_batch_end", "on_train_batch_end", "on_test_batch_end", "on_predict_batch_end")
+    found = {}
+    for info in pkgutil.walk_packages(keras_gpu.__path__, "keras_gpu."):
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:  # a JAX- or PyTorch-only module, in an environment without them
+            assert exc.name in ("jax", "torch"), exc
+            continue
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if not (issubclass(cls, keras.callbacks.Callback) and cls.__module__.startswith("keras_gpu")):
+                continue
+            own = [k for k in cls.__mro__ if k.__module__.startswith("keras_gpu")]
+            if any(hook in k.__dict__ for k in own for hook in hooks):
+                found[cls.__name__] = any("async_safe" in k.__dict__ for k in own)
+    assert {"ThroughputLogger", "StepTimeLogger", "ModelCheckpoint", "TuneRecord"} <= set(found)
+    assert found == dict.fromkeys(found, True)
