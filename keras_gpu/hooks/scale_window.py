@@ -150,7 +150,8 @@ class ScaleWindow(keras.callbacks.Callback):
             self._probe.batch_begin()
         if self._clock is not None:
             self._clock.batch_begin(batch)
-        if self.settings is not None and self.result is None:
+        counted_here = self._counter is not None or self._clock is not None  # JAX, PyTorch: not the TF probe
+        if counted_here and self.settings is not None and self.result is None:
             # The steps the counter's counts cover: PyTorch's trainer took this step's batch already.
             counted = self._counter.taken_in_epoch if self._counter is not None else int(batch)
             with self._lock:
