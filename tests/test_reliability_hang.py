@@ -140,6 +140,11 @@ def test_progress_writer_round_trip(tmp_path):
     writer.end()
     while read_progress(path).active:
         time.sleep(0.02)
+    writer.stop()  # its thread reads every thread's frames: not for the rest of the session
+    steps = read_progress(path).steps
+    writer.step()
+    time.sleep(0.2)
+    assert read_progress(path).steps == steps  # stopped: no write after it
     assert read_progress(tmp_path / "missing.json") is None
 
 

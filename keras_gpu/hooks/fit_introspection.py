@@ -39,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 from keras_gpu.core import keras_private
+from keras_gpu.core.frames import current_frames
 from keras_gpu.core.log import logger
 
 __all__ = ["ArrayInput", "BatchCounter", "FitData", "FitWatch", "count_batches", "inspect_fit", "walk_stack"]
@@ -147,7 +148,7 @@ class FitWatch:
         target = self._frame
         if target is None:
             return False
-        frame = sys._current_frames().get(self._ident)  # noqa: SLF001 - CPython's documented frame access
+        frame = current_frames().get(self._ident)
         if any(f is target for f in walk_stack(frame)):
             return True
         self._frame = None  # let the finished frame (and its locals) go

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from keras_gpu.core import frames
 
 __all__ = [
     "ENV_HANG_TIMEOUT",
@@ -178,6 +179,7 @@ class ProgressWriter:
         self._main = threading.main_thread()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
 
     def start(self) -> None:
         """Start the writer thread (once)."""
@@ -226,9 +228,16 @@ class ProgressWriter:
         """Batches counted so far."""
         return self._steps
 
+    def stop(self) -> None:
+        """Stop the writer thread after its current write (the file keeps its last record); waits for it."""
+        self._stopped.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
     def _run(self) -> None:
-        while True:
-            time.sleep(self._interval)
+        while not self._stopped.wait(self._interval):
             self._write()
 
     def _write(self) -> None:
@@ -280,13 +289,13 @@ def _runtime_of(filename: str) -> str:
 
 def _main_thread_frame(main: threading.Thread) -> tuple[str, bool, str]:
     """Where the main thread is: its innermost frame outside installed libraries, whether it is inside TensorFlow, and its runtime."""
-    frame = sys._current_frames().get(main.ident) if main.ident is not None else None  # noqa: SLF001 - CPython's documented frame access
+    frame = frames.current_frames().get(main.ident) if main.ident is not None else None
     if frame is None:
         return "", False, ""
     in_tf = f"{os.sep}tensorflow{os.sep}" in frame.f_code.co_filename
     runtime = _runtime_of(frame.f_code.co_filename)
     innermost = frame
-    skipped = (*_library_dirs(), __file__)
+    skipped = (*_library_dirs(), __file__, frames.__file__)
     while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back
     shown = frame or innermost
@@ -305,7 +314,7 @@ def _input_frame() -> str:
     mapped function. Idle pipeline threads wait in library code and do not.
     """
     skipped = (*_library_dirs(), os.path.dirname(os.path.dirname(__file__)))
-    for frame in sys._current_frames().values():  # noqa: SLF001 - CPython's documented frame access
+    for frame in frames.current_frames().values():
         stack = []
         while frame is not None:
             stack.append(frame)
