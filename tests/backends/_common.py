@@ -10,12 +10,18 @@ import pytest
 
 from tests._util import run_python
 
-__all__ = ["BACKENDS", "WITHOUT_TENSORFLOW", "results_per_backend"]
+__all__ = ["BACKENDS", "JAX_ONLY", "WITHOUT_TENSORFLOW", "results_per_backend"]
 
 #: `jax` and `torch`, each skipped with a reason where it is not installed.
 BACKENDS = [
     pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"{name} is not installed"))
     for name in ("jax", "torch")
+]
+
+#: The module marks of a JAX-only backend test: CI's second environment, skipped with a reason without JAX.
+JAX_ONLY = [
+    pytest.mark.backend,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
 ]
 
 #: The backend tests' module marks: CI's second environment, which has no TensorFlow.

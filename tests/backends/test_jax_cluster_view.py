@@ -10,7 +10,6 @@ bounds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,11 +21,9 @@ from keras_gpu.hooks.step_time_cluster import MIN_GATHER_STEPS
 from keras_gpu.output import tags
 from keras_gpu.output.reader import read_scalars, read_texts
 from tests._util import REPO, run_python, subprocess_env
+from tests.backends._common import JAX_ONLY
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+pytestmark = JAX_ONLY
 
 WORKER = str(REPO / "tests" / "_workers" / "jax_cluster_worker.py")
 STEPS, EPOCHS, SLEEP = 16, 2, 0.05  # the worker's

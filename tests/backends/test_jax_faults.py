@@ -7,21 +7,17 @@ suite.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 from tests._util import REPO, free_ports, subprocess_env
+from tests.backends._common import JAX_ONLY
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+pytestmark = JAX_ONLY
 
 WORKER = str(REPO / "tests" / "_workers" / "fault_worker.py")
 

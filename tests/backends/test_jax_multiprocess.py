@@ -21,11 +21,9 @@ import pytest
 
 from keras_gpu.output import reader as report
 from tests._util import REPO, run_python, subprocess_env
+from tests.backends._common import JAX_ONLY
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+pytestmark = JAX_ONLY
 
 WORKER = str(REPO / "tests" / "_workers" / "jax_job_worker.py")
 GLOBAL, STEPS = 64, 24  # global batch, steps per epoch (the worker's)

@@ -6,16 +6,10 @@ they make are process-wide). Skips where JAX is not installed.
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
-
 from tests._util import run_python
+from tests.backends._common import JAX_ONLY
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+pytestmark = JAX_ONLY
 JAX = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 

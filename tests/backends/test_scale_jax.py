@@ -5,7 +5,6 @@ Runs where JAX is installed (the environment without TensorFlow); elsewhere it s
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+from tests.backends._common import JAX_ONLY
+
+pytestmark = JAX_ONLY
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = str(REPO / "benchmarks" / "scale_mlp.py")

@@ -3,18 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import textwrap
 
-import pytest
-
 from tests._util import run_python
+from tests.backends._common import JAX_ONLY
 
-pytestmark = [
-    pytest.mark.backend,
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-]
+pytestmark = JAX_ONLY
 
 FIT = """
 import json, logging, time
