@@ -304,6 +304,7 @@ class StepTimeLogger(LoggingCallback):
     def profiler_cost(self) -> TraceCost | None:
         """The profiler's measured start and stop in this process, for the backend and device kind of the
         last `fit` (`None` where no trace of theirs was measured): `keras_gpu.hooks.trace_cost.TraceCost`."""
+        self._settled()  # the last trace's stop runs on a thread of its own: measured once the fit's output settles
         key = self._cost_key
         return None if key is None else trace_costs().get(key)
 
