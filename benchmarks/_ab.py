@@ -111,17 +111,30 @@ def shuffled_rounds(
     return out
 
 
-def mlp(widths: Sequence[int], *, seed: int = 0) -> Any:
-    """A compiled ReLU MLP (SGD, MSE) of the given layer widths."""
+def mlp(widths: Sequence[int], *, seed: int = 0, dropout: float = 0.0) -> Any:
+    """A compiled ReLU MLP (SGD, MSE) of the given layer widths; `dropout` after each hidden layer where > 0."""
     import keras
 
     keras.utils.set_random_seed(seed)
     layers = [keras.Input((widths[0],))]
-    layers += [keras.layers.Dense(w, activation="relu") for w in widths[1:-1]]
+    for w in widths[1:-1]:
+        layers.append(keras.layers.Dense(w, activation="relu"))
+        if dropout > 0:
+            layers.append(keras.layers.Dropout(dropout))
     layers += [keras.layers.Dense(widths[-1], dtype="float32")]
     model = keras.Sequential(layers)
     model.compile(keras.optimizers.SGD(1e-4), "mse")
     return model
+
+
+def mlp_data(widths: Sequence[int], samples: int, *, seed: int = 0) -> tuple[Any, Any]:
+    """Standard-normal `(x, y)` float32 arrays of `samples` rows for an :func:`mlp` of these widths."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((samples, widths[0]), dtype=np.float32)
+    y = rng.standard_normal((samples, widths[-1]), dtype=np.float32)
+    return x, y
 
 
 def dispatch_ab(
@@ -151,16 +164,13 @@ def dispatch_ab(
         arm's median seconds per step, in ms).
     """
     import keras
-    import numpy as np
 
     if make_callbacks is None:
         import keras_gpu
 
         make_callbacks = keras_gpu.callbacks
     model = mlp(widths)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
-    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    x, y = mlp_data(widths, batch * steps, seed=1)
     count = iter(range(1_000_000))
     dispatch: dict[str, bool] = {}
     reused = make_callbacks(os.path.join(log_root, "run"))

@@ -405,7 +405,6 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
     """A large matmul-bound fit with keras_gpu.callbacks(): throughput, FLOPs, MFU and allocator memory."""
     widths, batch, steps, epochs, window = (size[k] for k in ("widths", "batch", "steps", "epochs", "window"))
     import keras
-    import numpy as np
 
     import keras_gpu
     from keras_gpu.meters import flops
@@ -416,9 +415,7 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
         model = _ab.mlp(widths)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
-    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    x, y = _ab.mlp_data(widths, batch * steps, seed=0)
     watch = stopwatch()
     callbacks = keras_gpu.callbacks(log_dir, every_s=1.0, step_time=False)
     throughput = keras_gpu.ThroughputLogger(log_dir, every_n_steps=window)
@@ -496,18 +493,10 @@ def fit_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[d
 
 def _dropout_fit(widths: Sequence[int], batch: int, steps: int, callbacks: list[Any]) -> list[Any]:
     """The weights after a seeded 2-epoch fit of a dropout MLP (its random stream in every step), `verbose=0`."""
-    import keras
     import numpy as np
 
-    keras.utils.set_random_seed(0)
-    layers: list[Any] = [keras.Input((widths[0],))]
-    for w in widths[1:-1]:
-        layers += [keras.layers.Dense(w, activation="relu"), keras.layers.Dropout(0.2)]
-    model = keras.Sequential([*layers, keras.layers.Dense(widths[-1])])
-    model.compile(keras.optimizers.Adam(1e-4), "mse")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
-    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    model = _ab.mlp(widths, dropout=0.2)
+    x, y = _ab.mlp_data(widths, batch * steps)
     model.fit(x, y, batch_size=batch, epochs=2, verbose=0, callbacks=callbacks)
     return [np.asarray(w) for w in model.get_weights()]
 
@@ -630,7 +619,6 @@ def marked_kernel_seconds(space: Any) -> tuple[int, float] | None:
 
 def trace_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A traced fit: StepTimeLogger's compute figure against the kernel sum on the same trace's device plane."""
-    import numpy as np
 
     import keras_gpu
     from keras_gpu.hooks.step_time_trace import backend_profiler
@@ -643,9 +631,7 @@ def trace_checks(backend: str, log_dir: str, size: dict[str, Any]) -> tuple[list
     warmup, profile = (2, 3) if size["smoke"] else (20, 20)
     steps = warmup + profile + 10
     model = _ab.mlp(widths)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
-    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    x, y = _ab.mlp_data(widths, batch * steps, seed=3)
     # profile_every_s: trace this short fit, whatever the trace costs against it.
     logger = keras_gpu.StepTimeLogger(
         log_dir, warmup_steps=warmup, profile_steps=profile, max_traces=1, profile_every_s=300
@@ -703,7 +689,6 @@ def _spread(ratios: dict[str, Any]) -> str:
 
 def cost_checks(log_root: str, pairs: int, size: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Interleaved whole fits, verbose=0, against a bare arm with no callback: dispatch, slowdown, hook time, one-off."""
-    import numpy as np
 
     import keras_gpu
 
@@ -731,9 +716,7 @@ def cost_checks(log_root: str, pairs: int, size: dict[str, Any]) -> tuple[list[d
 
     # The time inside the hooks, in a separate fit (the A/B arms carry no instrument).
     model = _ab.mlp(widths)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((batch * steps, widths[0]), dtype=np.float32)
-    y = rng.standard_normal((batch * steps, widths[-1]), dtype=np.float32)
+    x, y = _ab.mlp_data(widths, batch * steps, seed=1)
     callbacks = steady_set(os.path.join(log_root, "hooks"))
     _ab.time_fit(model, x, y, batch_size=batch, callbacks=callbacks)  # compile, first-use costs
     timer = _HookTimer(callbacks)
