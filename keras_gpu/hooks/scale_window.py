@@ -102,7 +102,7 @@ class ScaleWindow(keras.callbacks.Callback):
         # The counts read on the training thread at batch begins from the warmup on, by the steps they cover:
         # the window's ends are batch ends, which the pool may take a step late (an older one is covered).
         self._counts_at: dict[int, tuple[int, int, float]] = {}
-        self._clock_open: int | None = None  # JAX: the steps when the clock was reset, and its window's reading
+        self._clock_open: int | None = None  # JAX: the steps when the clock was reset at the window's start
         self._clock_window: Any = None
 
     # -- hooks ---------------------------------------------------------------------------
