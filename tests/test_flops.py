@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
-from keras_gpu.meters import flops
+from keras_gpu.meters import flops, model_flops
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -276,8 +277,6 @@ class _SparseProduct(keras.layers.Layer):
 
 
 def test_an_op_hiding_matrix_products_makes_the_count_a_lower_bound_with_one_warning(caplog):
-    from keras_gpu.meters import model_flops
-
     inp = keras.Input((6,))
     model = keras.Model(inp, _SparseProduct(name="sparse_product_lb")(keras.layers.Dense(6)(inp)))
     with caplog.at_level("WARNING", logger="keras_gpu"):
@@ -304,8 +303,6 @@ def test_only_uncountable_products_give_none_naming_the_op():
 
 
 def test_throughput_logger_marks_flop_rates_of_an_uncountable_model_as_lower_bounds(tmp_path, caplog):
-    import numpy as np
-
     from keras_gpu import ThroughputLogger
 
     inp = keras.Input((6,))
@@ -324,3 +321,54 @@ def test_throughput_logger_marks_flop_rates_of_an_uncountable_model_as_lower_bou
     exact = ThroughputLogger(tmp_path / "given", peak_flops=1e12, flops_per_sample=1e3)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[exact])
     assert exact.summary["flops_uncounted_ops"] == ()
+
+
+_HIDDEN_W = np.random.default_rng(0).normal(size=(256, 512)).astype("float32")
+
+
+class _NumpyProduct(keras.layers.Layer):  # a fixed 256 x 512 product run by NumPy on the host
+    def call(self, x):
+        import tensorflow as tf
+
+        y = tf.numpy_function(lambda a: a @ _HIDDEN_W, [x], tf.float32)
+        y.set_shape((x.shape[0], 512))
+        return y
+
+
+class _PyFunctionProduct(keras.layers.Layer):  # the same product in eager Python
+    def call(self, x):
+        import tensorflow as tf
+
+        y = tf.py_function(lambda a: a.numpy() @ _HIDDEN_W, [x], tf.float32)
+        y.set_shape((x.shape[0], 512))
+        return y
+
+
+@pytest.mark.parametrize(
+    "layer, op", [(_NumpyProduct, "PyFunc"), (_PyFunctionProduct, "EagerPyFunc")], ids=["numpy_function", "py_function"]
+)
+def test_a_python_callback_is_named_and_the_rates_are_lower_bounds(tmp_path, caplog, layer, op):
+    from keras_gpu import ThroughputLogger
+
+    # 3 x (2 x 256 x 512 + 2 x 512 x 10) = 817,152 training FLOPs per sample by hand; the Dense layer's are visible.
+    inp = keras.Input((256,))
+    model = keras.Model(inp, keras.layers.Dense(10)(layer(name=f"hidden_{op.lower()}")(inp)))
+    model.compile(optimizer="sgd", loss="mse")
+    cb = ThroughputLogger(tmp_path, peak_flops=1e12)
+    x, y = np.zeros((64, 256), "float32"), np.zeros((64, 10), "float32")
+    with caplog.at_level("INFO", logger="keras_gpu"):
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    assert model_flops.training_flops_per_sample(model) == 3 * 2 * 512 * 10
+    (named,) = cb.summary["flops_uncounted_ops"]
+    assert named.startswith(f"{op} (a Python callback) in layer ") and f"hidden_{op.lower()}" in named
+    (line,) = [r.getMessage() for r in caplog.records if "wall-clock training rate" in r.getMessage()]
+    assert f">= {cb.summary['tflops_per_sec']:.4g} TFLOP/s" in line
+    assert f"lower bounds: the FLOP count leaves out {named}" in line
+
+
+def test_a_custom_op_type_is_named_and_op_types_of_tensorflow_are_not():
+    assert flops._hidden_work("MyKernelOp") == "MyKernelOp (a custom op)"  # not in tf.raw_ops: loaded at run time
+    assert flops._hidden_work("CudnnRNNV3") == "CudnnRNNV3"  # an RNN kernel's products
+    assert flops._hidden_work("QuantizedMatMulWithBias") == "QuantizedMatMulWithBias"
+    for kind in ("MatMul", "Conv2D", "Relu", "Softmax", "AddV2", "ReadVariableOp", "FusedBatchNormV3", "Cast"):
+        assert flops._hidden_work(kind) is None, kind

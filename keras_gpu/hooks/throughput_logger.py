@@ -24,6 +24,7 @@ from keras_gpu.hooks.fit_introspection import FitData, inspect_fit
 from keras_gpu.hooks.throughput_setup import CompileWatch, KerasCount, watch_compiles
 from keras_gpu.meters import model_flops
 from keras_gpu.meters.throughput import ThroughputMeter
+from keras_gpu.meters.throughput_compiles import BeginClock
 from keras_gpu.meters.throughput_records import EpochRates, EpochTimes, FirstExecution, Window
 from keras_gpu.output import tags as _tags
 
@@ -198,6 +199,7 @@ class ThroughputLogger(LoggingCallback):
         self._fit: _ThroughputFit | None = None
         self._next_check: float = _INF  # the next batch end that does anything (inf outside an epoch)
         self._last_batch = -1  # Keras' index of the latest batch end taken
+        self._last_end_t = _INF  # when it ran, where batch ends run on Keras' pool (else not read)
         self._begun = -1  # Keras' index of the latest batch begin (the training thread's)
         # JAX's and PyTorch's batch counter; its counts read at batch begins, by the last batch they cover.
         self._batch_counter: Any = None
@@ -249,25 +251,44 @@ class ThroughputLogger(LoggingCallback):
                 fit.keras_count.epoch_begin()
             fit.meter.epoch_begin(t, fit.epoch_last)
             self._last_batch = self._begun = -1
+            self._last_end_t = _INF
             fit.training, fit.ended = True, False
             fit.validation.clear()
-            fit.compiled_at.clear()  # compiles in validation and epoch-end work are not training's
-            self._next_check = fit.meter.next_look  # the first execution
+            self._next_check = fit.meter.next_look
             self._counts.clear()  # an epoch stopped early leaves counts its batch ends never looked at
-            if self._batch_counter is not None:
-                self._batch_counter.epoch_begin()
+            counter = self._batch_counter
+            if counter is not None:
+                counter.epoch_begin()
+            if fit.clock is not None:  # the training thread times what the steady rate leaves out
+                fit.clock.epoch_begin(t, counter() if counter is not None else None)
+                watch = fit.meter.compile_watch if fit.compiles is None else -1  # JAX tells its compiles
+                fit.new_size_begin = watch + 1 if watch >= 0 else -1
 
     def on_train_batch_begin(self, batch, logs=None):
-        # Always on the training thread, in order: what needs the order of the steps is noted here.
+        # Always on the training thread, in order and on time: what needs the order of the steps, and the times of
+        # the executions the steady rate leaves out, are noted here.
         self._begun = batch
-        counter = self._batch_counter
-        if counter is not None:
-            through = counter.taken_in_epoch - 1  # the counts cover this epoch's batches up to here
-            if through >= self._next_check:  # a batch end the meter looks at
-                with self._lock:
-                    self._counts[through] = counter()
         fit = self._fit
-        if fit is not None and fit.flops_later is not None and _built(self.model):
+        if fit is None:
+            return
+        clock = fit.clock
+        if clock is not None:  # batch ends run on Keras' pool, late and out of order
+            t = time.perf_counter()
+            counter = self._batch_counter
+            if counter is not None:
+                through, counts = counter.taken_in_epoch - 1, counter()  # the batches of this epoch up to `through`
+                if through >= self._next_check:  # a batch end the meter looks at
+                    with self._lock:
+                        self._counts[through] = counts
+                left = clock.begin(batch, t, through, counts)
+            else:
+                left = clock.begin(batch, t)
+            if batch == fit.new_size_begin:
+                clock.leave_out_current()  # it runs the pass's short last batch, a size new to the fit
+            if left is not None:
+                with self._lock:
+                    fit.meter.leave_out(left)
+        if fit.flops_later is not None and _built(self.model):
             with self._lock:  # batch ends on the pool do not count on the training thread
                 self._count_flops_now(fit)
 
@@ -282,6 +303,7 @@ class ThroughputLogger(LoggingCallback):
             if batch <= self._last_batch:
                 return  # a later batch end, taken already, covers this one
             self._last_batch = batch
+            self._last_end_t = time.perf_counter()  # off the training thread: an epoch may stop after it
             if batch >= self._next_check:
                 self._check(self._fit, batch)
 
@@ -342,11 +364,8 @@ class ThroughputLogger(LoggingCallback):
     def _compiled(self) -> None:
         """A `CompileWatch`'s callback, on the training thread: the execution begun last compiled."""
         fit = self._fit
-        if fit is None or not fit.training:
-            return
-        with self._lock:
-            fit.compiled_at.append(self._begun)  # looked at from its batch end on (`_next_look`)
-            self._next_check = min(self._next_check, self._begun)
+        if fit is not None and fit.training and fit.clock is not None:
+            fit.clock.leave_out_current()  # timed from its batch begin to the next (the training thread's clock)
 
     # -- the batch ends that do something ------------------------------------------
 
@@ -358,22 +377,14 @@ class ThroughputLogger(LoggingCallback):
         if fit.keras_count is not None and batch >= fit.keras_count.last_index:
             fit.keras_count.epoch_end()  # the epoch's last step: Keras' count read before anything resets it
         meter = fit.meter
-        # JAX's compiles, noted on the training thread with the begin of the execution that compiled.
         self._looking = batch
-        self._write(meter.look(batch, t, compiled=fit.compiles is not None and fit.take_compiled(batch)))
+        self._write(meter.look(batch, t))
         self._looking = None
         for through in [b for b in self._counts if b <= batch]:
             del self._counts[through]
         if meter.counter_failed:
             self._counter_failed(fit)
-        self._next_check = self._next_look(fit, batch)
-
-    @staticmethod
-    def _next_look(fit: _ThroughputFit, batch: int) -> float:
-        """The meter's next batch end, or the end of an execution that compiled, if sooner."""
-        if fit.compiled_at:  # its batch end is at or after its begin
-            return min(fit.meter.next_look, max(batch + 1, fit.compiled_at[0]))
-        return fit.meter.next_look
+        self._next_check = meter.next_look
 
     # -- writing ------------------------------------------------------------------
 
@@ -394,9 +405,9 @@ class ThroughputLogger(LoggingCallback):
         now = time.perf_counter()
         if fit.validation:  # an epoch stopped early at a batch end not looked at: it ended before validation began
             now = min(now, fit.validation[0][0])
-        if meter.last_end[0] != self._last_batch and fit.compiles is not None and fit.take_compiled(self._last_batch):
-            meter.execution_compiled(self._last_batch, now)  # the epoch stopped early, at a batch end not looked at
-        windows = meter.epoch_end(self._last_batch, now, epoch_steps)
+        now = min(now, self._last_end_t)  # on Keras' pool: when the last batch end ran
+        left_open = fit.clock.close() if fit.clock is not None else None
+        windows = meter.epoch_end(self._last_batch, now, epoch_steps, left_open)
         self._next_check = _INF
         self._add_validation(fit)
         if meter.counter_failed:
@@ -505,9 +516,12 @@ class ThroughputLogger(LoggingCallback):
         fit.flops_later = later
         if flops is not None:
             fit.uncounted = self._uncounted_ops()
-        if counter is not None and meter.exact_steps:  # the schedule cannot tell which execution runs a new shape
+        if not backend.batch_ends_in_order():
+            # Batch ends run on Keras' pool, late and out of order: the training thread times the executions left
+            # out of the steady rate, and JAX tells which executions compiled.
+            fit.clock = BeginClock(every_reading=self._batch_counter is not None)
+            meter.left_out_told = True
             fit.compiles = watch_compiles(self._compiled)
-            meter.compiles_told = fit.compiles is not None
         steps = (self.params or {}).get("steps")
         if isinstance(counter, KerasCount):
             fit.keras_count = counter
@@ -625,8 +639,8 @@ class _ThroughputFit:
     """
 
     __slots__ = (
-        "compiled_at", "compiles", "ended", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
-        "t0", "thread", "training", "uncounted", "validation", "warned_counter",
+        "clock", "compiles", "ended", "epoch_iterations", "epoch_last", "flops_later", "keras_count", "meter",
+        "new_size_begin", "t0", "thread", "training", "uncounted", "validation", "warned_counter",
     )
 
     def __init__(self, meter: ThroughputMeter, t0: float) -> None:
@@ -638,22 +652,15 @@ class _ThroughputFit:
         self.warned_counter = False
         self.keras_count: KerasCount | None = None
         self.compiles: CompileWatch | None = None  # the backend's compiles on the training thread, where it tells
-        # Keras' batch index at the begin of each execution that compiled in this epoch's training phase, oldest first.
-        self.compiled_at: list[int] = []
+        # The training thread's clock of the executions left out of the steady rate, where batch ends run on a pool.
+        self.clock: BeginClock | None = None
+        self.new_size_begin = -1  # Keras' batch index where the execution that runs a new batch size begins
         self.training = False  # in an epoch's training phase (validation's compiles are not training's)
         self.ended = True  # the epoch's training phase was closed (`_end_training_phase`)
         self.validation: list[list[Any]] = []  # `[start, end or None]` of each validation not yet handed over
         # FLOPs counted after the first step, where the model was not built at fit's start: `(fit data, devices)`.
         self.flops_later: tuple[Any, list[Any]] | None = None
         self.uncounted: tuple[str, ...] = ()  # ops the FLOP count left out: FLOP/s and MFU are lower bounds
-
-    def take_compiled(self, batch: int) -> bool:
-        """Whether an execution that ends at or before `batch` compiled; those are taken off the list."""
-        taken = False
-        while self.compiled_at and self.compiled_at[0] <= batch:
-            del self.compiled_at[0]
-            taken = True
-        return taken
 
 
 def _built(model: Any) -> bool:

@@ -13,9 +13,13 @@ Counting convention (the one MFU is usually quoted with):
 * Attention (`keras.ops.dot_product_attention`, `MultiHeadAttention`) reaches
   the graph as `Einsum`/`BatchMatMul` ops and counts as its two products,
   2·H·Lq·Lk·(Dk + Dv) per sample, whatever the mask.
-* Ops that hide matrix products the counter cannot size (`XlaCallModule`,
-  `XlaDot`, sparse products, ...) count 0 and are named by `uncounted_ops`:
-  the count is then a lower bound.
+* Ops that may hide work the counter cannot size count 0 and are named by
+  `uncounted_ops` (the count is then a lower bound): ops that hold matrix
+  products (`XlaCallModule`, `XlaDot`, sparse products, fused and cuDNN RNN
+  kernels: any op type named for a product, a convolution or an RNN that the
+  counter does not count), Python callbacks (`tf.numpy_function`,
+  `tf.py_function`) and custom ops (an op type outside `tf.raw_ops`,
+  loaded with `tf.load_op_library`).
 * Training FLOPs per sample are 3 x the forward FLOPs (the backward pass costs
   about twice the forward one: gradients with respect to activations and to
   weights).
@@ -221,6 +225,42 @@ _HIDDEN_MATMULS = frozenset({
     "FusedResizeAndPadConv2D",
 })
 """TensorFlow op types that hold matrix products the counter does not size."""
+
+_CALLBACKS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+"""Op types that run Python on the host (`tf.numpy_function`, `tf.py_function`): any work, unseen."""
+
+_PRODUCT_NAMES = re.compile(r"MatMul|Matmul|Conv(\d?D|$|olution)|Einsum|Dot|RNN|LSTM|GRU|Attention|Gemm")
+"""Op type names that say a matrix product, a convolution or an RNN: uncounted unless `_op_flops` knows them."""
+
+_COUNTED = frozenset({
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "Conv2D", "Conv3D", "Conv",
+    "DepthwiseConv2dNative", "Conv2DBackpropInput", "Conv3DBackpropInputV2",
+})
+"""The op types `_op_flops` counts."""
+
+
+def _hidden_work(kind: str) -> str | None:
+    """How an op of type `kind` is named where it may hide work the count leaves out, or `None`.
+
+    The op type alone where it says a product; else with why
+    (`"PyFunc (a Python callback)"`).
+    """
+    if kind in _COUNTED:
+        return None
+    if kind in _CALLBACKS:
+        return f"{kind} (a Python callback)"
+    if kind in _HIDDEN_MATMULS or _PRODUCT_NAMES.search(kind):
+        return kind
+    if not kind.startswith("_") and not _builtin_op(kind):
+        return f"{kind} (a custom op)"
+    return None
+
+
+def _builtin_op(kind: str) -> bool:
+    """Whether TensorFlow itself defines the op type (`tf.raw_ops`), rather than a library loaded at run time."""
+    import tensorflow as tf
+
+    return hasattr(tf.raw_ops, kind)
 
 
 def uncounted_ops(model: Any) -> tuple[str, ...]:
@@ -530,8 +570,8 @@ def _count_graph(graph: Any, depth: int, left_out: set[str]) -> int:
             body = _count_graph(_function_graph(graph, _attr(op, "body").name), depth + 1, left_out)
             if body:
                 total += body * _trip_count(op)
-        elif kind in _HIDDEN_MATMULS:
-            left_out.add(f"{kind} in {_scope(op)}")
+        elif (named := _hidden_work(kind)) is not None:
+            left_out.add(f"{named} in {_scope(op)}")
         else:
             total += _op_flops(op)
     return total

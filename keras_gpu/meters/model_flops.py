@@ -23,10 +23,16 @@ H the query's heads (grouped-query attention included). A mask does not
 reduce the count: the full Lq x Lk product is counted, causal or not, as
 PyTorch's own counter does.
 
-Where the forward pass holds an op that hides matrix products keras-gpu cannot
-count (a Pallas or custom kernel, a foreign call, a sparse product), the
-count leaves its work out: `flops_uncounted_ops` names those ops, the count
-and any MFU from it are lower bounds, and one WARNING per process says so.
+Where the forward pass holds an op that may hide work keras-gpu cannot count
+(a Pallas or custom kernel, a foreign call, a sparse product, a host
+callback such as `tf.numpy_function`, `jax.pure_callback` or a Python op,
+a custom op or primitive the counter does not know), the count leaves its
+work out: `flops_uncounted_ops` names those ops, the count and any MFU from
+it are lower bounds, and one WARNING per process says so. On JAX a
+primitive is known when it is `jax.lax`'s or JAX's own random or sharding
+primitive; on PyTorch an op is watched as it runs, and one outside ATen (a
+`torch.library` custom op), a sparse product, or a product ATen op the
+counter has no formula for is named.
 
 The backend's facts (which backend, the replicas' GPUs, the model's device)
 come from `keras_gpu.core.backend`. Importing this module imports no
@@ -40,7 +46,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from keras_gpu.core import backend, jax_private, keras_private
+from keras_gpu.core import backend, jax_private, keras_private, torch_private
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.core.rng_private import preserved_random_state
 from keras_gpu.meters import flops
@@ -129,9 +135,9 @@ def _warn_lower_bound(model: Any, ops: tuple[str, ...]) -> None:
         log_once(
             logging.WARNING,
             "flops:uncounted:" + "|".join(ops),
-            "keras-gpu: the FLOP count of model %r leaves out the matrix products of %s, which keras-gpu cannot "
-            "count, so its FLOPs per sample, TFLOP/s and MFU are lower bounds; pass flops_per_sample= with the "
-            "true training FLOPs per sample to log exact ones.",
+            "keras-gpu: the FLOP count of model %r leaves out the work of %s, which keras-gpu cannot count, so its "
+            "FLOPs per sample, TFLOP/s and MFU are lower bounds; pass flops_per_sample= with the true training "
+            "FLOPs per sample to log exact ones.",
             getattr(model, "name", "?"),
             ", ".join(ops),
         )
@@ -315,6 +321,29 @@ def _jax_forward_flops(model: Any, inputs: Any) -> float:
 _HIDES_MATMULS = re.compile(r"attention|attn|flash|splash|matmul|gemm|(^|_)dot(_|$)")
 """Names of JAX primitives that, unknown to the counter, likely hide matrix products."""
 
+_JAX_CALLBACKS = frozenset({"pure_callback", "io_callback"})
+"""JAX primitives that run Python on the host and return values to the step: any work, unseen."""
+
+_JAX_OWN_PRIMITIVES = frozenset({
+    "random_seed", "random_bits", "random_split", "random_fold_in", "random_clone", "random_wrap",
+    "random_unwrap", "threefry2x32", "debug_callback", "sharding_constraint", "mesh_cast", "reshard",
+    "device_put", "optimization_barrier", "name",
+})
+"""JAX primitives outside `jax.lax` that do no hidden work (random bits, sharding, `jax.debug.print`)."""
+
+_lax_primitives: frozenset[str] | None = None
+
+
+def _known_jax_primitive(prim: str) -> bool:
+    """Whether `prim` is one of JAX's own primitives (`jax.lax`'s, random, sharding): no work hidden from the count."""
+    global _lax_primitives
+    if _lax_primitives is None:
+        import jax.lax
+
+        names = (getattr(getattr(jax.lax, n), "name", None) for n in dir(jax.lax) if n.endswith("_p"))
+        _lax_primitives = frozenset(name for name in names if isinstance(name, str))
+    return prim in _lax_primitives or prim in _JAX_OWN_PRIMITIVES
+
 
 def _jaxpr_flops(jaxpr: Any, depth: int, left_out: set[str]) -> int:
     """Matmul-like FLOPs of a jaxpr: `dot_general`, `conv_general_dilated` and cuDNN attention, sub-jaxprs included.
@@ -353,6 +382,8 @@ def _jaxpr_flops(jaxpr: Any, depth: int, left_out: set[str]) -> int:
         elif prim == "while":
             if _jaxpr_flops(eqn.params["body_jaxpr"].jaxpr, depth + 1, left_out):
                 raise _UncountedError(f"a loop{_where(eqn)} has no constant number of iterations")
+        elif prim in _JAX_CALLBACKS:
+            left_out.add(f"{prim} (a host callback){_where(eqn)}")
         else:  # calls (jit, custom gradients, remat): their bodies run once
             found = False
             for value in eqn.params.values():
@@ -362,6 +393,8 @@ def _jaxpr_flops(jaxpr: Any, depth: int, left_out: set[str]) -> int:
                     total += _jaxpr_flops(sub, depth + 1, left_out)
             if not found and _HIDES_MATMULS.search(prim):
                 left_out.add(_named(prim, eqn))
+            elif not found and not _known_jax_primitive(prim):
+                left_out.add(f"{prim} (a primitive keras-gpu does not know){_where(eqn)}")
     return total
 
 
@@ -412,9 +445,38 @@ def _torch_forward_flops(model: Any, inputs: Any) -> float:
     device = backend.torch_device(model)
     x = _map_inputs(lambda i: torch.zeros(i.shape, dtype=getattr(torch, i.dtype), device=device), inputs)
     counter = FlopCounterMode(display=False, custom_mapping=_torch_formulas(torch))
-    with torch.no_grad(), counter:
+    recorder = torch_private.op_recorder()  # inside the counter: it sees each operator first
+    with torch.no_grad(), counter, recorder:
         model(x, training=False)
-    return float(counter.get_total_flops()) / _first(inputs).shape[0], ()
+    left_out = _torch_uncounted(recorder.ops, counter.flop_registry)
+    return float(counter.get_total_flops()) / _first(inputs).shape[0], left_out
+
+
+_TORCH_PRODUCTS = re.compile(r"mm($|_)|matmul|conv|linear|(^|_)v?dot($|_)|(^|_)(add)?mv($|_)|attention|gemm|einsum")
+"""Names of ATen operators that compute matrix products or convolutions."""
+
+
+def _torch_uncounted(ops: list[tuple[Any, bool]], formulas: dict[Any, Any]) -> tuple[str, ...]:
+    """The operators of a forward pass that may hide work the counter left out, each named once.
+
+    A custom op (outside ATen and its primitives: `torch.library.custom_op`,
+    a C++ extension's), a product on a sparse tensor, and a product operator
+    the counter has no formula for.
+    """
+    found: list[str] = []
+    for op, sparse in ops:
+        packet = getattr(op, "overloadpacket", op)
+        name = str(packet)
+        if getattr(op, "namespace", "aten") not in ("aten", "prims"):
+            named = f"{name} (a custom op)"
+        elif op in formulas or packet in formulas or not _TORCH_PRODUCTS.search(name.rsplit(".", 1)[-1]):
+            continue
+        else:
+            named = f"{name} (a sparse product)" if sparse else name
+        named += " in its forward pass"
+        if named not in found:
+            found.append(named)
+    return tuple(found)
 
 
 def _torch_formulas(torch: Any) -> dict[Any, Callable[..., int]]:

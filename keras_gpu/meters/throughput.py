@@ -18,12 +18,16 @@ counts samples only gives `None` steps: Keras' batch index then counts them
 Windows tile each epoch's training phase with no gap, so the first window
 holds the first execution and the sum of the window times is the training
 phase's wall time (the conventions: `keras_gpu.meters.throughput_records`).
-Executions that compiled are left out of the steady rate like the first
-(the meter asks its `keras_gpu.meters.throughput_compiles.CompileLeaveOut`): a batch shape new to the fit
-makes JAX, and XLA under `jit_compile=True`, compile again. Where the schedule
-knows the batch sizes, the execution that runs the short last batch is known
-in advance; with a counter, the caller says which executions compiled, from
-the backend's own signal (`keras_gpu.hooks.throughput_setup`).
+Executions that compiled are left out of the steady rate like the first: a
+batch shape new to the fit makes JAX, and XLA under `jit_compile=True`,
+compile again. Where the batch ends are fed in order as the steps end (on the
+training thread), the meter times the executions it leaves out itself, and
+asks its `keras_gpu.meters.throughput_compiles.CompileLeaveOut` which
+execution runs a new batch size. Where they run late and out of order (on
+Keras' thread pool) only the training thread knows when an execution ended:
+the caller sets `left_out_told` and hands over every execution left out,
+the first included, timed from its batch begins (`leave_out`; see
+`keras_gpu.meters.throughput_compiles.BeginClock`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core.checks import check_positive
-from keras_gpu.meters.throughput_compiles import CompileLeaveOut
+from keras_gpu.meters.throughput_compiles import CompileLeaveOut, LeftOut
 from keras_gpu.meters.throughput_records import (
     DataSchedule,
     EpochRates,
@@ -67,6 +71,9 @@ class _Epoch:
     first_steps: int = 0
     first_samples: int = 0
     train_end: float | None = None
+    first_booked: bool = False  # the first execution's time is in `_Totals.first_seconds`
+    left_out_span: tuple[float, float] = (0.0, 0.0)  # the last executions handed over as left out: (start, end)
+    steady_unknown: bool = False  # an execution left out could not be counted: no steady rate this epoch
     end_step: int = 0
     steps: int = 0
     samples: int = 0
@@ -168,11 +175,13 @@ class ThroughputMeter:
         self._first_pending = False
         self._epoch: _Epoch | None = None
         self._compiles = CompileLeaveOut(schedule, counted=counter is not None)  # which executions compiled
+        self._epoch_pos = 0  # the position in the pass over the data where the epoch started
         self._acc_batch = -1  # last batch index accounted for in this epoch
         # The last two batch ends this epoch was fed, `(batch, time)`: where the previous execution ended.
         self._prev: tuple[int, float] = (-1, 0.0)
         self._end: tuple[int, float] = (-1, 0.0)
-        self.compiles_told = False  # the caller tells which executions compiled (`look(..., compiled=)`)
+        # The caller times and hands over every execution left out of the steady rate (`leave_out`).
+        self.left_out_told = False
         self._epoch_last = _INF  # Keras' batch index of the epoch's last step, where known
         self.next_look: float = _INF  # the next batch end the meter asks to `look` at
         self._watch = -1  # the batch end before an execution that may compile (a new batch shape)
@@ -217,35 +226,34 @@ class ThroughputMeter:
         """
         if self.schedule.steps_per_epoch is None:
             self._pos = self._seen = 0
+        self._epoch_pos = self._pos
         self._in_epoch = True
-        self._first_pending = True
+        self._first_pending = not self.left_out_told
         self._epoch = _Epoch(t0=t, index=self.epochs)
         self._acc_batch = -1
         self._prev = self._end = (-1, t)
         self._open_window(-1, t)
-        self._compiles.mark = (-1, t, 0, 0)
+        self._epoch_last = _INF if last_batch is None else last_batch
+        if self.left_out_told:  # the caller times what is left out: look where windows end
+            self._watch = -1
+            self.next_look = self._plan_look()
+            return
         self.next_batch = 0  # the first execution always reaches the handler
         self.next_time = _INF
-        self._epoch_last = _INF if last_batch is None else last_batch
         self._watch = self.compile_watch
-        if self.compiles_told and last_batch is not None:  # the batch end before the last execution: a short batch?
-            self._watch = last_batch - self.schedule.steps_per_execution
         self.next_look = 0
 
-    def look(self, batch: int, t: float, compiled: bool = False) -> list[Window | FirstExecution]:
+    def look(self, batch: int, t: float) -> list[Window | FirstExecution]:
         """The batch end of `batch`, at `t`: the one call per batch end the caller looks at (`next_look`).
 
         It may look at any batch end, in order; the meter asks for those it
         needs in `next_look`. Each batch end looked at is where an execution
         ended: the next one's start, for the executions left out of the
-        steady rate.
+        steady rate (unless the caller times those, `left_out_told`).
 
         Args:
             batch: Keras' `batch` argument: index of the execution's last step.
             t: Time of the batch end.
-            compiled: Whether an execution since the last batch end looked
-                at compiled, where the caller watches the backend's compiles
-                (`compiles_told`).
 
         Returns:
             What to log: a `FirstExecution` for the first execution of an
@@ -253,12 +261,7 @@ class ThroughputMeter:
         """
         if not self._in_epoch:
             return []
-        if compiled:
-            self.execution_compiled(batch, t)
-        elif self.compiles_told:
-            self.account(batch, t)
-        else:
-            self._observe(batch, t)
+        self._observe(batch, t)
         out = self.execution_end(batch, t) if batch >= self.next_batch or t >= self.next_time else []
         self.next_look = self._plan_look()
         return out
@@ -313,7 +316,7 @@ class ThroughputMeter:
             epoch = self._epoch
             epoch.first_seconds = max(0.0, t - epoch.t0)
             epoch.first_steps, epoch.first_samples = steps, samples or 0
-            self._compiles.mark = (batch, t, epoch.steps, epoch.samples)
+            epoch.first_booked = True
             self._compiles.note_sizes(batch)
             self._totals.first_seconds.append(epoch.first_seconds)
             out.append(FirstExecution(self.step, self.epochs, steps, epoch.first_seconds))
@@ -335,7 +338,9 @@ class ThroughputMeter:
             out.append(window)
         return out
 
-    def epoch_end(self, last_batch: int, t: float, epoch_steps: int | None = None) -> list[Window]:
+    def epoch_end(
+        self, last_batch: int, t: float, epoch_steps: int | None = None, left_open: tuple[int, float, Any] | None = None
+    ) -> list[Window]:
         """End the epoch's training phase and close its last (partial) window.
 
         Args:
@@ -348,6 +353,10 @@ class ThroughputMeter:
                 is False); the last execution's count is corrected to match,
                 within what is possible (it ran between 1 and
                 `steps_per_execution` steps).
+            left_open: Where the caller times what is left out
+                (`left_out_told`): `(first batch, start, counts before)` of
+                the executions left out that ran to the training phase's end
+                (`keras_gpu.meters.throughput_compiles.BeginClock.close`).
         """
         if not self._in_epoch:
             return []
@@ -369,8 +378,10 @@ class ThroughputMeter:
                 out.append(window)
         if last_batch >= 0:
             epoch.train_end = last_t
-            if self._compiles.ran_new_size(last_batch, self.counts_samples):
+            if self._compiles.ran_new_size(last_batch, self.counts_samples) and not self.left_out_told:
                 self._leave_out_last(last_batch, last_t, prev_batch, prev_t)
+            if self.left_out_told:
+                self._end_left_out(last_batch, last_t, left_open)
         epoch.end_step = self.step
         self.epochs += 1
         if self.schedule.batches_per_pass is not None and self._seen >= self.schedule.batches_per_pass:
@@ -388,38 +399,79 @@ class ThroughputMeter:
         """
         return self._compiles.watch(self.counts_samples)
 
-    def account(self, batch: int, t: float) -> None:
-        """Account for the steps up to `batch` (its batch end at `t`) without closing a window.
-
-        It reads the counter: call it where that is cheap (on the host). It
-        marks where an execution that compiles next starts (`execution_compiled`).
-        """
-        self._observe(batch, t)
-        if self._in_epoch and not self._first_pending and self.exact_steps and batch > self._acc_batch:
-            self._add_to_window(*self._advance(batch))
-            self._compiles.mark = (batch, t, self._epoch.steps, self._epoch.samples)
-
-    def execution_compiled(self, batch: int, t: float) -> None:
-        """The executions after the last batch end accounted for, up to `batch` (at `t`), compiled.
+    def leave_out(self, left: LeftOut) -> None:
+        """Executions of this epoch, timed on the training thread, go out of the steady rate (`left_out_told`).
 
         Their time, steps and samples go with the first execution's
-        (`time/first_step_sec`), out of the steady rate: exactly the one that
-        compiled where the batch end before it was accounted for
-        (`account`). Nothing for the first execution (left out already), or
-        where steps are known only later.
+        (`time/first_step_sec`); the first execution of the epoch is the
+        first handed over. Steps and samples come from the counter's readings
+        `left` carries, else from the schedule. Where they cannot be told
+        (a reading missing), the epoch gets no steady rate rather than a
+        wrong one.
         """
-        self._observe(batch, t)
-        if not self._in_epoch or self._first_pending or not self.exact_steps or batch < self._acc_batch:
+        if self._epoch is None or not self._in_epoch:
             return
-        mark_batch, mark_t, mark_steps, mark_samples = self._compiles.mark  # where `_acc_batch` was reached
-        self._add_to_window(*self._advance(batch))
+        before = self._through(left.first_batch - 1, left.counts_before)
+        through = self._through(left.last_batch, left.counts_through)
+        self._book_left_out(left.start, left.end, before, through)
+
+    def _book_left_out(self, start: float, end: float, before: tuple[int, int | None] | None, through: Any) -> None:
         epoch = self._epoch
-        if batch > mark_batch and t > mark_t:
-            epoch.first_seconds += t - mark_t
-            epoch.first_steps += epoch.steps - mark_steps
-            epoch.first_samples += epoch.samples - mark_samples
+        if before is None or through is None or through[0] < before[0]:
+            epoch.steady_unknown = True
+            return
+        epoch.left_out_span = (start, end)
+        epoch.first_seconds += max(0.0, end - start)
+        epoch.first_steps += through[0] - before[0]
+        if before[1] is not None and through[1] is not None:
+            epoch.first_samples += through[1] - before[1]
+        if epoch.first_booked:
             self._totals.first_seconds[-1] = epoch.first_seconds
-        self._compiles.mark = (batch, t, epoch.steps, epoch.samples)
+        else:
+            epoch.first_booked = True
+            self._totals.first_seconds.append(epoch.first_seconds)
+
+    def _end_left_out(self, last_batch: int, last_t: float, left_open: tuple[int, float, Any] | None) -> None:
+        """End what the caller left out with the training phase (`epoch_end`, `left_out_told`)."""
+        epoch = self._epoch
+        start, end = epoch.left_out_span
+        if end > last_t:  # a batch begin after the training phase's end (a step begun where the data ran out)
+            epoch.first_seconds -= end - max(start, last_t)
+            if epoch.first_booked:
+                self._totals.first_seconds[-1] = epoch.first_seconds
+        if left_open is None or left_open[0] > last_batch:
+            return
+        first, start, counts_before = left_open
+        # The counter's last reading covers the epoch's last batch (`_advance` in `epoch_end`, or the last look).
+        through: Any = (epoch.steps, epoch.samples if self.counts_samples else None)
+        if self._counter is not None:
+            through = (last_batch + 1 if self._counted[0] is None else self._counted[0], self._counted[1])
+        self._book_left_out(start, last_t, self._through(first - 1, counts_before), through)
+
+    def _through(self, batch: int, counts: Any) -> tuple[int, int | None] | None:
+        """This epoch's `(steps, samples)` through Keras' batch index `batch` (`None`: not known).
+
+        With a counter: its running reading `counts`, taken when it covered
+        exactly those batches (only differences of two readings mean
+        anything). Else, where the schedule counts, from the batch sizes,
+        relative to the epoch's start.
+        """
+        if self._counter is not None:
+            if counts is None:
+                return None
+            steps, samples = counts
+            return (batch + 1 if steps is None else steps), (None if self.counter_failed else samples)
+        steps = batch + 1
+        sched = self.schedule
+        n = sched.batches_per_pass
+        if n is not None:
+            steps = max(0, min(steps, n - self._epoch_pos))
+        if not sched.counts_samples:
+            return steps, None
+        samples = steps * sched.batch_size
+        if n is not None and steps > 0 and self._epoch_pos + steps == n:
+            samples -= sched.batch_size - sched.last_batch_size
+        return steps, samples
 
     def _leave_out_last(self, last_batch: int, last_t: float, prev_batch: int, prev_t: float) -> None:
         """Count the epoch's last execution, which ran a batch size new to this fit, with the first one."""
@@ -464,7 +516,7 @@ class ThroughputMeter:
         steady_steps = epoch.steps - epoch.first_steps
         steady_seconds = train_sec - epoch.first_seconds
         steady_sps = steady_samps = None
-        if steady_steps > 0 and steady_seconds > 0:
+        if steady_steps > 0 and steady_seconds > 0 and self._steady_known(epoch):
             steady_sps = steady_steps / steady_seconds
             if self.counts_samples:
                 steady_samps = (epoch.samples - epoch.first_samples) / steady_seconds
@@ -502,7 +554,7 @@ class ThroughputMeter:
         rates = self._rates(epoch.steps, epoch.samples if counted else None, train_sec)
         steady_seconds = train_sec - epoch.first_seconds
         steady = None
-        if counted and epoch.steps > epoch.first_steps and steady_seconds > 0:
+        if counted and epoch.steps > epoch.first_steps and steady_seconds > 0 and self._steady_known(epoch):
             steady = (epoch.samples - epoch.first_samples) / steady_seconds
         return EpochRates(rates.samples_per_sec, steady, rates.mfu)
 
@@ -645,8 +697,6 @@ class ThroughputMeter:
     def _open_window(self, batch: int, t: float) -> None:
         self._win_batch = batch
         self._win_t = t
-        if self._epoch is not None and batch == self._acc_batch:
-            self._compiles.mark = (batch, t, self._epoch.steps, self._epoch.samples)
         self._win_steps = 0
         self._win_samples = 0
         self._schedule_window()
@@ -674,6 +724,10 @@ class ThroughputMeter:
         tot.measured_samples += samples or 0
         tot.measured_seconds += seconds
         return Window(self.step, steps, samples, seconds, **dataclasses.asdict(self._rates(steps, samples, seconds)))
+
+    def _steady_known(self, epoch: _Epoch) -> bool:
+        """Whether the executions the epoch's steady rate leaves out were counted (the first among them)."""
+        return not epoch.steady_unknown and (epoch.first_booked or not self.left_out_told)
 
     def _mfu(self, samples_per_sec: float | None) -> float | None:
         """MFU at `samples_per_sec` (`None` without it, the FLOPs per sample or the peak)."""

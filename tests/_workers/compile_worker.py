@@ -67,13 +67,18 @@ class _Compiles:
 
 
 def _stopwatch(compiles: _Compiles | None):
-    """A callback that timestamps every batch end (and, given `compiles`, reads the backend's compile count)."""
+    """A callback that timestamps every batch begin and end (and, given `compiles`, reads the backend's compiles)."""
     import keras
 
     class Stopwatch(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = [{"t": time.perf_counter(), "compiles": compiles.read(self.model) if compiles else 0}]
             self.epochs.append(self.epoch)
+            self.begins = []
+            self.begin_epochs.append(self.begins)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.begins.append(time.perf_counter())
 
         def on_train_batch_end(self, batch, logs=None):
             t = time.perf_counter()
@@ -81,6 +86,7 @@ def _stopwatch(compiles: _Compiles | None):
 
     watch = Stopwatch()
     watch.epochs = []
+    watch.begin_epochs = []
     return watch
 
 
@@ -110,14 +116,17 @@ def run_case(case: str, backend: str) -> dict:
     steady = history.history.get("throughput/steady_samples_per_sec", [])
     out = []
     for e, (early, late) in enumerate(zip(before.epochs, after.epochs)):
+        # Where the logger reads its clock at the end of an execution: at its batch end or the next batch begin
+        # (the training thread's clock), between the first stopwatch's batch end and the second's next begin.
+        late_begins = after.begin_epochs[e][1:] + [late[-1]["t"]]
         executions = [
             {
                 "samples": sizes[m["batch"]],
                 "sec": m["t"] - p["t"],
                 "compiles": m["compiles"] - p["compiles"],
-                "end": [a["t"], m["t"]],  # the logger's reading of this batch end lies between the two
+                "end": [a["t"], nxt],
             }
-            for p, m, a in zip(late, late[1:], early[1:])
+            for p, m, a, nxt in zip(late, late[1:], early[1:], late_begins)
         ]
         out.append({"steady": steady[e] if e < len(steady) else None, "executions": executions})
     return {"epochs": out, "first_step_sec": list(logger.summary["first_step_sec"])}
@@ -134,9 +143,11 @@ def main(cases: list[str]) -> None:
 def steady_bounds(executions: list[dict], left_out: set[int]) -> tuple[float, float]:
     """The steady samples/s a logger that leaves out execution 0 and `left_out` can log: `(lowest, highest)`.
 
-    The logger reads its clock at each batch end between the two stopwatches
-    (`end`), so the time of the executions it keeps is bounded by theirs: the
-    bounds hold whatever the load, and are as tight as the logger's own hook.
+    The logger reads its clock where each execution ends, between the two
+    stopwatches (`end`: from the first one's batch end to the second one's
+    next batch begin, or its batch end for the epoch's last), so the time
+    of the executions it keeps is bounded by theirs: the bounds hold
+    whatever the load, and are as tight as the logger's own hooks.
     """
     kept = [i for i in range(1, len(executions)) if i not in left_out]
     coef: dict[int, int] = {}
