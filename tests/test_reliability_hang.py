@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -341,3 +342,40 @@ def test_no_worker_in_fit_is_reported_while_the_job_runs(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
+
+
+def test_progress_writer_counts_every_batch_end_run_concurrently(tmp_path):
+    # Keras runs batch ends on its thread pool (JAX, PyTorch): none may be lost to a race on the count.
+    writer = ProgressWriter(tmp_path / "p.json", interval=60)
+    writer.begin("fit")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, so that a race shows
+    try:
+        threads = [threading.Thread(target=lambda: [writer.step(1, "fit") for _ in range(20_000)]) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert writer.steps == 8 * 20_000
+
+
+def test_progress_writer_keeps_the_latest_batch_of_each_call_whatever_the_order(tmp_path):
+    writer = ProgressWriter(tmp_path / "p.json", interval=60)
+    writer.begin("fit")
+    writer.epoch(1)
+    writer.step(15, "fit")
+    writer.step(4, "fit")  # a batch end the pool ran late: the position does not go back
+    writer.begin("evaluate")  # validation starts while training batch ends are still on the pool
+    writer.step(16, "fit")  # a late training batch end: fit's position, not the evaluation's
+    writer._write()
+    got = read_progress(tmp_path / "p.json")
+    assert (got.phase, got.batch, got.steps) == ("evaluate", None, 3)
+    writer.step(2, "evaluate")
+    writer._write()
+    assert read_progress(tmp_path / "p.json").batch == 2
+    writer.end()
+    writer._write()
+    got = read_progress(tmp_path / "p.json")
+    assert (got.phase, got.epoch, got.batch) == ("fit", 1, 16)

@@ -46,7 +46,7 @@ class Heartbeat(keras.callbacks.Callback):
         True
     """
 
-    async_safe = True  # only sets ints; keeps Keras' asynchronous batch hooks on backends that have them
+    async_safe = True  # only sets ints, safe on Keras' pool in any order; keeps Keras' asynchronous batch hooks
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,9 +72,16 @@ class Heartbeat(keras.callbacks.Callback):
         if self.writer is not None:
             self.writer.end()
 
-    def _step(self, batch, logs=None) -> None:
+    def on_train_batch_end(self, batch, logs=None) -> None:
         if self.writer is not None:
-            self.writer.step(batch + 1)
+            self.writer.step(batch + 1, "fit")
+
+    def on_test_batch_end(self, batch, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.step(batch + 1, "evaluate")
+
+    def on_predict_batch_end(self, batch, logs=None) -> None:
+        if self.writer is not None:
+            self.writer.step(batch + 1, "predict")
 
     on_train_end = on_test_end = on_predict_end = _end
-    on_train_batch_end = on_test_batch_end = on_predict_batch_end = _step

@@ -6,7 +6,10 @@ Inside the worker, `keras_gpu.Heartbeat` counts finished batches (train, test
 and predict) in memory, and a daemon thread of `ProgressWriter`
 rewrites the file a few times per timeout with the count, the call, epoch
 and batch the worker is in, and where its main thread is. The training
-thread only sets ints: it does no I/O and no device work. Workers started by
+thread only sets ints under a lock: it does no I/O and no device work.
+Batch ends may run on Keras' thread pool (JAX, PyTorch), concurrently and
+out of order: each counts once, and each call's position only moves
+forward. Workers started by
 `keras-gpu launch` get a `Heartbeat` in every `fit`, `evaluate` and
 `predict` without asking (see `keras_gpu.cli._worker`).
 
@@ -159,9 +162,9 @@ class ProgressWriter:
     """Counts finished batches and rewrites a progress file from a daemon thread.
 
     `step()`, `epoch()`, `begin()` and `end()` are what the training thread
-    calls; they only change ints and a short list. The thread writes every
-    `interval` seconds, and once at `start()`: the training thread never
-    touches the file.
+    (or, for `step()`, Keras' thread pool) calls; they only change ints and
+    a short list, under a lock. The thread writes every `interval` seconds,
+    and once at `start()`: the training thread never touches the file.
 
     Args:
         path: The progress file.
@@ -179,6 +182,7 @@ class ProgressWriter:
         self._main = threading.main_thread()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()  # the counts: batch ends may run on Keras' pool, concurrently
         self._stopped = threading.Event()
 
     def start(self) -> None:
@@ -192,36 +196,52 @@ class ProgressWriter:
 
     def begin(self, phase: str = "") -> None:
         """A `fit`, `evaluate` or `predict` call started (calls may nest: validation runs inside `fit`)."""
-        self._depth += 1
-        self._calls.append([phase, None])
-        self._last_wall = time.time()
-        if phase == "fit":
-            self._epoch = None
-
-    def end(self) -> None:
-        """The innermost running call ended."""
-        self._depth = max(0, self._depth - 1)
-        if self._calls:
-            phase, _ = self._calls.pop()
+        now = time.time()
+        with self._count_lock:
+            self._depth += 1
+            self._calls.append([phase, None])
+            self._last_wall = now
             if phase == "fit":
                 self._epoch = None
 
+    def end(self) -> None:
+        """The innermost running call ended."""
+        with self._count_lock:
+            self._depth = max(0, self._depth - 1)
+            if self._calls:
+                phase, _ = self._calls.pop()
+                if phase == "fit":
+                    self._epoch = None
+
     def epoch(self, epoch: int) -> None:
         """`fit` started epoch `epoch` (counted from 1)."""
-        self._epoch = epoch
-        if self._calls:
-            self._calls[-1][1] = None
+        with self._count_lock:
+            self._epoch = epoch
+            if self._calls:
+                self._calls[-1][1] = None
 
-    def step(self, batch: int | None = None) -> None:
+    def step(self, batch: int | None = None, phase: str | None = None) -> None:
         """One batch (or one execution of `steps_per_execution` batches) finished.
+
+        Safe from any thread, in any order: a batch end that runs after a
+        later one leaves the position where the later one put it.
 
         Args:
             batch: Batches finished in the current epoch or call, from 1.
+            phase: The call the batch belongs to (`"fit"`, `"evaluate"`,
+                `"predict"`): its innermost running call takes the position
+                (a training batch end that runs late, after validation
+                began, is `fit`'s). `None`: the innermost call.
         """
-        self._steps += 1
-        self._last_wall = time.time()  # a clock read, no I/O: the launcher compares when each worker's last batch ended
-        if batch is not None and self._calls:
-            self._calls[-1][1] = batch
+        now = time.time()  # a clock read, no I/O: the launcher compares when each worker's last batch ended
+        with self._count_lock:
+            self._steps += 1
+            self._last_wall = now
+            if batch is None:
+                return
+            call = next((c for c in reversed(self._calls) if phase is None or c[0] == phase), None)
+            if call is not None and (call[1] is None or batch > call[1]):
+                call[1] = batch
 
     @property
     def steps(self) -> int:
@@ -242,22 +262,24 @@ class ProgressWriter:
 
     def _write(self) -> None:
         where, in_tf, runtime = _main_thread_frame(self._main)
-        calls = list(self._calls)  # a snapshot: the training thread may change it meanwhile
+        with self._count_lock:  # a snapshot: the training thread and Keras' pool may change them meanwhile
+            calls = [list(c) for c in self._calls]
+            steps, depth, epoch, last_wall = self._steps, self._depth, self._epoch, self._last_wall
         phase, batch = calls[-1] if calls else ("", None)
         parent = calls[-2][0] if len(calls) > 1 else ""
         record = {
             "pid": os.getpid(),
-            "steps": self._steps,
-            "active": self._depth > 0,
+            "steps": steps,
+            "active": depth > 0,
             "phase": phase,
             "parent": parent,
-            "epoch": self._epoch if "fit" in (phase, parent) else None,
+            "epoch": epoch if "fit" in (phase, parent) else None,
             "batch": batch,
             "where": where,
             "in_tensorflow": in_tf,
             "runtime": runtime,
             "input": _input_frame(),
-            "last_batch_wall": self._last_wall,
+            "last_batch_wall": last_wall,
             "wall": time.time(),
         }
         tmp = f"{self._path}.tmp"

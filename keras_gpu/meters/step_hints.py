@@ -44,7 +44,8 @@ HOST_EXPLAINS = 0.5
 TUNE_POINTER = "`keras-gpu tune` measures the fixes"
 HOST_FIXES = (
     "Fixes: more steps per call (`model.compile(..., steps_per_execution=N)`), a bigger batch, fewer synchronous "
-    f"callbacks (a progress bar makes every step wait), `jit_compile=True`; {TUNE_POINTER} on your script"
+    "callbacks (on JAX and PyTorch a callback that overrides a batch-end hook without `async_safe = True` makes "
+    f"every step wait), `jit_compile=True`; {TUNE_POINTER} on your script"
 )
 #: A host activity is named in a hint from this share of the step on.
 _HOST_WORK_SHARE = 0.05
@@ -213,8 +214,9 @@ def idle_hint(step: StepTime) -> str | None:
     waits = any(w.wait_sec_per_step >= _HOST_WORK_SHARE * step.step_sec for w in step.host_work)
     why = (
         "; the training thread waits for each step's result before it dispatches the next, so the device waits "
-        "for the host in between: a callback that reads each step's logs (a progress bar, a callback without "
-        "`async_safe = True`) makes every step wait, and `steps_per_execution=N` dispatches N steps at once"
+        "for the host in between: a callback that reads each step's logs on the training thread (on JAX and "
+        "PyTorch, one that overrides a batch-end hook without `async_safe = True`) makes every step wait, and "
+        "`steps_per_execution=N` dispatches N steps at once"
         if waits else ""
     )
     waiting = f", input {_ms(step.input_sec)}" if step.input_sec > 0 else ""

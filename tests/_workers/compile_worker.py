@@ -118,7 +118,7 @@ def run_case(case: str, backend: str) -> dict:
     for e, (early, late) in enumerate(zip(before.epochs, after.epochs)):
         # Where the logger reads its clock at the end of an execution: at its batch end or the next batch begin
         # (the training thread's clock), between the first stopwatch's batch end and the second's next begin.
-        late_begins = after.begin_epochs[e][1:] + [late[-1]["t"]]
+        late_begins = [*after.begin_epochs[e][1:], late[-1]["t"]]
         executions = [
             {
                 "samples": sizes[m["batch"]],
