@@ -34,13 +34,14 @@ def _traces(run_dir):
 
 
 def test_input_bound_fit_waits_for_input(tmp_path, caplog):
-    # ~1 ms of compute per step, 6 ms of host work per batch in the input pipeline.
+    # ~1 ms of compute per step, 40 ms of host work per batch in the input pipeline: on a loaded 2-core machine
+    # the rest of the step stretches with the load (25 ms at load 12), the sleep does not.
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
     model.compile("sgd", "mse")
     x, y = _arrays(64 * 16)
 
     def slow(a):
-        time.sleep(0.006)
+        time.sleep(0.04)
         return a
 
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)

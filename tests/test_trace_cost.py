@@ -291,3 +291,69 @@ def test_the_profiler_cost_benchmark_measures_each_part(priors, capsys):
     with pytest.raises(SystemExit):
         profiler_cost.main(["--steps", "29"])
     assert "--steps must be at least 30. Received: --steps=29" in capsys.readouterr().err
+
+
+# -- what a trace costs the fit: its stop runs on a thread of its own -------------------------------------------
+
+
+def _stop_loss(backend, clock, *, step_sec, slow_sec, slow_steps, stop_sec=0.43):
+    """A stop that ran `stop_sec` beside `slow_steps` steps of `slow_sec`, then steps of `step_sec`: its cost."""
+    loss = trace_cost.StopLoss(backend, "cpu", 0.001, t0=clock.now, step0=100, clock=clock)
+    steps = 100
+    for _ in range(slow_steps):
+        clock.now += slow_sec
+        steps += 1
+        assert loss.step(steps)
+    loss.stopped(stop_sec)  # the stop's thread ended meanwhile
+    wanted = True
+    while wanted:
+        clock.now += step_sec
+        steps += 1
+        wanted = loss.step(steps)
+    return trace_cost.trace_costs()[(backend, "cpu")]
+
+
+def test_a_stop_beside_the_training_costs_the_fit_almost_nothing_and_a_long_fit_traces(priors):
+    # A free core: the 0.43 s stop ran while 43 steps of 10 ms went on as before.
+    clock = Clock()
+    cost = _stop_loss("stop-free", clock, step_sec=0.01, slow_sec=0.01, slow_steps=43)
+    assert cost.stop_sec == pytest.approx(0.43) and cost.lost_sec == pytest.approx(0.0, abs=1e-9)
+    assert cost.per_trace_sec == pytest.approx(0.001)
+    gate = TraceGate("stop-free", "cpu", forced=False, clock=clock)
+    clock.now += 1.0
+    gate.note_first_step(1)
+    clock.now += 0.99  # 99 steps of 10 ms: a ~52 s fit of 5,100 steps
+    assert gate.allow(100, 5100, traces=0, last_chance=True) is True
+
+
+def test_a_starved_machine_pays_for_the_stop_in_slower_steps_and_does_not_trace(priors):
+    # No free core: the 10 ms steps took 20 ms while the stop ran (43 of them: 0.43 s lost).
+    clock = Clock()
+    cost = _stop_loss("stop-starved", clock, step_sec=0.01, slow_sec=0.02, slow_steps=43)
+    assert cost.lost_sec == pytest.approx(0.43)
+    gate = TraceGate("stop-starved", "cpu", forced=False, clock=clock)
+    clock.now += 1.0
+    gate.note_first_step(1)
+    clock.now += 0.99
+    assert gate.allow(100, 5100, traces=0, last_chance=True) is False
+    assert "measured over 1 trace(s)" in gate.reason
+
+
+@pytest.mark.parametrize("stopped_first", [True, False], ids=["stopped-then-epoch-end", "epoch-end-then-stopped"])
+def test_a_stop_outlasting_the_epochs_steps_costs_the_whole_stop_recorded_once(priors, stopped_first):
+    clock = Clock()
+    loss = trace_cost.StopLoss("stop-abandoned", "cpu", 0.002, t0=clock.now, step0=10, clock=clock)
+    clock.now += 0.01
+    assert loss.step(11)
+    if stopped_first:
+        loss.stopped(0.3)
+        loss.abandon()  # the epoch ended before the steady pace was timed
+    else:
+        loss.abandon()  # the epoch ended with the stop still running
+        assert "stop-abandoned" not in {b for b, _ in trace_cost.trace_costs()}
+        loss.stopped(0.3)
+    loss.abandon()
+    assert loss.step(12) is False
+    cost = trace_cost.trace_costs()[("stop-abandoned", "cpu")]
+    assert (cost.traces, cost.lost_sec) == (1, None)
+    assert cost.per_trace_sec == pytest.approx(0.302)  # not measured: the whole stop, an upper bound

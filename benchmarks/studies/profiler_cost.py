@@ -12,6 +12,10 @@ It trains a small MLP on the CPU (or the default device) in one process and prin
 * `start_sec`, `stop_sec`: each forced trace's profiler start and stop
   (`StepTimeLogger(profile_every_s=300)`, 20 steps), as the callback measured
   them (`StepTimeLogger.profiler_cost`), the first trace of the process first;
+* `lost_sec`: what the training thread lost while each stop ran on its own
+  thread (`keras_gpu.hooks.trace_cost.StopLoss`; `null` where the epoch
+  ended before it was measured): with `start_sec`, what the trace cost the
+  fit, the figure `TraceGate` holds against 0.5% of a fit;
 * `parse_sec`: the parser thread's reading of each trace;
 * `untraced`: fits that the default `StepTimeLogger` does not trace (too
   short for the profiler's cost), against the same fits without it:
@@ -59,7 +63,7 @@ def run(fits: int, steps: int) -> dict[str, Any]:
             parse.append(time.perf_counter() - t)
 
     step_time_logger.read_trace = timed_read
-    starts, stops = [], []
+    starts, stops, losses = [], [], []
     try:
         for _ in range(fits):
             with tempfile.TemporaryDirectory() as log_dir:
@@ -70,6 +74,7 @@ def run(fits: int, steps: int) -> dict[str, Any]:
                 if cost is not None:
                     starts.append(cost.last_start_sec)
                     stops.append(cost.last_stop_sec)
+                    losses.append(cost.last_lost_sec)
     finally:
         step_time_logger.read_trace = read
 
@@ -101,6 +106,7 @@ def run(fits: int, steps: int) -> dict[str, Any]:
         "steps_per_fit": steps,
         "start_sec": starts,
         "stop_sec": stops,
+        "lost_sec": losses,
         "parse_sec": parse,
         "untraced": {
             "traced_fits": traced_by_default,

@@ -446,12 +446,15 @@ class StepTimeLogger(LoggingCallback):
         if fit.pace_pending and (batch or fit.base):  # the fit's first step has ended
             fit.pace_pending = False
             fit.gate.note_first_step(fit.base + batch)
+        if self._by_begins and fit.stop_loss is not None and batch > 0:
+            fit.time_stop(fit.step_of(batch - 1))  # the steps while the last trace's stop runs, and after
         if self._by_begins and batch > 0 and batch - 1 >= fit.next_batch:  # not an epoch's first
             # A trace starts, marks or stops here: the previous step must have finished first, as in Keras'
             # synchronous loop, so that each traced step's device work falls inside its own mark.
             if not self._wait_for_end(batch - 1):
                 if fit.tracing:
                     self._submit(fit.stop())
+                fit.end_stop_loss()
                 self._fit = None
                 return
             self._submit(fit.batch_end(batch - 1))
@@ -467,6 +470,8 @@ class StepTimeLogger(LoggingCallback):
             fit = self._fit
             if fit is not None:  # per batch: a store and a comparison; the schedule only where it has work
                 fit.last_batch = batch
+                if fit.stop_loss is not None:
+                    fit.time_stop(fit.step_of(batch))  # the steps while the last trace's stop runs, and after
                 if batch >= fit.next_batch:
                     self._submit(fit.batch_end(batch))
             return
@@ -517,8 +522,10 @@ class StepTimeLogger(LoggingCallback):
         cluster, self._cluster_fit = self._cluster_fit, None
         if _backend.name() == "jax":
             self._remove_clock()
-        if fit is not None and fit.tracing:
-            self._submit(fit.stop())
+        if fit is not None:
+            if fit.tracing:
+                self._submit(fit.stop())
+            fit.end_stop_loss()  # the fit's steps are over: a stop still running costs it no more
         out = self._out
         if out is None:  # on_train_end without on_train_begin
             self._close()

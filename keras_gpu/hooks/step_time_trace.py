@@ -26,7 +26,7 @@ from keras_gpu.core import backend as _backend
 from keras_gpu.core import topology
 from keras_gpu.core.log import Once, logger
 from keras_gpu.hooks import device_profiler
-from keras_gpu.hooks.trace_cost import TraceGate, device_kind, record_cost
+from keras_gpu.hooks.trace_cost import StopLoss, TraceGate, device_kind, record_cost
 from keras_gpu.hooks.trace_read import TraceJob, read_trace
 from keras_gpu.meters import step_time as steptime
 
@@ -187,6 +187,7 @@ class TraceSchedule:
         self.pace_pending = not gate.forced  # the gate wants the end of the fit's first step
         self.traces = 0  # traces started in this fit
         self.start_sec = 0.0  # the last start's measured seconds
+        self.stop_loss: StopLoss | None = None  # what the last stop, on its own thread, costs the steps meanwhile
         self.stop_inline = stop_inline
         self.profiler_ok = True
         self.replicas = replicas
@@ -244,10 +245,23 @@ class TraceSchedule:
         self.schedule()
 
     def epoch_end(self) -> None:
+        self.end_stop_loss()
         if self.known_steps is None and self.last_batch >= 0:
             self.epoch_steps = self.last_batch + 1
         self.base += steps_done(self.last_batch, self.known_steps)
         self.last_batch = -1
+
+    def time_stop(self, steps: int) -> None:
+        """On the training thread, `steps` steps done: time them while the last stop's cost is measured."""
+        loss = self.stop_loss
+        if loss is not None and not loss.step(steps):
+            self.stop_loss = None
+
+    def end_stop_loss(self) -> None:
+        """The steps timed for the last stop end here (the epoch ended): its cost is recorded as it stands."""
+        loss, self.stop_loss = self.stop_loss, None
+        if loss is not None:
+            loss.abandon()
 
     def fits(self, batch: int) -> bool:
         """Whether a trace starting at the end of `batch` holds as many steps as any trace in this epoch could.
@@ -416,12 +430,27 @@ class TraceSchedule:
         _STOPS.begin()
         stopped: list[bool] = []
         start_sec = self.start_sec
+        self.end_stop_loss()
+        loss = None
+        if not self.stop_inline:  # the steps the training thread runs meanwhile tell what the stop costs them
+            loss = self.stop_loss = StopLoss(
+                self.gate.backend,
+                self.gate.kind,
+                start_sec,
+                t0=time.perf_counter(),
+                step0=self.step_of(self.last_batch),
+                clock=time.perf_counter,
+            )
 
         def stop_profiler() -> None:
             try:
                 t = time.perf_counter()
                 self.profiler.stop()
-                record_cost(self.gate.backend, self.gate.kind, start_sec, time.perf_counter() - t)
+                seconds = time.perf_counter() - t
+                if loss is None:  # stopped on the training thread: every second of it is the fit's
+                    record_cost(self.gate.backend, self.gate.kind, start_sec, seconds, lost_sec=seconds)
+                else:
+                    loss.stopped(seconds)
                 stopped.append(True)
             except Exception as exc:  # noqa: BLE001
                 self.profiler_ok = False
