@@ -172,10 +172,10 @@ def test_a_busy_profiler_costs_one_warning_and_training_goes_on(tmp_path, caplog
 
 
 def test_an_unreadable_trace_costs_one_warning(tmp_path, caplog, monkeypatch):
-    def broken(path):
+    def broken(path, **kwargs):
         raise OSError("disk read error")
 
-    monkeypatch.setattr(trace_read.xspace, "load", broken)
+    monkeypatch.setattr(trace_read, "analyze_file", broken)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
     model.compile("sgd", "mse")
     x, y = np.ones((64, 8), np.float32), np.ones((64, 4), np.float32)

@@ -12,6 +12,7 @@ from keras_gpu.core.log import Once
 from keras_gpu.hooks import device_profiler
 from keras_gpu.meters import step_time as steptime
 from keras_gpu.meters import xspace
+from keras_gpu.meters.trace_child import analyze_file
 
 __all__ = ["TraceJob", "read_trace"]
 
@@ -58,9 +59,11 @@ class TraceJob:
 def read_trace(
     job: TraceJob, once: Once, max_traces: int, write: Callable[[steptime.StepTime, tuple[str, ...], int], None]
 ) -> None:
-    """Read a finished trace (on the parser thread) and `write(breakdown, labels, step)`.
+    """Read a finished trace (on the parser thread, in a child process) and `write(breakdown, labels, step)`.
 
-    A trace of no complete step is skipped; one without training ops, or one
+    The trace is read in a child process (`keras_gpu.meters.trace_child`),
+    so that the reading never holds the interpreter against the training
+    thread. A trace of no complete step is skipped; one without training ops, or one
     that cannot be read, costs one warning (per `once` scope). A GPU job's
     trace without GPU activity (`StepTime.unmeasured`) is written with what
     it measured, and turns tracing off in this process with one warning
@@ -74,11 +77,8 @@ def read_trace(
         paths = xspace.find_traces(job.staging)
         if not paths:
             raise FileNotFoundError(f"the profiler wrote no .xplane.pb file under {job.staging}")
-        space = xspace.load(paths[-1])
-        if job.keep:  # only runs that are written keep their traces
-            _keep(os.path.dirname(paths[-1]), job.profile_dir)
-        result = steptime.analyze(
-            space,
+        result = analyze_file(
+            paths[-1],
             steps=job.steps,
             wall_sec=job.wall_sec,
             num_replicas=job.num_replicas,
@@ -86,6 +86,8 @@ def read_trace(
             steps_per_mark=job.steps_per_mark,
             expect_device=job.expect_device,
         )
+        if job.keep:  # only runs that are written keep their traces
+            _keep(os.path.dirname(paths[-1]), job.profile_dir)
         if result.unmeasured:
             device_profiler.turn_off(result.unmeasured)
         elif result.compute_sec == 0 and result.input_sec == 0 and result.communication_sec == 0:
