@@ -145,10 +145,8 @@ class TabSeries:
         self._chief: dict[str, Any] | None = None
 
     def __call__(self, run: str, scalars: Scalars, texts: Texts, cut: tuple[str, ...]) -> None:
-        from keras_gpu.output.tag_records import keras_gpu_tags
-
         self.cut[run] = cut
-        self.keras_gpu[run] = bool(keras_gpu_tags(scalars)) or any(_tags.match(t) for t in texts)
+        self.keras_gpu[run] = any(_tags.match(t) is not None for t in (*scalars, *texts))
         self.runs[run] = {"memory": _memory(scalars, self.max_points), "steps": _steps(scalars, self.max_points)}
         worker, label = worker_of(run)
         if worker is not None:
