@@ -16,7 +16,9 @@ until every chart that has data has drawn its lines, and writes:
 - `tensorboard_scalars.png`: the Time Series dashboard filtered to the
   `throughput/` and `memory/` tags;
 - `tensorboard_placement.png`: the Text dashboard with the placement tables;
-- `report.png`: the terminal output of `keras-gpu report` on the first run.
+- `report.png`: the terminal output of `keras-gpu report` on the first run;
+- `tensorboard_tab.png`: the keras-gpu tab of the first run, as TensorBoard shows it;
+- `tensorboard_tab_cluster.png`: the keras-gpu tab's cluster view of the two-worker run.
 
 Pages are drawn `_WIDTH` CSS pixels wide, about the width of a documentation
 page's text, at twice the pixel density, so that a page shows them at their
@@ -294,6 +296,53 @@ def _shoot_text(browser: Browser, base: str, out: str, timeout: float) -> None:
     browser.screenshot(out, clip)
 
 
+_JS_TAB_READY = """
+(() => {
+  const frame = deepAll(document).find((e) => e.tagName === 'IFRAME' && e.src.includes('name=keras_gpu'));
+  const doc = frame ? frame.contentDocument : document;
+  const state = doc && doc.body && doc.body.dataset.state;
+  return {ready: state === 'drawn' && doc.querySelectorAll('svg.chart').length > 0, state};
+})()
+"""
+
+_JS_TAB_PART_BOX = """
+(() => {
+  const part = document.querySelector('section.part[data-part=%(part)s]');
+  if (!part) return null;
+  const r = part.getBoundingClientRect();
+  return {top: r.top + scrollY, bottom: r.bottom + scrollY};
+})()
+"""
+
+
+def _tab_listed(base: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (_get_json(f"{base}/data/plugins_listing").get("keras_gpu") or {}).get("enabled"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tensorboard at {base} did not list the keras-gpu tab as active within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def _shoot_tab(browser: Browser, base: str, out: str, timeout: float) -> None:
+    """The keras-gpu tab in TensorBoard's page: its header, the tab bar, and the tab's first sections."""
+    _tab_listed(base, timeout)
+    browser.open(f"{base}/#keras_gpu", timeout)
+    browser.wait_until(_JS_TAB_READY, timeout, "the keras-gpu tab")
+    browser.screenshot(out, {"x": 0, "y": 0, "width": _WIDTH, "height": _MAX_HEIGHT})
+
+
+def _shoot_tab_part(browser: Browser, base: str, out: str, timeout: float, part: str) -> None:
+    """One section of the keras-gpu tab (`part`: its `data-part`), from the tab's own page."""
+    _tab_listed(base, timeout)
+    browser.open(f"{base}/data/plugin_entry.html?name=keras_gpu", timeout)
+    browser.wait_until(_JS_TAB_READY, timeout, "the keras-gpu tab")
+    box = browser.evaluate(_JS_TAB_PART_BOX % {"part": part})
+    if not box:
+        raise RuntimeError(f"the keras-gpu tab has no {part} section")
+    top = max(0, int(box["top"]) - 8)
+    browser.screenshot(out, {"x": 0, "y": top, "width": _WIDTH, "height": min(_MAX_HEIGHT, int(box["bottom"]) + 8 - top)})
+
+
 _REPORT_PAGE = """<!doctype html><meta charset="utf-8"><style>
 body {{ margin: 0; background: #1e1e1e; }}
 pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu Sans Mono", monospace; }}
@@ -337,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=5, help="demo epochs (default: 5)")
     parser.add_argument("--samples", type=int, default=16384, help="demo samples per epoch (default: 16384)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page (default: 120)")
+    parser.add_argument("--only", nargs="+", metavar="PNG", help="take only these shots (e.g. tensorboard_tab.png)")
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.samples < 1:
         parser.error(f"--epochs and --samples must be >= 1. Received: --epochs {args.epochs} --samples {args.samples}")
@@ -346,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--cluster-log-dir must be an existing directory. Received: --cluster-log-dir {args.cluster_log_dir}"
         )
+    names = ("tensorboard.png", "tensorboard_time.png", "tensorboard_memory.png", "tensorboard_scalars.png",
+             "tensorboard_placement.png", "report.png", "tensorboard_tab.png", "tensorboard_cluster.png",
+             "tensorboard_tab_cluster.png")
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        parser.error(f"--only takes the shots' names ({', '.join(names)}). Received: {' '.join(unknown)}")
+    wanted = set(args.only or names)
     chromium = find_chromium(args.chromium)
     os.makedirs(args.out_dir, exist_ok=True)
 
@@ -365,12 +422,20 @@ def main(argv: list[str] | None = None) -> int:
                 browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")  # the Polymer dashboards' own key
-                _shoot_custom_scalars(browser, base, out("tensorboard.png"), args.timeout)
-                _shoot_custom_scalars(browser, base, out("tensorboard_time.png"), args.timeout, "time goes")
-                _shoot_custom_scalars(browser, base, out("tensorboard_memory.png"), args.timeout, "memory")
-                _shoot_timeseries(browser, base, out("tensorboard_scalars.png"), args.timeout)
-                _shoot_text(browser, base, out("tensorboard_placement.png"), args.timeout)
-                _shoot_report(browser, log_dir, out("report.png"), args.timeout)
+                if "tensorboard.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard.png"), args.timeout)
+                if "tensorboard_time.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_time.png"), args.timeout, "time goes")
+                if "tensorboard_memory.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_memory.png"), args.timeout, "memory")
+                if "tensorboard_scalars.png" in wanted:
+                    _shoot_timeseries(browser, base, out("tensorboard_scalars.png"), args.timeout)
+                if "tensorboard_placement.png" in wanted:
+                    _shoot_text(browser, base, out("tensorboard_placement.png"), args.timeout)
+                if "report.png" in wanted:
+                    _shoot_report(browser, log_dir, out("report.png"), args.timeout)
+                if "tensorboard_tab.png" in wanted:
+                    _shoot_tab(browser, base, out("tensorboard_tab.png"), args.timeout)
             finally:
                 browser.close()
         with _tensorboard(cluster_log_dir, args.timeout) as base:
@@ -379,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
                 browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")
-                _shoot_custom_scalars(browser, base, out("tensorboard_cluster.png"), args.timeout, "cluster")
+                if "tensorboard_cluster.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_cluster.png"), args.timeout, "cluster")
+                if "tensorboard_tab_cluster.png" in wanted:
+                    _shoot_tab_part(browser, base, out("tensorboard_tab_cluster.png"), args.timeout, "cluster")
             finally:
                 browser.close()
     return 0

@@ -103,7 +103,7 @@ function stackedBars(id, entries, parts, { unit = "ms", height = 200 } = {}) {
   const scale = unit === "ms" ? 1e3 : 1;
   const totals = entries.map((e) => parts.reduce((s, p) => s + (finite(e.parts[p]) ? e.parts[p] : 0), 0) * scale);
   const { max, ticks } = axisScale(Math.max(0, ...totals));
-  const left = 48, bottom = 34, top = 8, plotH = height - top - bottom;
+  const left = 48, bottom = 24, top = 18, plotH = height - top - bottom;
   const plotW = WIDTH - left - 8;
   const slot = plotW / Math.max(1, entries.length);
   const barW = Math.max(1, Math.min(48, slot * 0.7));
@@ -114,7 +114,7 @@ function stackedBars(id, entries, parts, { unit = "ms", height = 200 } = {}) {
     root.append(svg("line", { class: "grid", x1: left, x2: WIDTH - 8, y1: y, y2: y }));
     root.append(svg("text", { class: "tick", x: left - 4, y: y + 3, "text-anchor": "end" }, document.createTextNode(`${+t.toPrecision(3)}`)));
   }
-  root.append(svg("text", { class: "unit", x: 4, y: top + 10 }, document.createTextNode(unit === "ms" ? "ms/step" : unit)));
+  root.append(svg("text", { class: "unit", x: 4, y: 10 }, document.createTextNode(unit === "ms" ? "ms/step" : "seconds")));
   entries.forEach((e, i) => {
     let y = top + plotH;
     const x = left + i * slot + (slot - barW) / 2;
@@ -142,7 +142,7 @@ function lineChart(id, lines, { format = (v) => `${v}`, height = 220, yLabel = "
   const ys = lines.flatMap((l) => l.points.map((p) => p[1])).filter(finite);
   const { max, ticks } = axisScale(Math.max(0, ...ys, ...marks.map((m) => m.y)));
   const x0 = Math.min(...xs), x1 = Math.max(...xs);
-  const left = 64, bottom = 30, top = 8, plotH = height - top - bottom, plotW = WIDTH - left - 12;
+  const left = 64, bottom = 24, top = 18, plotH = height - top - bottom, plotW = WIDTH - left - 12;
   const px = (x) => left + (x1 > x0 ? ((x - x0) / (x1 - x0)) * plotW : plotW / 2);
   const py = (y) => top + plotH - (y / max) * plotH;
   const root = svg("svg", { class: "chart", "data-chart": id, "data-lines": lines.length, width: WIDTH, height,
@@ -153,7 +153,7 @@ function lineChart(id, lines, { format = (v) => `${v}`, height = 220, yLabel = "
   }
   root.append(svg("text", { class: "tick", x: left, y: height - 8 }, document.createTextNode(`${xLabel} ${x0}`)));
   root.append(svg("text", { class: "tick", x: WIDTH - 12, y: height - 8, "text-anchor": "end" }, document.createTextNode(`${x1}`)));
-  if (yLabel) root.append(svg("text", { class: "unit", x: 4, y: top + 10 }, document.createTextNode(yLabel)));
+  if (yLabel) root.append(svg("text", { class: "unit", x: 4, y: 10 }, document.createTextNode(yLabel)));
   for (const m of marks) {
     root.append(svg("line", { class: "mark", x1: left, x2: WIDTH - 12, y1: py(m.y), y2: py(m.y) }, tip(m.name)));
   }
@@ -318,7 +318,9 @@ function clusterSection(report, view, notes) {
   const m = gathers.matrix;
   if (m) {
     const what = m.shown === "all" ? `all ${m.workers} workers` : `the ${m.rows.length} slowest of ${m.workers} workers`;
-    box.append(el("h4", { text: `busy time per step, workers x gathers: ${what}, against each gather's median` }));
+    box.append(el("h4", { text: `busy time per step, workers x gathers: ${what}` }));
+    box.append(el("p", { class: "note", text: "each cell: the worker's input, compute and host time per step (its waits for the "
+      + "others left out), coloured against the gather's median: blue below, orange to red from 1.1x to 1.3x and above." }));
     box.append(heatmap(m));
     box.append(ownBest(m));
   } else {
