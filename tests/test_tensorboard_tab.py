@@ -1,11 +1,13 @@
 """The keras-gpu tab in a real TensorBoard, drawn by headless Chromium, over real runs of one and of two workers.
 
-A real `tensorboard` on 127.0.0.1 serves a folder holding two keras-gpu log
-dirs: `keras-gpu demo`'s run (one worker, two CPU replicas, traced) and a
+A real `tensorboard` on 127.0.0.1 serves a folder holding three keras-gpu log
+dirs: `keras-gpu demo`'s run (one worker, two CPU replicas, traced), a
 two-worker `keras-gpu launch` job whose worker 1 sleeps after every step (the
-straggler). Chromium loads TensorBoard's page on the tab and the test reads
-the drawn page: every run, its numbers as `keras-gpu report --json` gives
-them, the charts drawn with their data, the verdict.
+straggler), and `studies`: the breakdown of a recorded H200 trace written as
+the callbacks write it, with a scaling and a tuning study beside it.
+Chromium loads TensorBoard's page on the tab and the test reads the drawn
+page: every run, its numbers as `keras-gpu report --json` gives them, the
+charts drawn with their data, the verdict.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ _PAGE = """(() => {
       [Number(r.dataset.worker), Number(r.dataset.gather), num(r)]),
     memory: [...s.querySelectorAll('svg[data-chart=memory] path.line')].map((p) => [p.dataset.name, Number(p.dataset.points)]),
     hints: [...s.querySelectorAll('ul.hints li')].map((li) => li.textContent),
+    kernels: [...s.querySelectorAll('svg[data-chart=kernel-classes] rect')].map((r) => [r.dataset.class, num(r)]),
+    scale: [...s.querySelectorAll('svg[data-chart=scale-speedup] path.line')].map((p) => [p.dataset.name, Number(p.dataset.points)]),
+    scaleRows: [...s.querySelectorAll('table[data-table=scale] td[data-key=speedup]')].map(num),
+    tuneRows: [...s.querySelectorAll('table[data-table=tune] td[data-key=samples_per_sec]')].map(num),
     notes: [...s.querySelectorAll('ul.notes li')].map((li) => li.textContent),
   }));
 })()"""
@@ -91,7 +97,40 @@ def runs(tmp_path_factory):
     _run([*cli, "demo", "--cpu-replicas", "2", "--epochs", "2", "--samples", "1024", "--profile-every-s", "1",
           "--log-dir", str(root / "single")], timeout=300)
     _run([*cli, "launch", "-n", "2", WORKER, str(root / "two"), "host", str(out)], timeout=420)
+    _studies(root / "studies")
     return root, chromium
+
+
+def _studies(log_dir) -> None:
+    """A run with the breakdown of a recorded H200 trace (kernel classes), and a scale and a tune study beside it."""
+    from keras_gpu.meters import step_time as steptime
+    from keras_gpu.meters import xspace
+    from keras_gpu.meters.scale_table import ROW_KEYS as SCALE_KEYS
+    from keras_gpu.meters.tune_table import ROW_KEYS as TUNE_KEYS
+    from keras_gpu.output import tags as T
+    from keras_gpu.output.step_time_tags import step_time_values
+    from keras_gpu.output.step_time_text import kernels_markdown
+    from keras_gpu.output.writer import SummaryWriter
+
+    step = steptime.analyze(xspace.load(str(REPO / "tests" / "data" / "h200_jax_transformer_bf16.xplane.pb")),
+                            steps=None, num_replicas=1)
+    writer = SummaryWriter(str(log_dir / "train"))
+    writer.scalars({T.SAMPLES_PER_SEC.name(): 900.0, T.STEPS_PER_SEC.name(): 7.0, T.MFU.name(): 0.41,
+                    T.HOST_RSS.name(): 2e9}, step=50)
+    writer.scalars(step_time_values(step, ["0_GPU_0"]), step=100)
+    writer.text(T.STEP_KERNELS.name(), kernels_markdown(step), step=100)
+    writer.close()
+    scale = [dict.fromkeys(SCALE_KEYS) | {"devices": f"{n} GPU", "workers": 1, "replicas": n, "device": "GPU",
+                                          "samples_per_sec": 1000.0 * n * e, "speedup": n * e, "efficiency": e,
+                                          "cause": "" if n == 1 else "communication"}
+             for n, e in ((1, 1.0), (2, 0.9), (4, 0.8))]
+    os.makedirs(log_dir / "scale")
+    (log_dir / "scale" / "scale.json").write_text(json.dumps({"rows": scale, "baseline_spread": 0.01}))
+    tune = [dict.fromkeys(TUNE_KEYS) | {"change": change, "status": "measured", "samples_per_sec": rate,
+                                        "speedup": rate / 1000.0, "helps": helps}
+            for change, rate, helps in (("baseline", 1000.0, 0), ("steps_per_execution=16", 1500.0, 1))]
+    os.makedirs(log_dir / "tune")
+    (log_dir / "tune" / "tune.json").write_text(json.dumps({"rows": tune, "skipped": [], "verdict": "spe16 helps."}))
 
 
 def _report_json(log_dir) -> dict:
@@ -120,7 +159,7 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
     from tools.chromium import Browser
 
     root, chromium = runs
-    reports = {name: _report_json(root / name) for name in ("single", "two")}
+    reports = {name: _report_json(root / name) for name in ("single", "studies", "two")}
     with tensorboard_server(str(root)) as tb:
         entry = tb.wait_for(_listed, timeout=120)
         assert entry["tab_name"] == "keras-gpu" and entry["loading_mechanism"]["type"] == "IFRAME"
@@ -134,7 +173,7 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
                 "deepAll(document).some((e) => e.children.length === 0 && e.textContent.trim() === 'keras-gpu')"
             ), "TensorBoard's tab bar shows no keras-gpu tab"
             page = {s["name"]: s for s in browser.evaluate(_PAGE)}
-    assert sorted(page) == ["single", "two"] and all(s["state"] == "drawn" for s in page.values())
+    assert sorted(page) == ["single", "studies", "two"] and all(s["state"] == "drawn" for s in page.values())
     for name, report in reports.items():
         _check_numbers(page[name], report)
     single, two = page["single"], page["two"]
@@ -147,6 +186,14 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
     gathers = reports["two"]["cluster"]["gathers"]
     assert sorted({w for w, _, _ in two["heatmap"]}) == [0, 1] and len(two["heatmap"]) == 2 * gathers
     assert all(v is not None and v > 0 for _, _, v in two["heatmap"])
+    # A GPU trace's kernel classes, the scaling study's curve against linear, the tuning study's rows.
+    studies, report = page["studies"], reports["studies"]
+    assert studies["kernels"] == [[name, k["sec_per_step"]] for name, k in
+                                  report["runs"][0]["step_time"]["kernel_classes"].items()]
+    assert len(studies["kernels"]) >= 3 and not single["kernels"]
+    assert studies["scale"] == [["measured speed-up", 3], ["linear", 3]]
+    assert studies["scaleRows"] == [r["speedup"] for r in report["scale"]]
+    assert studies["tuneRows"] == [r["samples_per_sec"] for r in report["tune"]["rows"]]
 
 
 def _check_numbers(section: dict, report: dict) -> None:

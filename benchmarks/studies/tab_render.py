@@ -14,7 +14,9 @@ defaults (only the chief writes a run above 16 workers). With
 `--every-worker-minutes M` a second log dir has every worker's run
 (`per_worker_runs=True`) over M minutes, the case that fills the tab's
 workers x gathers matrix. For each, it starts a real `tensorboard` on
-127.0.0.1, waits until the tab is listed, then loads the tab's page
+127.0.0.1, waits until the tab is listed and TensorBoard has loaded every
+run (so that its own loading does not share the CPU with the tab's read),
+then loads the tab's page
 (`/data/plugin_entry.html?name=keras_gpu`) in headless Chromium `--loads`
 times and reports the milliseconds from navigation to the tab drawn (every
 chart and table in the page; the page's own clock): the first load reads the
@@ -71,12 +73,27 @@ def _tensorboard(log_dir: str, timeout: float) -> tuple[subprocess.Popen, str]:
         time.sleep(0.2)
 
 
-def measure(log_dir: str, loads: int, chromium: str, timeout: float) -> dict[str, Any]:
-    """Milliseconds from navigation to the tab drawn, for each of `loads` loads of the tab's page."""
+def _loaded(base: str, runs: int, timeout: float) -> None:
+    """Wait until TensorBoard's scalars plugin lists `runs` runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"{base}/data/plugin/scalars/tags", timeout=30) as r:
+            if len(json.loads(r.read())) >= runs:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"tensorboard did not load {runs} runs within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def measure(log_dir: str, runs: int, loads: int, chromium: str, timeout: float) -> dict[str, Any]:
+    """Milliseconds from navigation to the tab drawn, for each of `loads` loads of the tab's page, and the
+    load average (1 minute) before and after."""
     from tools.chromium import Browser
 
     proc, base = _tensorboard(log_dir, timeout)
     try:
+        _loaded(base, runs, timeout)
+        load_before = os.getloadavg()[0]
         with tempfile.TemporaryDirectory() as profile, Browser(chromium, profile, width=840, height=1200) as browser:
             times, state = [], {}
             for _ in range(loads):
@@ -85,7 +102,8 @@ def measure(log_dir: str, loads: int, chromium: str, timeout: float) -> dict[str
                 if state["state"] != "drawn":
                     raise RuntimeError(f"the tab did not draw: {state}")
                 times.append(state["drawn_ms"])
-        return {"drawn_ms": times, "elements": state["elements"], "charts": state["svg"]}
+        return {"drawn_ms": times, "elements": state["elements"], "charts": state["svg"],
+                "load_average": [load_before, os.getloadavg()[0]]}
     finally:
         proc.terminate()
         try:
@@ -118,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = tempfile.mkdtemp(prefix="keras-gpu-tab-")
         try:
             written = write(os.path.join(log_dir, "job"))
-            measured = measure(log_dir, args.loads, chromium, args.timeout)
+            measured = measure(log_dir, len(written["runs"]), args.loads, chromium, args.timeout)
         finally:
             shutil.rmtree(log_dir, ignore_errors=True)
         row = {"case": name, "workers": args.workers, "runs": len(written["runs"]), "points": written["points"],
@@ -129,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.workers} workers, {name:>22}: {row['runs']:4d} run(s), {row['points']:>10,} points, "
             f"{row['bytes'] / 2**20:7.1f} MiB: tab drawn in {first:,.0f} ms (files read)"
             + (f", then {', '.join(f'{t:,.0f}' for t in rest)} ms (cached)" if rest else "")
-            + f"; {measured['charts']} charts, {measured['elements']:,} elements",
+            + f"; {measured['charts']} charts, {measured['elements']:,} elements; load average "
+            + " -> ".join(f"{v:.1f}" for v in measured["load_average"]),
             flush=True,
         )
     if args.output:
