@@ -256,3 +256,35 @@ def test_the_entry_point_and_the_frontend_ship_with_the_package():
     globs = project["tool"]["setuptools"]["package-data"]["keras_gpu.tensorboard"]
     static = os.path.join(root, "keras_gpu", "tensorboard", "static")
     assert sorted(os.listdir(static)) == ["index.js", "style.css"] and {"static/*.js", "static/*.css"} <= set(globs)
+
+
+def _study_files(log_dir):
+    from keras_gpu.meters.scale_table import ROW_KEYS as SCALE_KEYS
+    from keras_gpu.meters.tune_table import ROW_KEYS as TUNE_KEYS
+
+    os.makedirs(log_dir / "scale")
+    row = dict.fromkeys(SCALE_KEYS) | {"devices": "1 CPU", "workers": 1, "replicas": 1, "samples_per_sec": 10.0,
+                                       "speedup": 1.0, "efficiency": 1.0, "cause": ""}
+    (log_dir / "scale" / "scale.json").write_text(json.dumps({"rows": [row]}))
+    os.makedirs(log_dir / "tune")
+    tune = dict.fromkeys(TUNE_KEYS) | {"change": "baseline", "status": "measured", "samples_per_sec": 10.0, "speedup": 1.0}
+    (log_dir / "tune" / "tune.json").write_text(json.dumps({"rows": [tune], "skipped": [], "verdict": "Nothing helps."}))
+
+
+def test_report_shows_the_studies_alone_and_beside_the_runs(root, tmp_path, capsys):
+    from keras_gpu.cli.main import main
+
+    studies = tmp_path / "studies"
+    _study_files(studies)
+    assert main(["report", str(studies), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert sorted(alone) == ["scale", "tune"]  # no run: the studies stand for the report
+    assert main(["report", str(studies)]) == 0
+    out = capsys.readouterr().out
+    assert "scaling study" in out and "Nothing helps." in out and "No keras-gpu data" not in out
+    _study_files(root / "job")
+    assert main(["report", str(root / "job"), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert {"runs", "cluster", "hints", "scale", "tune"} <= set(both) and len(both["runs"]) == 2
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "No such log directory" in capsys.readouterr().err

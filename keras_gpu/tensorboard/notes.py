@@ -8,7 +8,7 @@ series, `keras_gpu.tensorboard.series.TabSeries`).
 
 Examples:
     >>> from keras_gpu.output.report_records import Throughput
-    >>> mfu_missing(Throughput(), gpu=False) is None  # no rate at all: said once, for the run
+    >>> mfu_missing(Throughput(), gpu=False) is None  # no rate: said for the run
     True
 """
 
