@@ -69,12 +69,16 @@ def _finite(value: float | None) -> float | None:
 
 
 def _memory(scalars: Scalars, limit: int) -> list[dict[str, Any]]:
-    """One line per device and kind of memory the run logged, in bytes."""
+    """One line per device and kind of memory the run logged, in bytes, each with its device's `group`
+    (`"GPU 0"` for the allocator's `GPU_0` and NVML's GPU 0 alike, `"host"`)."""
     lines = []
     for tag, name, dashed in _MEMORY_LINES:
         for found in sorted(t for t in scalars if tag.match(t) is not None):
             fields = tag.match(found) or {}
-            lines.append({"name": name.format(**fields), "dashed": dashed, "points": thin(scalars[found], limit)})
+            group = fields["device"].replace("_", " ") if "device" in fields else (
+                f"GPU {fields['gpu']}" if "gpu" in fields else "host")
+            lines.append({"name": name.format(**fields), "group": group, "dashed": dashed,
+                          "points": thin(scalars[found], limit)})
     return lines
 
 

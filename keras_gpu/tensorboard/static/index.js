@@ -394,10 +394,25 @@ function memorySection(report, view, notes) {
   const runs = report.runs.filter((r) => (view.series.runs[r.run] || {}).memory && view.series.runs[r.run].memory.length);
   if (!runs.length) return box;
   box.append(runPicker(runs, (run) => {
-    const lines = view.series.runs[run].memory;
+    const all = view.series.runs[run].memory;
     const wrap = el("div");
-    wrap.append(legend(lines.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
-    wrap.append(lineChart("memory", lines, { format: bytes, yLabel: "" }));
+    const groups = [...new Set(all.map((l) => l.group))].filter((g) => g !== "host");
+    const draw = (group) => {
+      // Many devices: one device at a time (with the host's RSS), so that each line stays readable.
+      const lines = groups.length > 2 && group ? all.filter((l) => l.group === group || l.group === "host") : all;
+      return [legend(lines.map((l, i) => [l.name, `c${i % 8}`, l.dashed])), lineChart("memory", lines, { format: bytes })];
+    };
+    if (groups.length > 2) {
+      const select = el("select", { "aria-label": "device" });
+      for (const g of groups) select.append(el("option", { value: g, text: g }));
+      const holder = el("div");
+      const show = () => holder.replaceChildren(...draw(select.value));
+      select.addEventListener("change", show);
+      wrap.append(el("label", { class: "device", text: `${groups.length} devices: ` }, select), holder);
+      show();
+    } else {
+      wrap.append(...draw(null));
+    }
     return wrap;
   }));
   return box;
