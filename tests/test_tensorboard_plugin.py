@@ -153,7 +153,7 @@ def test_the_tab_is_active_only_where_keras_gpu_wrote(tmp_path):
     _write(str(tmp_path / "plain" / "train"), [(1, {"epoch_loss": 0.5}), (2, {"epoch_loss": 0.4})])
     plugin = _plugin(tmp_path)
     assert plugin.is_active() is False
-    code, listing = _get(plugin, "/log_dirs")
+    _code, listing = _get(plugin, "/log_dirs")
     assert listing["log_dirs"] == [] and "holds no keras-gpu log directory" in listing["why_none"]
     _write(str(tmp_path / "plain" / "train"), [(3, {T.SAMPLES_PER_SEC.name(): 1.0})])  # a second file, keras-gpu's
     assert plugin.is_active() is True
@@ -215,7 +215,7 @@ def test_the_matrix_keeps_the_slowest_few_of_a_thousand_workers():
     assert m["shown"] == "slowest" and m["workers"] == 1000 and len(m["rows"]) == _series.SLOWEST_FEW
     assert [r["worker"] for r in m["rows"][:2]] == [737, 12]
     assert all(len(r["busy"]) == len(gathers) for r in m["rows"])
-    assert _series.matrix(gathers, {0: ("chief", {g: 0.01 for g in gathers})}) is None  # one worker: no matrix
+    assert _series.matrix(gathers, {0: ("chief", dict.fromkeys(gathers, 0.01))}) is None  # one worker: no matrix
 
 
 def test_long_series_are_thinned_keeping_their_peaks():
@@ -245,8 +245,9 @@ def test_a_file_found_to_hold_keras_gpu_data_is_not_read_again(tmp_path, monkeyp
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib (Python 3.11) reads pyproject.toml")
 def test_the_entry_point_and_the_frontend_ship_with_the_package():
-    import tomllib
     from importlib.metadata import EntryPoint
+
+    import tomllib
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:

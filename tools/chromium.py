@@ -19,6 +19,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import time
 from typing import Any
@@ -45,6 +46,17 @@ def find_chromium(given: str | None = None) -> str:
         f"Chromium not found (tried {given or 'chromium, chromium-browser, google-chrome'}). "
         "Install it (`apt-get install chromium`) or pass its path."
     )
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of the process group `group` is still there."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _high_fd(fd: int) -> int:
@@ -75,9 +87,11 @@ class Browser:
                 f"--window-size={width},{height}", "about:blank"]
         # bash puts the pipe ends on fds 3 and 4 and closes the originals.
         redirect = f'exec "$0" "$@" 3<&{cmd_read} 4>&{reply_write} {cmd_read}<&- {reply_write}>&-'
+        # In a session of its own: closing ends the browser's whole process group (renderers, helpers), so
+        # nothing writes to the profile after `close`.
         self._proc = subprocess.Popen(
             ["bash", "-c", redirect, *args], pass_fds=(cmd_read, reply_write),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         os.close(cmd_read)
         os.close(reply_write)
@@ -176,14 +190,19 @@ class Browser:
         print(f"wrote {path} ({len(data) // 1024} KiB)", flush=True)
 
     def close(self) -> None:
-        """Stop the browser (its own process, by its pid) and close the pipes."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
+        """Stop the browser and its helper processes (its own process group, by the browser's pid) and close the
+        pipes."""
+        group = self._proc.pid  # the session's leader: the group's id is the browser's pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
+            deadline = time.monotonic() + 5
+            while _group_alive(group) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _group_alive(group):
+                break
         for fd in (self._cmd_write, self._reply_read):
             with contextlib.suppress(OSError):  # closed already
                 os.close(fd)
