@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks import _cli
 
-__all__ = ["main", "simulate"]
+__all__ = ["main", "simulate", "stop"]
 
 HOUR_S = 3600
 THROUGHPUT_EVERY_S, MEMORY_EVERY_S, EPOCHS = 5, 10, 60
@@ -181,11 +181,17 @@ def serve_time(log_dir: str, runs: list[str], timeout: float) -> dict[str, Any]:
                 return {"seconds": seconds, "points_served_of_one_tag": len(served)}
             time.sleep(0.2)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a server this benchmark started: SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

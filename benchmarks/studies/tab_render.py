@@ -37,7 +37,7 @@ import urllib.request
 from typing import Any
 
 from benchmarks import _cli
-from benchmarks.studies.cluster_scale import _free_port, simulate
+from benchmarks.studies.cluster_scale import _free_port, simulate, stop
 
 __all__ = ["main", "measure"]
 
@@ -61,14 +61,14 @@ def _tensorboard(log_dir: str, timeout: float) -> tuple[subprocess.Popen, str]:
             with urllib.request.urlopen(f"{base}/data/plugins_listing", timeout=30) as r:
                 listing = json.loads(r.read())
             if "keras_gpu" not in listing:
-                proc.terminate()
+                stop(proc)
                 raise RuntimeError("TensorBoard lists no keras_gpu plugin: install keras-gpu (pip install -e .)")
             if listing["keras_gpu"]["enabled"]:
                 return proc, base
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.terminate()
+            stop(proc)
             raise RuntimeError(f"tensorboard did not list the keras-gpu tab within {timeout:.0f} s")
         time.sleep(0.2)
 
@@ -105,11 +105,7 @@ def measure(log_dir: str, runs: int, loads: int, chromium: str, timeout: float) 
         return {"drawn_ms": times, "elements": state["elements"], "charts": state["svg"],
                 "load_average": [load_before, os.getloadavg()[0]]}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main(argv: list[str] | None = None) -> int:
