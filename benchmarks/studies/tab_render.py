@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     from tools.chromium import find_chromium
 
     chromium = find_chromium(args.chromium)
-    cases = [("chief only, 1 hour", lambda d: simulate(d, args.workers, args.gpus_per_worker, all_runs=False))]
+    default = "chief only, 1 hour" if args.workers > 16 else "every worker, 1 hour"  # the callbacks' default
+    cases = [(default, lambda d: simulate(d, args.workers, args.gpus_per_worker, all_runs=False))]
     if args.every_worker_minutes > 0:
         cases.append((f"every worker, {args.every_worker_minutes:g} min",
                       lambda d: simulate(d, args.workers, 1, all_runs=True, seconds=int(60 * args.every_worker_minutes))))
