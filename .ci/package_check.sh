@@ -23,6 +23,52 @@ export TF_CPP_MIN_LOG_LEVEL=2 PIP_DISABLE_PIP_VERSION_CHECK=1
 unset TF_CONFIG PYTHONPATH
 for var in $(compgen -e | grep '^SLURM_' || true); do unset "${var}"; done
 
+# The keras-gpu tab: `tensorboard --logdir LOGS` run from an environment lists it, active, and serves the
+# same report as `keras-gpu report --json`.
+check_tab() {
+    local venv="$1" logs="$2"
+    "${venv}/bin/python" - "${logs}" <<'PY' || fail "the keras-gpu tab is not served by ${venv}'s tensorboard"
+import json, os, socket, subprocess, sys, time, urllib.parse, urllib.request
+
+logs = sys.argv[1]
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+bin_dir = os.path.dirname(sys.executable)
+tb = subprocess.Popen([os.path.join(bin_dir, "tensorboard"), "--logdir", logs, "--host", "127.0.0.1", "--port", str(port)],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+base = f"http://127.0.0.1:{port}/data"
+get = lambda path: json.loads(urllib.request.urlopen(base + path, timeout=30).read())
+try:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            tab = get("/plugins_listing").get("keras_gpu")
+            if tab is None:
+                sys.exit("tensorboard lists no keras_gpu plugin: the entry point did not install")
+            if tab["enabled"]:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or tb.poll() is not None:
+            sys.exit("tensorboard did not list the keras-gpu tab as active within 120 s")
+        time.sleep(0.5)
+    (entry,) = get("/plugin/keras_gpu/log_dirs")["log_dirs"]
+    served = get("/plugin/keras_gpu/report?" + urllib.parse.urlencode({"log_dir": entry["name"]}))
+    printed = json.loads(subprocess.run([os.path.join(bin_dir, "keras-gpu"), "report", served["log_dir"], "--json"],
+                                        capture_output=True, text=True, check=True).stdout)
+    if served != printed:
+        sys.exit("the tab's report route differs from keras-gpu report --json")
+    js = urllib.request.urlopen(base + "/plugin/keras_gpu/index.js", timeout=30).read()
+    if b"export async function render()" not in js:
+        sys.exit("the tab's frontend was not served")
+    print(f"the keras-gpu tab: active, {len(served['runs'])} run(s), the report as keras-gpu report --json")
+finally:
+    tb.terminate()
+    tb.wait(10)
+PY
+}
+
 # ---------------------------------------------------------------- build
 step "build the sdist and the wheel"
 "${PYTHON}" -m venv "${WORK}/build-venv"
@@ -81,13 +127,18 @@ if any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names):
 meta = zipfile.ZipFile(wheel).read(f"{dist_info[0]}/entry_points.txt").decode() if dist_info else ""
 if "keras-gpu = keras_gpu.cli.main:main" not in meta:
     problems.append(f"wheel: console script keras-gpu missing from entry_points.txt: {meta!r}")
+if "[tensorboard_plugins]" not in meta or "keras_gpu = keras_gpu.tensorboard.plugin:KerasGpuPlugin" not in meta:
+    problems.append(f"wheel: the keras-gpu tab's tensorboard_plugins entry point is missing: {meta!r}")
+# The tab's frontend (package data, not modules) ships in both.
+static = [f"keras_gpu/tensorboard/static/{n}" for n in ("index.js", "style.css")]
+problems += [f"wheel: {f} missing" for f in static if f not in names]
 
 # The sdist holds the sources, the tests and the examples.
 members = tarfile.open(sdist).getnames()
 root = members[0].split("/", 1)[0]
 rel = {m.split("/", 1)[1] for m in members if "/" in m}
 for required in ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "mkdocs.yml", "keras_gpu/__init__.py",
-                 "keras_gpu/cli/main.py", "tests/conftest.py", "examples/add_callbacks.py",
+                 "keras_gpu/cli/main.py", *static, "tests/conftest.py", "examples/add_callbacks.py",
                  "examples/mirrored_fit.py", "examples/multiworker_fit.py",
                  "examples/slurm.sbatch", "examples/tfjob.yaml"):
     if required not in rel:
@@ -149,6 +200,7 @@ PY
     || { cat "${WORK}/report.txt" >&2; fail "keras-gpu report failed on the demo's logs"; }
 grep -q "Throughput" "${WORK}/report.txt" || { cat "${WORK}/report.txt" >&2; fail "keras-gpu report printed no throughput table"; }
 echo "keras-gpu report: ok"
+check_tab "${WORK}/venv" "${WORK}/logs"
 
 # ---------------------------------------------------------------- without TensorFlow
 step "install the wheel with JAX only (no TensorFlow) into a fresh virtual environment and train"
@@ -178,5 +230,6 @@ for tag in ("throughput/samples_per_sec", "memory/host/rss_bytes"):
         sys.exit(f"no {tag} on JAX; tags: {sorted(tags)}")
 print(f"JAX without TensorFlow: {len(tags)} scalar tags")
 PY
+check_tab "${WORK}/venv-jax" "${WORK}/logs-jax"
 
 step "package check passed"

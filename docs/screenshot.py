@@ -16,7 +16,9 @@ until every chart that has data has drawn its lines, and writes:
 - `tensorboard_scalars.png`: the Time Series dashboard filtered to the
   `throughput/` and `memory/` tags;
 - `tensorboard_placement.png`: the Text dashboard with the placement tables;
-- `report.png`: the terminal output of `keras-gpu report` on the first run.
+- `report.png`: the terminal output of `keras-gpu report` on the first run;
+- `tensorboard_tab.png`: the keras-gpu tab of the first run, as TensorBoard shows it;
+- `tensorboard_tab_cluster.png`: the keras-gpu tab's cluster view of the two-worker run.
 
 Pages are drawn `_WIDTH` CSS pixels wide, about the width of a documentation
 page's text, at twice the pixel density, so that a page shows them at their
@@ -30,16 +32,12 @@ Needs only the standard library, TensorBoard and Chromium.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
-import fcntl
 import functools
 import html
 import json
 import os
 import re
-import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +49,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: tools/
+from tools.chromium import Browser, find_chromium
 
 _WIDTH, _HEIGHT = 800, 1100  # CSS pixels: the viewport, and the tallest shot
 _MAX_HEIGHT = _HEIGHT
@@ -230,120 +231,9 @@ def _serves_keras_gpu_data(base: str) -> bool:
 # ------------------------------------------------------------------ browser
 
 
-def _high_fd(fd: int) -> int:
-    """Move `fd` to a number >= 10, clear of the 3 and 4 the child needs."""
-    new = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
-    os.close(fd)
-    return new
-
-
-class _Browser:
-    """Headless Chromium driven over the DevTools protocol on a pipe (fd 3: commands in, fd 4: replies out)."""
-
-    def __init__(self, chromium: str, profile: str) -> None:
-        cmd_read, self._cmd_write = os.pipe()
-        self._reply_read, reply_write = os.pipe()
-        cmd_read, reply_write = _high_fd(cmd_read), _high_fd(reply_write)
-        args = [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={profile}",
-            f"--window-size={_WIDTH},{_HEIGHT}", "about:blank",
-        ]
-        # bash puts the pipe ends on fds 3 and 4 and closes the originals.
-        redirect = f'exec "$0" "$@" 3<&{cmd_read} 4>&{reply_write} {cmd_read}<&- {reply_write}>&-'
-        self._proc = subprocess.Popen(
-            ["bash", "-c", redirect, *args], pass_fds=(cmd_read, reply_write),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        os.close(cmd_read)
-        os.close(reply_write)
-        self._buffer = b""
-        self._next_id = 0
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self.call("Page.enable", session=True)
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": _WIDTH, "height": _HEIGHT, "deviceScaleFactor": _SCALE, "mobile": False},
-            session=True,
-        )
-
-    def call(self, method: str, params: dict | None = None, *, session: bool = False, timeout: float = 60) -> dict:
-        self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = self._session
-        os.write(self._cmd_write, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\0" in self._buffer:
-                raw, self._buffer = self._buffer.split(b"\0", 1)
-                reply = json.loads(raw)
-                if reply.get("id") == self._next_id:
-                    if "error" in reply:
-                        raise RuntimeError(f"Chromium: {method} failed: {reply['error']}")
-                    return reply["result"]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"Chromium did not answer {method} within {timeout:.0f} s")
-            readable, _, _ = select.select([self._reply_read], [], [], left)
-            if readable:
-                chunk = os.read(self._reply_read, 1 << 20)
-                if not chunk:
-                    raise RuntimeError(f"Chromium exited (status {self._proc.poll()}) during {method}")
-                self._buffer += chunk
-
-    def evaluate(self, expression: str) -> Any:
-        result = self.call(
-            "Runtime.evaluate",
-            {"expression": f"(() => {{ {_JS_DEEP}\nreturn ({expression.strip()}); }})()", "returnByValue": True},
-            session=True,
-        )
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def open(self, url: str, timeout: float) -> None:
-        """Load `url` as a fresh document (never a same-page hash change) and wait until it has loaded."""
-        self.call("Page.navigate", {"url": "about:blank"}, session=True)
-        self.call("Page.navigate", {"url": url}, session=True)
-        self.wait_until(
-            f"({{ready: location.origin === new URL({json.dumps(url)}).origin && document.readyState === 'complete'}})",
-            timeout,
-            url,
-        )
-
-    def wait_until(self, expression: str, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        state: dict = {}
-        while time.monotonic() < deadline:
-            state = self.evaluate(expression) or {}
-            if state.get("ready"):
-                time.sleep(1.0)  # let the last transitions finish
-                return state
-            time.sleep(0.5)
-        raise TimeoutError(f"{what} was not fully drawn within {timeout:.0f} s: {state}")
-
-    def screenshot(self, path: str, clip: dict | None = None) -> None:
-        params: dict[str, Any] = {"format": "png"}
-        if clip:
-            params.update(clip={**clip, "scale": 1}, captureBeyondViewport=True)
-        data = base64.b64decode(self.call("Page.captureScreenshot", params, session=True)["data"])
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"wrote {path} ({len(data) // 1024} KiB)", flush=True)
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
-        os.close(self._cmd_write)
-        os.close(self._reply_read)
+def _browser(chromium: str, profile: str) -> Browser:
+    """Chromium at the shots' size, with the helpers the page scripts use."""
+    return Browser(chromium, profile, width=_WIDTH, height=_HEIGHT, scale=_SCALE, prelude=_JS_DEEP)
 
 
 # -------------------------------------------------------------- the shots
@@ -353,7 +243,7 @@ def _scalar_tags(base: str) -> set[str]:
     return {t for run in _get_json(f"{base}/data/plugin/scalars/tags").values() for t in run}
 
 
-def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float, word: str = "throughput") -> None:
+def _shoot_custom_scalars(browser: Browser, base: str, out: str, timeout: float, word: str = "throughput") -> None:
     layout = _get_json(f"{base}/data/plugin/custom_scalars/layout")
     tags = _scalar_tags(base)
     category = next(c for c in layout["category"] if word in c["title"])
@@ -382,7 +272,7 @@ def _shoot_custom_scalars(browser: _Browser, base: str, out: str, timeout: float
     browser.screenshot(out, clip)
 
 
-def _shoot_timeseries(browser: _Browser, base: str, out: str, timeout: float) -> None:
+def _shoot_timeseries(browser: Browser, base: str, out: str, timeout: float) -> None:
     pattern = r"^(throughput|memory)/"
     expected = sum(1 for t in _scalar_tags(base) if re.search(pattern, t))
     query = urllib.parse.urlencode({"forceSVG": "true", "smoothing": "0", "tagFilter": pattern})
@@ -391,7 +281,7 @@ def _shoot_timeseries(browser: _Browser, base: str, out: str, timeout: float) ->
     browser.screenshot(out, {"x": 0, "y": 0, "width": _WIDTH, "height": _MAX_HEIGHT})
 
 
-def _shoot_text(browser: _Browser, base: str, out: str, timeout: float) -> None:
+def _shoot_text(browser: Browser, base: str, out: str, timeout: float) -> None:
     texts = _get_json(f"{base}/data/plugin/text/tags")
     shown = ("placement/cpu_fallbacks", "placement/ops_per_device", "placement/strategy")
     present = sorted({t for tags in texts.values() for t in tags if t in shown})
@@ -406,6 +296,53 @@ def _shoot_text(browser: _Browser, base: str, out: str, timeout: float) -> None:
     browser.screenshot(out, clip)
 
 
+_JS_TAB_READY = """
+(() => {
+  const frame = deepAll(document).find((e) => e.tagName === 'IFRAME' && e.src.includes('name=keras_gpu'));
+  const doc = frame ? frame.contentDocument : document;
+  const state = doc && doc.body && doc.body.dataset.state;
+  return {ready: state === 'drawn' && doc.querySelectorAll('svg.chart').length > 0, state};
+})()
+"""
+
+_JS_TAB_PART_BOX = """
+(() => {
+  const part = document.querySelector('section.part[data-part=%(part)s]');
+  if (!part) return null;
+  const r = part.getBoundingClientRect();
+  return {top: r.top + scrollY, bottom: r.bottom + scrollY};
+})()
+"""
+
+
+def _tab_listed(base: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (_get_json(f"{base}/data/plugins_listing").get("keras_gpu") or {}).get("enabled"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tensorboard at {base} did not list the keras-gpu tab as active within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def _shoot_tab(browser: Browser, base: str, out: str, timeout: float) -> None:
+    """The keras-gpu tab in TensorBoard's page: its header, the tab bar, and the tab's first sections."""
+    _tab_listed(base, timeout)
+    browser.open(f"{base}/#keras_gpu", timeout)
+    browser.wait_until(_JS_TAB_READY, timeout, "the keras-gpu tab")
+    browser.screenshot(out, {"x": 0, "y": 0, "width": _WIDTH, "height": _MAX_HEIGHT})
+
+
+def _shoot_tab_part(browser: Browser, base: str, out: str, timeout: float, part: str) -> None:
+    """One section of the keras-gpu tab (`part`: its `data-part`), from the tab's own page."""
+    _tab_listed(base, timeout)
+    browser.open(f"{base}/data/plugin_entry.html?name=keras_gpu", timeout)
+    browser.wait_until(_JS_TAB_READY, timeout, "the keras-gpu tab")
+    box = browser.evaluate(_JS_TAB_PART_BOX % {"part": part})
+    if not box:
+        raise RuntimeError(f"the keras-gpu tab has no {part} section")
+    top = max(0, int(box["top"]) - 8)
+    browser.screenshot(out, {"x": 0, "y": top, "width": _WIDTH, "height": min(_MAX_HEIGHT, int(box["bottom"]) + 8 - top)})
+
+
 _REPORT_PAGE = """<!doctype html><meta charset="utf-8"><style>
 body {{ margin: 0; background: #1e1e1e; }}
 pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu Sans Mono", monospace; }}
@@ -414,7 +351,7 @@ pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu 
 {text}</pre>"""
 
 
-def _shoot_report(browser: _Browser, log_dir: str, out: str, timeout: float) -> None:
+def _shoot_report(browser: Browser, log_dir: str, out: str, timeout: float) -> None:
     """`keras-gpu report LOG_DIR` as a terminal shows it: its real output, drawn in a monospace page."""
     env = {**os.environ, "COLUMNS": "110", "TF_CPP_MIN_LOG_LEVEL": "2"}
     # Run beside the log dir, so that the command and the report name it as a user would see it.
@@ -438,17 +375,6 @@ def _shoot_report(browser: _Browser, log_dir: str, out: str, timeout: float) -> 
         os.unlink(f.name)
 
 
-def _find_chromium(given: str | None) -> str:
-    for candidate in ([given] if given else ["chromium", "chromium-browser", "google-chrome"]):
-        path = shutil.which(candidate)
-        if path:
-            return path
-    raise FileNotFoundError(
-        f"Chromium not found (tried {given or 'chromium, chromium-browser, google-chrome'}). "
-        "Install it (`apt-get install chromium`) or pass --chromium PATH."
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log-dir", help="an existing keras-gpu log dir (default: run the demo into a temporary one)")
@@ -460,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=5, help="demo epochs (default: 5)")
     parser.add_argument("--samples", type=int, default=16384, help="demo samples per epoch (default: 16384)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page (default: 120)")
+    parser.add_argument("--only", nargs="+", metavar="PNG", help="take only these shots (e.g. tensorboard_tab.png)")
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.samples < 1:
         parser.error(f"--epochs and --samples must be >= 1. Received: --epochs {args.epochs} --samples {args.samples}")
@@ -469,7 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--cluster-log-dir must be an existing directory. Received: --cluster-log-dir {args.cluster_log_dir}"
         )
-    chromium = _find_chromium(args.chromium)
+    names = ("tensorboard.png", "tensorboard_time.png", "tensorboard_memory.png", "tensorboard_scalars.png",
+             "tensorboard_placement.png", "report.png", "tensorboard_tab.png", "tensorboard_cluster.png",
+             "tensorboard_tab_cluster.png")
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        parser.error(f"--only takes the shots' names ({', '.join(names)}). Received: {' '.join(unknown)}")
+    wanted = set(args.only or names)
+    chromium = find_chromium(args.chromium)
     os.makedirs(args.out_dir, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="keras-gpu-screenshot-") as tmp:
@@ -482,27 +416,38 @@ def main(argv: list[str] | None = None) -> int:
         out = functools.partial(os.path.join, args.out_dir)
         with _tensorboard(log_dir, args.timeout) as base:
             profile = os.path.join(tmp, "chromium-profile")
-            browser = _Browser(chromium, profile)
+            browser = _browser(chromium, profile)
             try:
                 # TensorBoard's own settings live in its origin's localStorage.
                 browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")  # the Polymer dashboards' own key
-                _shoot_custom_scalars(browser, base, out("tensorboard.png"), args.timeout)
-                _shoot_custom_scalars(browser, base, out("tensorboard_time.png"), args.timeout, "time goes")
-                _shoot_custom_scalars(browser, base, out("tensorboard_memory.png"), args.timeout, "memory")
-                _shoot_timeseries(browser, base, out("tensorboard_scalars.png"), args.timeout)
-                _shoot_text(browser, base, out("tensorboard_placement.png"), args.timeout)
-                _shoot_report(browser, log_dir, out("report.png"), args.timeout)
+                if "tensorboard.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard.png"), args.timeout)
+                if "tensorboard_time.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_time.png"), args.timeout, "time goes")
+                if "tensorboard_memory.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_memory.png"), args.timeout, "memory")
+                if "tensorboard_scalars.png" in wanted:
+                    _shoot_timeseries(browser, base, out("tensorboard_scalars.png"), args.timeout)
+                if "tensorboard_placement.png" in wanted:
+                    _shoot_text(browser, base, out("tensorboard_placement.png"), args.timeout)
+                if "report.png" in wanted:
+                    _shoot_report(browser, log_dir, out("report.png"), args.timeout)
+                if "tensorboard_tab.png" in wanted:
+                    _shoot_tab(browser, base, out("tensorboard_tab.png"), args.timeout)
             finally:
                 browser.close()
         with _tensorboard(cluster_log_dir, args.timeout) as base:
-            browser = _Browser(chromium, os.path.join(tmp, "chromium-profile-2"))
+            browser = _browser(chromium, os.path.join(tmp, "chromium-profile-2"))
             try:
                 browser.open(f"{base}/?forceSVG=true#timeseries", args.timeout)
                 browser.evaluate(f"localStorage.setItem('_tb_global_settings', {json.dumps(json.dumps(_TB_SETTINGS))})")
                 browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")
-                _shoot_custom_scalars(browser, base, out("tensorboard_cluster.png"), args.timeout, "cluster")
+                if "tensorboard_cluster.png" in wanted:
+                    _shoot_custom_scalars(browser, base, out("tensorboard_cluster.png"), args.timeout, "cluster")
+                if "tensorboard_tab_cluster.png" in wanted:
+                    _shoot_tab_part(browser, base, out("tensorboard_tab_cluster.png"), args.timeout, "cluster")
             finally:
                 browser.close()
     return 0

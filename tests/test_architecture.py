@@ -20,6 +20,7 @@ LAYERS: dict[str, set[str]] = {
     "meters": {"core", "meters"},
     "output": {"core", "meters", "output"},
     "hooks": {"core", "setup", "meters", "output", "hooks"},
+    "tensorboard": {"core", "meters", "output", "tensorboard"},
     "cli": {"core", "setup", "meters", "output", "hooks", "cli", "public"},
 }
 # Modules follow concepts, not a size: the bound only catches a module that grew past any one concept (the

@@ -437,7 +437,8 @@ def test_demo_with_two_workers_through_launch(demo_workers_run):
 DOCS = REPO / "docs"
 SCREENSHOTS = (
     "tensorboard.png", "tensorboard_time.png", "tensorboard_memory.png", "tensorboard_cluster.png",
-    "tensorboard_scalars.png", "tensorboard_placement.png", "report.png",
+    "tensorboard_scalars.png", "tensorboard_placement.png", "report.png", "tensorboard_tab.png",
+    "tensorboard_tab_cluster.png",
 )
 
 
@@ -462,3 +463,12 @@ def test_screenshot_script_rejects_a_missing_log_dir(tmp_path):
     assert proc.returncode == 2, _explain(proc)
     assert f"--log-dir must be an existing directory. Received: --log-dir {missing}" in proc.stderr
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_screenshot_script_rejects_an_unknown_shot(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(DOCS / "screenshot.py"), "--only", "nope.png", "--out-dir", str(tmp_path)],
+        env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2, _explain(proc)
+    assert "--only takes the shots' names (" in proc.stderr and "Received: nope.png" in proc.stderr

@@ -37,20 +37,20 @@ from typing import Any
 
 from benchmarks import _cli
 
-__all__ = ["main", "simulate"]
+__all__ = ["main", "simulate", "stop"]
 
 HOUR_S = 3600
 THROUGHPUT_EVERY_S, MEMORY_EVERY_S, EPOCHS = 5, 10, 60
 
 
-def _gather_times() -> list[float]:
+def _gather_times(seconds: int = HOUR_S) -> list[float]:
     """When the cluster view gathers: every `CLUSTER_EVERY_S` within an epoch and at each epoch's end.
 
     The epochs last a minute, more than `EPOCH_SHARE_S`, so every epoch's end shares.
     """
     from keras_gpu.hooks.step_time_logger import CLUSTER_EVERY_S
 
-    epoch_s = HOUR_S / EPOCHS
+    epoch_s = seconds / EPOCHS
     times = []
     for e in range(EPOCHS):
         start = e * epoch_s
@@ -59,17 +59,19 @@ def _gather_times() -> list[float]:
     return times
 
 
-def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple[float, dict[str, float]]]:
-    """`(seconds into the job, {tag: value})` for one worker's run over one hour."""
+def _run_values(
+    worker: int, gpus: int, chief: bool, workers: int, seconds: int = HOUR_S
+) -> list[tuple[float, dict[str, float]]]:
+    """`(seconds into the job, {tag: value})` for one worker's run over `seconds` (one hour)."""
     from keras_gpu.output import tags as T
 
     out: list[tuple[float, dict[str, float]]] = []
-    for i in range(1, HOUR_S // THROUGHPUT_EVERY_S + 1):
+    for i in range(1, seconds // THROUGHPUT_EVERY_S + 1):
         out.append((i * THROUGHPUT_EVERY_S, {
             T.SAMPLES_PER_SEC.name(): 5000.0 + i, T.STEPS_PER_SEC.name(): 20.0, T.SAMPLES_PER_SEC_PER_REPLICA.name(): 600.0,
             T.TFLOPS_PER_SEC.name(): 300.0, T.MFU.name(): 0.4,
         }))
-    for i in range(1, HOUR_S // MEMORY_EVERY_S + 1):
+    for i in range(1, seconds // MEMORY_EVERY_S + 1):
         values = {T.HOST_RSS.name(): 3e10, T.HOST_PEAK_RSS.name(): 3.1e10}
         for g in range(gpus):
             device = f"GPU_{g}"
@@ -82,12 +84,12 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
                     values[tag.name(gpu=str(g))] = 50.0
         out.append((i * MEMORY_EVERY_S + 0.5, values))
     for e in range(1, EPOCHS + 1):
-        out.append((e * HOUR_S / EPOCHS, {
+        out.append((e * seconds / EPOCHS, {
             T.EPOCH_SEC.name(): 60.0, T.TRAIN_SEC.name(): 58.0, T.FIRST_STEP_SEC.name(): 0.5,
             T.VALIDATION_SEC.name(): 1.5, T.OTHER_EPOCH_SEC.name(): 0.5,
             T.STEADY_SAMPLES_PER_SEC.name(): 5100.0, T.STEADY_STEPS_PER_SEC.name(): 20.5,
         }))
-    for t in _gather_times():
+    for t in _gather_times(seconds):
         values = {T.STEP_SEC.name(): 0.05, T.STEP_TRACED_STEPS.name(): 20.0, T.STEP_INPUT_SEC.name(): 0.001,
                   T.STEP_COMPUTE_SEC.name(): 0.04, T.STEP_COMMUNICATION_SEC.name(): 0.008, T.STEP_OTHER_SEC.name(): 0.001}
         for g in range(gpus):
@@ -106,8 +108,8 @@ def _run_values(worker: int, gpus: int, chief: bool, workers: int) -> list[tuple
     return sorted(out, key=lambda p: p[0])
 
 
-def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str, Any]:
-    """Write one hour of logging for a job of `workers` workers; returns runs, tags and points."""
+def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool, seconds: int = HOUR_S) -> dict[str, Any]:
+    """Write `seconds` (one hour) of logging for a job of `workers` workers; returns runs, tags and points."""
     from keras_gpu.core.cluster import ClusterInfo
     from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
     from keras_gpu.output import writer as _writer
@@ -123,7 +125,7 @@ def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str,
         path = _writer.run_dir(log_dir, info)
         writer = _writer.SummaryWriter(path)
         write_layout(writer)
-        for t, values in _run_values(worker, gpus, worker == 0, workers):
+        for t, values in _run_values(worker, gpus, worker == 0, workers, seconds):
             writer.scalars(values, int(t * steps_per_s))
             if worker == 0 or len(runs) == 0:
                 tags.update(values)
@@ -179,11 +181,17 @@ def serve_time(log_dir: str, runs: list[str], timeout: float) -> dict[str, Any]:
                 return {"seconds": seconds, "points_served_of_one_tag": len(served)}
             time.sleep(0.2)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a server this benchmark started: SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,67 +25,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_gpu.output.tune_output import read_study
+    from keras_gpu.output.log_dir import read_log_dir
 
-    tune = read_study(args.log_dir)  # a `keras-gpu tune --log-dir` study
-    if tune is None:
-        return _run(args)
-    if args.json:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            code = _run(args, missing_ok=True)
-        text = out.getvalue().strip()
-        summary = json.loads(text) if text else {}
-        summary["tune"] = tune
-        print(json.dumps(summary, indent=2, sort_keys=True))
-        return code
-    from keras_gpu.cli.tune import render as render_tune
-
-    render_tune(tune["rows"], tune["skipped"], tune["verdict"])
-    return _run(args, missing_ok=True)
-
-
-def _run(args: argparse.Namespace, missing_ok: bool = False) -> int:
-    from keras_gpu.output.reader import read_report
-    from keras_gpu.output.scale_output import read_rows
-
-    scale_rows = read_rows(args.log_dir)  # a `keras-gpu scale --log-dir` study
     try:
-        report = read_report(args.log_dir)
+        data = read_log_dir(args.log_dir)  # the runs, and any `keras-gpu scale` or `keras-gpu tune` study
     except FileNotFoundError as exc:
-        if scale_rows is None:
-            if missing_ok:
-                return 0
-            raise UsageError(str(exc)) from None
-        return _scale_only(scale_rows, args.json)
-    if scale_rows is not None and not report.runs:
-        return _scale_only(scale_rows, args.json)
-    if missing_ok and scale_rows is None and not report.runs:  # a `keras-gpu tune` study alone: shown already
-        return 0
-    if scale_rows is not None and not args.json:
-        from keras_gpu.cli.scale import render as render_scale
-
-        render_scale(scale_rows, title="scaling study (keras-gpu scale)")
+        raise UsageError(str(exc)) from None
     if args.json:
-        summary = report.as_dict()
-        if scale_rows is not None:
-            summary["scale"] = scale_rows
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print(json.dumps(data.as_dict(), indent=2, sort_keys=True))
         return 0
-    render(report)
-    return 0
+    if data.tune is not None:
+        from keras_gpu.cli.tune import render as render_tune
 
-
-def _scale_only(rows: list[dict[str, Any]], as_json: bool) -> int:
-    """Show a log directory that holds only a `keras-gpu scale` study."""
-    if as_json:
-        print(json.dumps({"scale": rows}, indent=2, sort_keys=True))
-    else:
+        render_tune(data.tune["rows"], data.tune["skipped"], data.tune["verdict"])
+    if data.scale is not None:
         from keras_gpu.cli.scale import render as render_scale
 
-        render_scale(rows, title="scaling study (keras-gpu scale)")
+        render_scale(data.scale, title="scaling study (keras-gpu scale)")
+    if data.shows_report and data.report is not None:
+        render(data.report)
     return 0
 
 

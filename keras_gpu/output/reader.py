@@ -22,7 +22,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from keras_gpu.output import tag_records as _records_of
@@ -37,16 +37,24 @@ from keras_gpu.output.tag_records import Scalars, Texts, uncounted_allocator
 __all__ = [
     "FIRST_STEP_SHARE",
     "GPU_BUSY_PERCENT",
+    "Visit",
     "find_runs",
+    "holds_keras_gpu_data",
     "read_report",
     "read_run",
     "read_scalars",
     "read_texts",
     "summarize",
     "uncounted_allocator",
+    "worker_of",
 ]
 
 _WORKER_DIR = re.compile(r"^worker_(\d+)$")
+_DT_FLOAT, _DT_DOUBLE = 1, 2  # tensorboard.compat.proto.types_pb2's DT_FLOAT and DT_DOUBLE
+
+#: `visit(run, scalars, texts, cut)`: what a caller of `read_report` is given of each run as it is read; `cut`
+#: names the run's event files whose last record is incomplete (a job still writing, or a file cut short).
+Visit = Callable[[str, Scalars, Texts, tuple[str, ...]], None]
 
 
 def find_runs(log_dir: str) -> list[str]:
@@ -60,13 +68,14 @@ def find_runs(log_dir: str) -> list[str]:
     return sorted(runs, key=lambda r: (r.count(os.sep), r))
 
 
-def _records(path: str) -> Iterator[bytes]:
+def _records(path: str, cut: list[str] | None = None) -> Iterator[bytes]:
     """The records of one event file, read with TensorBoard's own TensorFlow-free reader.
 
     TensorBoard's `EventFileLoader` imports TensorFlow whenever it is
     installed (seconds, hundreds of MB, and its log banner); its stub reader
     reads the same TFRecord framing, CRCs included, in plain Python. A
-    truncated last record (a running job) ends the file.
+    truncated last record (a running job) ends the file; its name is added to
+    `cut` where given.
     """
     from tensorboard.compat.tensorflow_stub import errors
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
@@ -76,19 +85,23 @@ def _records(path: str) -> Iterator[bytes]:
         while True:
             try:
                 reader.GetNext()
-            except (errors.OutOfRangeError, errors.DataLossError):
+            except errors.OutOfRangeError:
+                return
+            except errors.DataLossError:
+                if cut is not None:
+                    cut.append(os.path.basename(path))
                 return
             yield reader.record()
     finally:
         reader.file_handle.close()
 
 
-def _events(run_path: str) -> Iterator[Any]:
+def _events(run_path: str, cut: list[str] | None = None) -> Iterator[Any]:
     from tensorboard.compat.proto import event_pb2
 
     for name in sorted(f for f in os.listdir(run_path) if ".tfevents." in f):
         try:
-            for record in _records(os.path.join(run_path, name)):
+            for record in _records(os.path.join(run_path, name), cut):
                 yield event_pb2.Event.FromString(record)
         except Exception:  # noqa: BLE001, S112 - an unreadable file in a running job: keep what was read
             continue
@@ -104,13 +117,14 @@ def read_texts(run_path: str) -> Texts:
     return _read(run_path)[1]
 
 
-def _read(run_path: str) -> tuple[Scalars, Texts]:
-    """The scalars and the text summaries of a run directory, in one pass over its event files."""
+def _read(run_path: str, cut: list[str] | None = None) -> tuple[Scalars, Texts]:
+    """The scalars and the text summaries of a run directory, in one pass over its event files (`cut`: see
+    `_records`)."""
     from tensorboard.util import tensor_util
 
     scalars: Scalars = {}
     texts: Texts = {}
-    for event in _events(run_path):
+    for event in _events(run_path, cut):
         if not event.HasField("summary"):
             continue
         for value in event.summary.value:
@@ -120,10 +134,9 @@ def _read(run_path: str) -> tuple[Scalars, Texts]:
                         text = value.tensor.string_val[0].decode("utf-8", "replace")
                         texts.setdefault(value.tag, []).append((int(event.step), text))
                     continue
-                arr = tensor_util.make_ndarray(value.tensor)
-                if arr.shape != () or arr.dtype.kind not in "fiub":
+                number = _scalar(value.tensor, tensor_util)
+                if number is None:
                     continue
-                number = float(arr)
             elif value.HasField("simple_value"):
                 number = float(value.simple_value)
             else:
@@ -132,7 +145,53 @@ def _read(run_path: str) -> tuple[Scalars, Texts]:
     return scalars, texts
 
 
-def _worker_of(run: str) -> tuple[int | None, str]:
+def _scalar(tensor: Any, tensor_util: Any) -> float | None:
+    """A scalar tensor's value (`None` for any other tensor).
+
+    The callbacks' scalars (one `float_val` of a float32 tensor of no shape)
+    are read straight from the field, the same value `make_ndarray` gives in
+    a fraction of its time; any other form goes through `make_ndarray`.
+    """
+    if not tensor.tensor_shape.dim:
+        if tensor.dtype == _DT_FLOAT and len(tensor.float_val) == 1:
+            return tensor.float_val[0]
+        if tensor.dtype == _DT_DOUBLE and len(tensor.double_val) == 1:
+            return tensor.double_val[0]
+    arr = tensor_util.make_ndarray(tensor)
+    if arr.shape != () or arr.dtype.kind not in "fiub":
+        return None
+    return float(arr)
+
+
+def holds_keras_gpu_data(event_file: str, records: int = 200) -> bool:
+    """Whether one of the first `records` records of `event_file` is a keras-gpu tag (or keras-gpu's layout).
+
+    A bounded read, for telling a keras-gpu run from another program's: the
+    callbacks write their custom-scalars layout and first points at the start
+    of a run. An unreadable file holds none.
+    """
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.custom_scalar import metadata
+
+    from keras_gpu.output import tags as _tags
+
+    try:
+        for i, record in enumerate(_records(event_file)):
+            if i >= records:
+                return False
+            event = event_pb2.Event.FromString(record)
+            for value in event.summary.value:
+                layout = value.tag == metadata.CONFIG_SUMMARY_TAG and value.tensor.string_val
+                if (layout and b"keras-gpu: " in value.tensor.string_val[0]) or _tags.match(value.tag) is not None:
+                    return True
+    except Exception:  # noqa: BLE001 - a file being written or damaged: not known to be keras-gpu's
+        return False
+    return False
+
+
+def worker_of(run: str) -> tuple[int | None, str]:
+    """`(worker index, label)` of a run directory relative to its log directory: `(0, "chief")` for `train`,
+    `(1, "worker 1")` for `worker_1/train`, `(None, run)` for any other."""
     parts = run.split(os.sep)
     if parts[0] == "train" or (len(parts) == 1 and parts[0] == "."):
         return 0, "chief"
@@ -162,11 +221,14 @@ def _placement(run_path: str) -> PlacementDigest | None:
     )
 
 
-def read_run(log_dir: str, run: str) -> RunSummary:
-    """The records of one run directory (`run`, relative to `log_dir`)."""
+def read_run(log_dir: str, run: str, visit: Visit | None = None) -> RunSummary:
+    """The records of one run directory (`run`, relative to `log_dir`); `visit` is given its series first."""
     path = os.path.join(log_dir, run)
-    scalars, texts = _read(path)
-    worker, label = _worker_of(run)
+    cut: list[str] = []
+    scalars, texts = _read(path, cut)
+    if visit is not None:
+        visit(run, scalars, texts, tuple(cut))
+    worker, label = worker_of(run)
     return RunSummary(
         run=run,
         worker=worker,
@@ -183,7 +245,7 @@ def read_run(log_dir: str, run: str) -> RunSummary:
     )
 
 
-def read_report(log_dir: str) -> Report:
+def read_report(log_dir: str, visit: Visit | None = None) -> Report:
     """The records of every run under `log_dir` that holds a measurement, and the hints.
 
     Per run (`RunSummary`): its
@@ -195,16 +257,24 @@ def read_report(log_dir: str) -> Report:
     statistics per GPU, peak host RSS, and the placement digest when
     `placement.json` is present. Hints follow from these measurements only.
 
+    `visit(run, scalars, texts, cut)`, where given, is called with each run
+    directory's series as they are read (every run, with data or not; `cut`:
+    its event files whose last record is incomplete), so that a caller
+    drawing them reads the event files once.
+
     Raises:
         FileNotFoundError: `log_dir` is no directory.
     """
-    runs = [r for r in (read_run(log_dir, run) for run in find_runs(log_dir)) if r.has_data]
+    runs = [r for r in (read_run(log_dir, run, visit) for run in find_runs(log_dir)) if r.has_data]
     cluster = next((r.cluster for r in runs if r.cluster is not None), None)
     return Report(log_dir=log_dir, runs=runs, cluster=cluster, hints=report_hints(runs, cluster))
 
 
 def summarize(log_dir: str) -> dict[str, Any]:
-    """`read_report` as plain, JSON-serialisable data: what `keras-gpu report --json` prints.
+    """`read_report` as plain, JSON-serialisable data: the runs' part of `keras-gpu report --json`.
+
+    All of it, with the scale and tune studies and `null` for what was not
+    measured, is `keras_gpu.output.log_dir.report_json`.
 
     Returns:
         `{"log_dir", "runs": [...], "cluster", "hints"}`: per run its worker,

@@ -117,18 +117,14 @@ class Tag:
 
     def match(self, tag: str) -> dict[str, str] | None:
         """The field values when `tag` is a name of this tag, else `None`."""
-        m = _compiled(self._regex(named=True)).fullmatch(tag)
+        regex = _REGEX_CACHE.get(self.pattern)  # compiled once per tag: the report matches every logged tag
+        if regex is None:
+            regex = _REGEX_CACHE[self.pattern] = re.compile(self._regex(named=True))
+        m = regex.fullmatch(tag)
         return None if m is None else m.groupdict()
 
 
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _compiled(regex: str) -> re.Pattern[str]:
-    pattern = _REGEX_CACHE.get(regex)
-    if pattern is None:
-        pattern = _REGEX_CACHE[regex] = re.compile(regex)
-    return pattern
 
 
 def _gpu_pair(metric: str, unit: str, meaning: str, chart: tuple[str, str]) -> tuple[Tag, Tag]:
