@@ -39,9 +39,10 @@ from keras_gpu.hooks.step_time_trace import (
 )
 from keras_gpu.hooks.trace_cost import TraceCost, TraceGate, device_kind, trace_costs
 from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
+from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, verdict_over
 from keras_gpu.output import tags as _tags
 from keras_gpu.output import writer as _writer
+from keras_gpu.output.cluster_text import slowest_markdown
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
 from keras_gpu.output.step_time_text import host_work_markdown, input_stage_markdown, kernels_markdown
 
@@ -601,7 +602,11 @@ class StepTimeLogger(LoggingCallback):
         for step, summary in views:
             self.cluster.append(summary)
             if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
-                self._writer.scalars(cluster_values(summary), step)
+                so_far = verdict_over([c for c in self.cluster if c is not None])
+                self._writer.scalars(cluster_values(summary, so_far), step)
+                table = slowest_markdown(summary.slowest)
+                if table is not None:
+                    self._writer.text(_tags.CLUSTER_SLOWEST_WORKERS.name(), table, step)
         if cluster.failed:
             self._cluster_fit = None
 

@@ -177,7 +177,7 @@ def read_run(log_dir: str, run: str) -> RunSummary:
         throughput=_records_of.read_throughput(scalars),
         time=_records_of.read_epoch_times(scalars),
         step_time=_records_of.read_step_time(scalars, texts),
-        cluster=_records_of.read_cluster(scalars),
+        cluster=_records_of.read_cluster(scalars, texts),
         memory=_records_of.read_memory(scalars, texts),
         placement=_placement(path),
     )
