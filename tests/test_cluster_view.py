@@ -121,7 +121,11 @@ def test_the_part_and_the_slowdown_come_from_the_rows():
     assert (s2.slowdown_worker, s2.slowdown) == (0, pytest.approx(0.0114 / 0.0054))
     values = cluster_values(s2)
     assert values["cluster/slowdown"] == pytest.approx(0.0114 / 0.0054) and values["cluster/slowdown_worker"] == 0.0
-    v = verdict_over([s, s, s2])  # clear in 2 of 3 gathers (the third: worker 0's 6 ms widen the others' spread)
+    assert s2.slowdown_median == 1.0  # workers 1 and 2 are at their best
+    # One gather slowed names nobody (a hiccup); worker 0 slowed in two does.
+    assert verdict_over([s, s, s2]).slowed_worker is None
+    # Worker 2 is clear in 3 of 5 gathers (in the others, worker 0's 6 ms widen the others' spread).
+    v = verdict_over([s, s, s, s2, s2])
     assert not s2.clear and not s2.outliers
     assert v.sentence == (
         "worker 2 is the straggler: its input wait is 8.0 ms per step against a median of 0.5 ms (the others wait "
@@ -320,8 +324,9 @@ def test_a_cluster_that_turns_slow_raises_the_slowdown(tmp_path):
     views = _gathered(records)
     assert views[0]["slowdown"] == 1.0
     assert all(v["slowdown"] > 1.5 for v in views[1:])
-    assert report["cluster"]["slowdown"] > 1.5 and report["cluster"]["slowed_worker"] in (0, 1)
-    assert "slowed" in report["cluster"]["sentence"] and "against its own best window" in text
+    assert all(v["slowdown_median"] > 1.5 for v in views[1:])  # both workers slowed alike
+    assert report["cluster"]["cluster_slowdown"] > 1.5
+    assert "the workers slowed" in report["cluster"]["sentence"] and "against their own best windows" in text
 
 
 @pytest.mark.slow

@@ -200,7 +200,7 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
         found |= {
             "cluster/slowest_worker", "cluster/imbalance", "cluster/straggler_part", "cluster/part_sec",
             "cluster/part_median_sec", "cluster/excess_sec", "cluster/others_spread_sec", "cluster/slowdown",
-            "cluster/slowdown_worker",
+            "cluster/slowdown_worker", "cluster/slowdown_median",
         }
     if run["cluster"]["workers_reporting"] is not None:
         found.add("cluster/workers_reporting")

@@ -10,7 +10,10 @@ others wait for has more busy time than they have; how long they wait is its
 *imbalance*: its busy time minus the median of the other workers', as a
 share of the step. Each worker is also held against its own best window
 (`cluster/slowdown`): a worker that turns slow is named even where every
-worker slowed alike.
+worker slowed alike, and the median of the workers' ratios tells a cluster
+that slowed as a whole. A window's best is its lowest busy time, which a
+hiccup does not move; a worker (or the cluster) is named as slowed only
+where it is slowed in two gathers or more, so that one hiccup names nobody.
 
 **The rule, per gather** (`summarize_rows`). Each worker's *excess* (its busy
 time minus the other workers' median) is measured in units of the *spread*
@@ -47,8 +50,9 @@ most `n` times the chance that a binomial of `G` draws at `FALSE_ALARM / n`
 exceeds `G / 2`. The verdict names the part (compute, input, host) where the
 straggler's time exceeds the other workers' median of the same part the
 most, in most of its gathers. Each gather keeps its `SLOWEST_KEPT` highest
-scores (`GatherFacts.slowest`): the verdict is computed from those alone, so
-that what a gather logs stays a few numbers at any number of workers.
+scores and every worker standing out (`GatherFacts.slowest`): the verdict is
+computed from those alone, so that what a gather logs stays a few numbers
+per worker standing out, at any number of workers.
 `python -m benchmarks.studies.straggler_scale` measures the rule's false
 alarms and detections from 2 to 4,096 workers.
 
@@ -87,7 +91,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = [
-    "FALSE_ALARM", "NOISE_FLOOR", "PARTS", "PRIOR_NOISE", "PRIOR_WORKERS", "ROWS_KEPT", "ROW_FIELDS", "SLOWDOWN_NAMED",
+    "FALSE_ALARM", "NOISE_FLOOR", "OUT_KEPT_SHARE", "PARTS", "PRIOR_NOISE", "PRIOR_WORKERS", "ROWS_KEPT", "ROW_FIELDS", "SLOWDOWN_NAMED",
     "SLOWEST_KEPT", "STRAGGLER_IMBALANCE", "ClusterSummary", "GatherFacts", "Standing", "Verdict", "WorkerFacts",
     "score_threshold", "slowest_over", "summarize_rows", "verdict_over",
 ]
@@ -113,18 +117,21 @@ FALSE_ALARM = 0.01
 #: The spread a worker is judged against is never below this share of the other workers' median busy time.
 NOISE_FLOOR = 0.01
 #: The spread assumed where the other workers are too few to show theirs, as a share of their median busy time:
-#: the noise of a window's busy time measured on loopback CPU workers sharing two cores (see
-#: `benchmarks/studies/straggler_scale.py`), about the noisiest a job meets...
+#: about the noisiest a window's busy time was measured (balanced loopback CPU workers sharing two cores: 3.7%
+#: with two workers, 12% with four, and single windows of the chief 19% above its peer; see
+#: `benchmarks/studies/straggler_scale.py`)...
 PRIOR_NOISE = 0.10
-#: ...and what it weighs against the others' own spread, in workers: it decides for 2 or 3 workers and
-#: fades from a few dozen on.
-PRIOR_WORKERS = 4
+#: ...and what it weighs against the others' own spread, in degrees of freedom: it decides for 2 workers,
+#: weighs as much as theirs at 4, and fades from a few dozen on.
+PRIOR_WORKERS = 2
 #: A worker whose busy time per step in the latest window is this many times
 #: its own best window's is named as slowed.
 SLOWDOWN_NAMED = 1.5
-#: The workers with the highest scores that each gather keeps (`GatherFacts.slowest`): the fit's verdict reads
-#: these alone, so it names up to this many stragglers at once.
+#: The workers with the highest scores that each gather keeps (`GatherFacts.slowest`), and every worker that
+#: stands out, up to a `OUT_KEPT_SHARE`th of the workers: the fit's verdict reads these alone. A large job
+#: always has a few workers in a hiccup, each standing out in its gather; the straggler stays among them.
 SLOWEST_KEPT = 8
+OUT_KEPT_SHARE = 16
 #: `ClusterSummary.rows` holds every reporting worker's row in jobs of up to this many workers, and the rows of
 #: the workers it keeps in `slowest` above: a fit's gathers stay small in memory at any number of workers.
 ROWS_KEPT = 64
@@ -200,9 +207,11 @@ class GatherFacts:
         slowdown_worker: The worker with that ratio (-1: not tracked).
         threshold: How many spreads an excess must exceed (`score_threshold`
             of the workers reporting; 2 in runs logged before this rule).
-        slowest: The workers with the highest scores, highest first, at most
-            `SLOWEST_KEPT` (empty in runs logged before they were: the
-            slowest worker alone then counts).
+        slowdown_median: The median of that ratio over the workers (`nan`:
+            not tracked, or a run logged before it was).
+        slowest: The workers with the highest scores, highest first:
+            `SLOWEST_KEPT`, or more where more stand out (empty in runs
+            logged before they were: the slowest worker alone then counts).
     """
 
     slowest_worker: int
@@ -216,6 +225,7 @@ class GatherFacts:
     slowdown_worker: int = -1
     threshold: float = 2.0
     slowest: tuple[WorkerFacts, ...] = ()
+    slowdown_median: float = _NAN
 
     @property
     def clear(self) -> bool:
@@ -275,10 +285,13 @@ class Verdict:
             median (medians over its gathers of that part).
         slowed_worker, slowdown: The worker with the largest ratio of a
             window's busy time to its own best, where it is at least
-            `SLOWDOWN_NAMED`.
+            `SLOWDOWN_NAMED` in two gathers or more (its largest).
         more_stragglers: Other workers that stood out in more than half of
             the gathers too, most often first.
         clear_gathers: The gathers the straggler stood out in (`None`: none named).
+        cluster_slowdown: The largest median, over the workers, of that ratio,
+            where it is at least `SLOWDOWN_NAMED` in two gathers or more: the
+            cluster slowed as a whole.
     """
 
     straggler: int | None = None
@@ -290,6 +303,7 @@ class Verdict:
     slowdown: float | None = None
     more_stragglers: tuple[int, ...] = ()
     clear_gathers: int | None = None
+    cluster_slowdown: float | None = None
 
     @property
     def sentence(self) -> str:
@@ -312,6 +326,8 @@ class Verdict:
             text += f"; worker{'s' if len(more) > 1 else ''} {names} also stand{'' if len(more) > 1 else 's'} out"
         if self.slowed_worker is not None and self.slowdown is not None:
             text += f"; worker {self.slowed_worker} slowed {self.slowdown:.1f}x against its own best window"
+        if self.cluster_slowdown is not None:
+            text += f"; the workers slowed {self.cluster_slowdown:.1f}x against their own best windows (median)"
         return text
 
 
@@ -410,23 +426,38 @@ def _noise(spread: np.ndarray, median: np.ndarray, others: int) -> np.ndarray:
     return np.maximum(pooled, NOISE_FLOOR * np.abs(median))
 
 
-def _slowdown(best: dict[int, float] | None, workers: list[int], busy: np.ndarray) -> tuple[float, int]:
-    """The largest ratio of a worker's busy time to its own best so far (updated here), and that worker."""
+def _slowdown(best: dict[int, float] | None, workers: list[int], busy: np.ndarray) -> tuple[float, int, float]:
+    """The largest ratio of a worker's busy time to its own best so far (updated here), that worker, and the
+    median of the ratios."""
     if best is None:
-        return _NAN, -1
+        return _NAN, -1, _NAN
     get = best.get
     bests = np.minimum(np.fromiter((get(k, math.inf) for k in workers), np.float64, len(workers)), busy)
     best.update(zip(workers, bests.tolist()))
-    ratios = np.where(bests > 0, busy / np.where(bests > 0, bests, 1.0), -np.inf)
+    known = bests > 0
+    if not known.any():
+        return _NAN, -1, _NAN
+    ratios = np.where(known, busy / np.where(known, bests, 1.0), -np.inf)
     j = int(np.argmax(ratios))
-    return (float(ratios[j]), workers[j]) if ratios[j] > -np.inf else (_NAN, -1)
+    return float(ratios[j]), workers[j], float(np.median(ratios[known]))
+
+
+def _listed(score: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The positions a gather keeps, highest score first: every worker standing out (up to a
+    `OUT_KEPT_SHARE`th of the workers, and at least `SLOWEST_KEPT`), then the highest other scores up to
+    `SLOWEST_KEPT` in all."""
+    ranked = np.argsort(-score, kind="stable")
+    standing = ranked[out[ranked]][: max(SLOWEST_KEPT, score.size // OUT_KEPT_SHARE)]
+    rest = ranked[~out[ranked]][: max(0, SLOWEST_KEPT - standing.size)]
+    both = np.concatenate([standing, rest])
+    return both[np.argsort(-score[both], kind="stable")]
 
 
 def summarize_rows(rows: Sequence[Sequence[float]], best: dict[int, float] | None = None) -> ClusterSummary | None:
     """The summary of one gather's rows (row k is worker k's); `None` when no worker reported.
 
     Judges every reporting worker by the rule of the module's docstring and
-    keeps the `SLOWEST_KEPT` highest scores; a gather of 1,024 rows takes a
+    keeps the highest scores (`SLOWEST_KEPT`, and every worker standing out); a gather of 1,024 rows takes a
     few milliseconds (`python -m benchmarks.studies.straggler_scale`
     measures it).
 
@@ -463,10 +494,10 @@ def summarize_rows(rows: Sequence[Sequence[float]], best: dict[int, float] | Non
         )
 
     slowest = int(np.argmax(busy))  # the first of equal busy times: the lowest index
-    listed = np.argsort(-score, kind="stable")[:SLOWEST_KEPT]
+    listed = _listed(score, out)
     kept = range(n) if n <= ROWS_KEPT else sorted({slowest, *listed.tolist()})
     head = facts(slowest)
-    slowdown, slowdown_worker = _slowdown(best, index.tolist(), busy)
+    slowdown, slowdown_worker, slowdown_median = _slowdown(best, index.tolist(), busy)
     return ClusterSummary(
         slowest_worker=head.worker,
         imbalance=head.imbalance,
@@ -477,6 +508,7 @@ def summarize_rows(rows: Sequence[Sequence[float]], best: dict[int, float] | Non
         spread_sec=float(noise[slowest]),
         slowdown=slowdown,
         slowdown_worker=slowdown_worker,
+        slowdown_median=slowdown_median,
         threshold=threshold,
         slowest=tuple(facts(int(j)) for j in listed),
         workers=len(table),
@@ -498,13 +530,13 @@ def verdict_over(gathers: Sequence[GatherFacts]) -> Verdict:
     imbalance, part and part times are the medians over the gathers it stood
     out in (the part: the one most of them show). Without a straggler, the
     imbalance is the median of all gathers' slowest workers. A worker is
-    named as slowed where a gather's slowdown is at least `SLOWDOWN_NAMED`
-    (the largest such gather's).
+    named as slowed where it is a gather's most slowed worker, at least
+    `SLOWDOWN_NAMED`, in two gathers or more (its largest ratio); the
+    cluster, where the median ratio is at least that in two gathers or more.
     """
     if not gathers:
         return Verdict()
-    slowed = max((g for g in gathers if g.slowdown >= SLOWDOWN_NAMED), key=lambda g: g.slowdown, default=None)
-    slow = {} if slowed is None else {"slowed_worker": slowed.slowdown_worker, "slowdown": slowed.slowdown}
+    slow = _slowed(gathers)
     stood: dict[int, list[WorkerFacts]] = {}
     for g in gathers:
         for w in g.outliers:
@@ -526,6 +558,23 @@ def verdict_over(gathers: Sequence[GatherFacts]) -> Verdict:
         clear_gathers=len(own),
         **slow,
     )
+
+
+def _slowed(gathers: Sequence[GatherFacts]) -> dict[str, float | int]:
+    """The `Verdict` fields of a worker, and of the cluster, slowed against their own best in two gathers or more."""
+    out: dict[str, float | int] = {}
+    by_worker: dict[int, list[float]] = {}
+    for g in gathers:
+        if g.slowdown >= SLOWDOWN_NAMED:
+            by_worker.setdefault(g.slowdown_worker, []).append(g.slowdown)
+    twice = {k: max(ratios) for k, ratios in by_worker.items() if len(ratios) >= 2}
+    if twice:
+        worker = max(twice, key=lambda k: (twice[k], -k))
+        out.update(slowed_worker=worker, slowdown=twice[worker])
+    medians = [g.slowdown_median for g in gathers if g.slowdown_median >= SLOWDOWN_NAMED]
+    if len(medians) >= 2:
+        out["cluster_slowdown"] = max(medians)
+    return out
 
 
 def slowest_over(gathers: Sequence[GatherFacts], top: int = 5) -> tuple[Standing, ...]:

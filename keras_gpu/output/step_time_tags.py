@@ -103,6 +103,8 @@ def cluster_values(summary: ClusterSummary, so_far: Verdict | None = None) -> di
     if not math.isnan(summary.slowdown):
         out[tags.CLUSTER_SLOWDOWN.name()] = summary.slowdown
         out[tags.CLUSTER_SLOWDOWN_WORKER.name()] = float(summary.slowdown_worker)
+    if not math.isnan(summary.slowdown_median):
+        out[tags.CLUSTER_SLOWDOWN_MEDIAN.name()] = summary.slowdown_median
     for part, stat_tags in CLUSTER_SPREADS:
         for tag, value in zip(stat_tags, getattr(summary, part)):
             if not math.isnan(value):

@@ -238,6 +238,7 @@ def read_cluster(scalars: Scalars, texts: Texts | None = None) -> ClusterReport 
     part = dict(scalars.get(_tags.CLUSTER_PART.name(), []))
     slowdown = dict(scalars.get(_tags.CLUSTER_SLOWDOWN.name(), []))
     slowdown_worker = dict(scalars.get(_tags.CLUSTER_SLOWDOWN_WORKER.name(), []))
+    slowdown_median = dict(scalars.get(_tags.CLUSTER_SLOWDOWN_MEDIAN.name(), []))
     tables = dict((texts or {}).get(_tags.CLUSTER_SLOWEST_WORKERS.name(), []))
     gathers = [
         GatherFacts(
@@ -250,6 +251,7 @@ def read_cluster(scalars: Scalars, texts: Texts | None = None) -> ClusterReport 
             spread_sec=at["spread_sec"].get(step, 0.0),
             slowdown=slowdown.get(step, math.nan),
             slowdown_worker=int(slowdown_worker.get(step, -1)),
+            slowdown_median=slowdown_median.get(step, math.nan),
             threshold=at["threshold"].get(step, 2.0),
             slowest=read_slowest_markdown(tables.get(step, "")),
         )

@@ -370,8 +370,8 @@ CLUSTER_STRAGGLER = Tag(
 )
 CLUSTER_SLOWEST_WORKERS = Tag(
     "cluster/slowest_workers", "Markdown",
-    f"the workers with the highest scores at this gather (at most {_rule.SLOWEST_KEPT}, highest first): index, busy "
-    "time per step, "
+    f"the workers with the highest scores at this gather, highest first ({_rule.SLOWEST_KEPT}, and every worker "
+    "standing out): index, busy time per step, "
     "imbalance, score in spreads, the part that differs most, and whether each stands out; the fit's verdict is "
     "read from these tables alone, at any number of workers",
     "StepTimeLogger (chief)", text=True,
@@ -379,7 +379,14 @@ CLUSTER_SLOWEST_WORKERS = Tag(
 CLUSTER_SLOWDOWN = Tag(
     "cluster/slowdown", "ratio",
     "the largest ratio, over the workers, of a worker's busy time per step in the latest window to its own best "
-    "window so far in the fit (1: no worker slowed; named from 1.5 on)",
+    f"window so far in the fit (1: no worker slowed; named from {_rule.SLOWDOWN_NAMED} on, for the same worker in two "
+    "gathers or more)",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
+)
+CLUSTER_SLOWDOWN_MEDIAN = Tag(
+    "cluster/slowdown_median", "ratio",
+    "the median, over the workers, of that ratio: how much the cluster as a whole slowed (named from "
+    f"{_rule.SLOWDOWN_NAMED} on, in two gathers or more)",
     "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
 )
 CLUSTER_SLOWDOWN_WORKER = Tag(
