@@ -325,6 +325,29 @@ def limits(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
+def markdown(result: dict[str, Any], model: str = "reference") -> str:
+    """The docs' tables of a result (`--output`'s JSON): one model's detections and false alarms per size, beside
+    the rule this one replaced, then the smallest straggler found per model and size."""
+    rows = [r for r in result["results"] if r["model"] == model]
+    extras = sorted({float(k.split("+")[1].rstrip("%")) / 100 for r in rows for k in r["stragglers"] if " in " not in k})
+    head = ["workers", "balanced fits naming a worker"] + [f"+{e:.0%} found" for e in extras]
+    head += [f"intermittent, {d} of {GATHERS} gathers: named" for d in INTERMITTENT]
+    head += ["old rule: balanced fits naming a worker", "old rule: +20% compute found"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        b, s = r["balanced"], r["stragglers"]
+        found = [min(_rate(s[f"{p}+{e:.0%}"]) for p in cluster_view.PARTS) for e in extras]
+        inter = [_rate(s[f"compute+50% in {d} of {GATHERS}"], "named") for d in INTERMITTENT]
+        cells = [f"{r['workers']:,}", f"{b['named']} of {b['fits']}", *(f"{f:.0%}" for f in found),
+                 *(f"{i:.0%}" for i in inter), f"{b['old_named']} of {b['fits']}", f"{_rate(s['compute+20%'], 'old_right'):.0%}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    sizes = sorted({r["workers"] for r in result["results"]})
+    lines += ["", "| model | " + " | ".join(f"{n:,}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for name, per_size in result["limits"].items():
+        lines.append(f"| {name} | " + " | ".join(per_size.get(str(n), "-") for n in sizes) + " |")
+    return "\n".join(lines)
+
+
 def time_judge(sizes: tuple[int, ...], repeats: int = 30) -> dict[str, dict[str, float]]:
     """Milliseconds to judge one gather (`summarize_rows` on rows as an all-gather returns them: lists), and
     `verdict_over` a fit of 120 gathers (an hour at one gather every 30 s): medians of `repeats`."""
@@ -426,8 +449,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measured", default=None, help="derive cpu-loopback from these straggler_rule jobs")
     parser.add_argument("--report-runs", action="store_true", help="also time the report with one run per worker")
+    parser.add_argument("--markdown", metavar="JSON", default=None,
+                        help="print the docs' tables of a result written by --output, and run nothing")
     args = parser.parse_args(argv)
     _cli.check_at_least(parser, args, fits=1)
+    if args.markdown:
+        import json
+
+        with open(args.markdown, encoding="utf-8") as f:
+            print(markdown(json.load(f)))
+        return
     sizes = tuple(s for s in args.sizes if not args.quick or s <= 1024)
     fits = 20 if args.quick else args.fits
     if min(sizes) < 2:
