@@ -330,9 +330,9 @@ def markdown(result: dict[str, Any], model: str = "reference") -> str:
     the rule this one replaced, then the smallest straggler found per model and size."""
     rows = [r for r in result["results"] if r["model"] == model]
     extras = sorted({float(k.split("+")[1].rstrip("%")) / 100 for r in rows for k in r["stragglers"] if " in " not in k})
-    head = ["workers", "balanced fits naming a worker"] + [f"+{e:.0%} found" for e in extras]
-    head += [f"intermittent, {d} of {GATHERS} gathers: named" for d in INTERMITTENT]
-    head += ["old rule: balanced fits naming a worker", "old rule: +20% compute found"]
+    head = ["workers", "false alarms"] + [f"+{e:.0%}" for e in extras]
+    head += [f"slow in {d} of {GATHERS}: named" for d in INTERMITTENT]
+    head += ["old rule: false alarms", "old rule: +20% compute"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         b, s = r["balanced"], r["stragglers"]

@@ -169,9 +169,13 @@ class StepTimeLogger(LoggingCallback):
     window, and the spread across the workers.
 
     The end-of-fit line on the chief, and the `cluster/verdict` text, name
-    the straggler with its part (a straggler must be clear in most gathers:
-    see `keras_gpu.meters.cluster_view.verdict_over`) and a worker
-    slowed 1.5x or more against its own best window.
+    the straggler with its part (a worker that stands out of the others'
+    spread in most gathers: see `keras_gpu.meters.cluster_view`), and a
+    worker, or the cluster as a whole, slowed 1.5x or more against its own
+    best window in two gathers or more. Each gather, the chief also logs
+    the slowest workers (`cluster/slowest_workers`) and the straggler so
+    far (`cluster/straggler`): in a job of any size, a few numbers per
+    gather.
 
     **Multi-process JAX jobs** get the same cluster view, measured on the
     host (`keras_gpu.hooks.step_time_cluster_jax`): each process's host
