@@ -65,16 +65,18 @@ measure (an input wait not told from the host time) is NaN alone.
 
 Examples:
     >>> from keras_gpu.meters.cluster_view import summarize_rows, verdict_over
-    >>> def row(compute_ms):  # available, step, input, compute, communication, host, busy, steps, period
+    >>> def row(compute_ms):  # ROW_FIELDS: a 20 ms step, 2 ms of host time
     ...     busy = (compute_ms + 2.0) / 1e3
-    ...     return [1.0, 0.02, 0.0, compute_ms / 1e3, 0.02 - busy, 0.002, busy, 100.0, 1000.0]
+    ...     comm = 0.02 - busy
+    ...     return [1.0, 0.02, 0.0, compute_ms / 1e3, comm, 0.002, busy, 100.0, 1e3]
     >>> rows = [row(10.0 + 0.1 * (k % 5)) for k in range(64)]
     >>> rows[17] = row(13.0)  # worker 17 computes 3 ms more per step
     >>> gather = summarize_rows(rows)
     >>> gather.slowest_worker, gather.part, gather.clear
     (17, 'compute', True)
-    >>> verdict_over([gather] * 3).sentence
-    'worker 17 is the straggler: its compute is 13.0 ms per step against a median of 10.2 ms (the others wait for it 14% of each step)'
+    >>> verdict = verdict_over([gather] * 3)
+    >>> verdict.straggler, verdict.part, round(verdict.imbalance, 2)
+    (17, 'compute', 0.14)
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ same from the event files as on the chief, at any number of workers.
 Examples:
     >>> from keras_gpu.meters.cluster_view import WorkerFacts
     >>> from keras_gpu.output.cluster_text import read_slowest_markdown, slowest_markdown
-    >>> row = WorkerFacts(517, 0.012, 0.125, 6.5, "compute", 0.0084, 0.007, True)
+    >>> row = WorkerFacts(517, 0.012, 0.125, 6.5, "compute", 0.009, 0.007, True)
     >>> print(slowest_markdown([row]))
     | worker | busy ms per step | others wait (share of the step) | score (spreads) | part | part ms per step | others' median ms | stands out |
     |---|---|---|---|---|---|---|---|
-    | 517 | 12 | 12.5% | 6.5 | compute | 8.4 | 7 | yes |
+    | 517 | 12 | 12.5% | 6.5 | compute | 9 | 7 | yes |
     >>> read_slowest_markdown(slowest_markdown([row])) == (row,)
     True
 """
