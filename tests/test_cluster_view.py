@@ -220,9 +220,11 @@ def test_a_balanced_job_names_nobody(tmp_path):
     chief = read_scalars(os.path.join(log_dir, "train"))
     epoch_ends = [s for s, _ in chief["time/train_sec"]]
     assert [s for s, _ in chief["cluster/slowest_worker"]] == [s for s, _ in chief["step_time/step_sec"]] == epoch_ends
-    # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%): most gathers are
-    # clear of the threshold, and the report names nobody.
-    assert sum(v["imbalance"] < STRAGGLER_IMBALANCE for v in views) >= 2
+    # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%), the chief up to 19%
+    # busier than its peer in one window: judged again from the rows, at most one gather has a worker standing
+    # out (none did in 18 gathers of 3 such jobs), and the report names nobody.
+    tables = [[[v["rows"][str(k)][f] for f in ROW_FIELDS] for k in range(2)] for v in views]
+    assert sum(bool(summarize_rows(t).outliers) for t in tables) <= 1
     assert report["cluster"]["straggler"] is None
     assert report["cluster"]["sentence"].startswith("no straggler")
 

@@ -212,3 +212,34 @@ def test_a_slowed_worker_of_four_is_named_in_a_real_tensorflow_job(tmp_path):
     records, text = launch_straggler_job(tmp_path, 4)
     assert records[0]["backend"] == "tensorflow"
     check_straggler_job(records, text, 4)
+
+
+def test_a_report_of_more_runs_than_it_shows_lists_the_chief_and_the_named_workers(tmp_path, monkeypatch):
+    from benchmarks.studies.straggler_scale import write_log_dir
+    from keras_gpu.cli import report as report_cli
+    from keras_gpu.output.reader import read_report
+
+    log_dir = str(tmp_path / "logs")
+    write_log_dir(log_dir, 12, straggler=7, gathers=4, worker_runs=True, seed=2)
+    report = read_report(log_dir)
+    assert len(report.runs) == 12
+    assert report_cli.shown_runs(report) == (report.runs, 0)  # up to RUNS_SHOWN, every run
+    monkeypatch.setattr(report_cli, "RUNS_SHOWN", 4)
+    monkeypatch.setattr(report_cli, "SLOWEST_SHOWN", 2)
+    shown, hidden = report_cli.shown_runs(report)
+    ranked = [s.worker for s in report.cluster.slowest_workers[:2]]
+    assert ranked[0] == 7 and report.cluster.straggler == 7
+    assert [r.worker for r in shown] == sorted({0, *ranked}) and hidden == 12 - len(shown)
+
+
+def test_gathered_rows_come_back_in_worker_order_past_ten_workers():
+    from keras_gpu.hooks.gather import in_worker_order
+
+    # TensorFlow's collective orders its members by device name, as strings: task:10 before task:2. With 16
+    # workers of two replicas each, worker 15's row came back 8th; each row carries its worker's index.
+    tasks = sorted(range(16), key=lambda k: f"/job:worker/replica:0/task:{k}")
+    assert tasks.index(15) == 7
+    gathered = [[float(k), 1e-3 * k, 0.5] for k in tasks for _ in range(2)]
+    rows = in_worker_order(gathered, 16)
+    assert [r[0] for r in rows] == [1e-3 * k for k in range(16)]
+    assert all(math.isnan(v) for v in in_worker_order(gathered[:4], 16)[5])  # a missing worker: not available

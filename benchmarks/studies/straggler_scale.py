@@ -1,6 +1,6 @@
 """How the straggler rule holds from 2 to 4,096 workers: false alarms and detections on simulated fits.
 
-Run from the repository root (numpy and keras-gpu's own judge; no TensorFlow, no GPU)::
+Run from the repository root (numpy, and tensorboard for the report's part; no GPU)::
 
     python -m benchmarks.studies.straggler_scale --output docs/benchmarks/straggler-scale-cpu-2core.json
     python -m benchmarks.studies.straggler_scale --quick            # sizes up to 1,024, fewer fits

@@ -580,7 +580,8 @@ class StepTimeLogger(LoggingCallback):
             return None
         from keras_gpu.hooks.gather import RowGather
 
-        gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
+        worker = (self._task.worker_index or 0) if self._task is not None else 0
+        gather = RowGather(self._strategy(), len(ROW_FIELDS), workers, worker)
         return ClusterSchedule(
             probe, gather, self._replicas(), self._first_step, ride=probe.ride, epoch_steps=epoch_steps
         )

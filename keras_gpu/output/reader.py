@@ -216,7 +216,10 @@ def summarize(log_dir: str) -> dict[str, Any]:
         device (an allocator that counted no byte is under
         `allocator_uncounted`, with the reason), NVML statistics per GPU,
         peak host RSS, and the placement
-        digest when `placement.json` is present. Hints follow from these
-        measurements only.
+        digest when `placement.json` is present; and `cluster`, the chief's
+        cluster view (`keras_gpu.output.report_records.ClusterReport.as_dict`:
+        the straggler and its part, other stragglers, the slowest workers
+        over the fit, the last gather's threshold and spreads, the sentence).
+        Hints follow from these measurements only.
     """
     return read_report(log_dir).as_dict()
