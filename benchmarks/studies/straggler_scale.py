@@ -326,20 +326,20 @@ def limits(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 
 def markdown(result: dict[str, Any], model: str = "reference") -> str:
-    """The docs' tables of a result (`--output`'s JSON): one model's detections and false alarms per size, beside
-    the rule this one replaced, then the smallest straggler found per model and size."""
+    """The docs' tables of a result (`--output`'s JSON): one model's false alarms and detections per size (the
+    worst part; an intermittent straggler slow in 5 of 8 gathers; the old rule's +20% in compute), then the
+    smallest straggler found per model and size."""
     rows = [r for r in result["results"] if r["model"] == model]
     extras = sorted({float(k.split("+")[1].rstrip("%")) / 100 for r in rows for k in r["stragglers"] if " in " not in k})
     head = ["workers", "false alarms"] + [f"+{e:.0%}" for e in extras]
-    head += [f"slow in {d} of {GATHERS}: named" for d in INTERMITTENT]
-    head += ["old rule: false alarms", "old rule: +20% compute"]
+    head += [f"slow in {INTERMITTENT[-1]} of {GATHERS}", "old rule: +20%"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         b, s = r["balanced"], r["stragglers"]
         found = [min(_rate(s[f"{p}+{e:.0%}"]) for p in cluster_view.PARTS) for e in extras]
-        inter = [_rate(s[f"compute+50% in {d} of {GATHERS}"], "named") for d in INTERMITTENT]
-        cells = [f"{r['workers']:,}", f"{b['named']} of {b['fits']}", *(f"{f:.0%}" for f in found),
-                 *(f"{i:.0%}" for i in inter), f"{b['old_named']} of {b['fits']}", f"{_rate(s['compute+20%'], 'old_right'):.0%}"]
+        inter = _rate(s[f"compute+50% in {INTERMITTENT[-1]} of {GATHERS}"], "named")
+        cells = [f"{r['workers']:,}", f"{b['named']} of {b['fits']}", *(f"{f:.0%}" for f in found), f"{inter:.0%}",
+                 f"{_rate(s['compute+20%'], 'old_right'):.0%}"]
         lines.append("| " + " | ".join(cells) + " |")
     sizes = sorted({r["workers"] for r in result["results"]})
     lines += ["", "| model | " + " | ".join(f"{n:,}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
