@@ -23,7 +23,7 @@ and which one hiccup on another worker, or a handful, barely moves (the
 range max - min, which the rule used before, grows with every hiccup and
 with the number of workers). Where the other workers are too few to show a
 spread of their own (one other worker has none), a prior spread of
-`PRIOR_NOISE` of their median, worth `PRIOR_WORKERS` workers, is pooled with
+`PRIOR_NOISE` of their median, worth `PRIOR_WORKERS` degrees of freedom, is pooled with
 theirs; and the spread is never taken below `NOISE_FLOOR` of their median,
 so that a perfectly quiet cluster does not call half a percent a straggler.
 A worker *stands out* in the gather where its excess is more than
