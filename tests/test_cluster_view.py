@@ -16,6 +16,8 @@ import sys
 import pytest
 
 from keras_gpu.meters.cluster_view import (
+    PRIOR_NOISE,
+    PRIOR_WORKERS,
     ROW_FIELDS,
     STRAGGLER_IMBALANCE,
     GatherFacts,
@@ -105,7 +107,12 @@ def test_the_part_and_the_slowdown_come_from_the_rows():
     s = summarize_rows(rows, best)
     assert (s.slowest_worker, s.part) == (2, "input")
     assert s.part_sec == pytest.approx(0.008) and s.part_median_sec == pytest.approx(0.0005)
-    assert s.excess_sec == pytest.approx(0.0075) and s.spread_sec == pytest.approx(0.0002)
+    # Its spread: the others' (1.4826 x their median absolute deviation, 0.1 ms) pooled with the prior
+    # (PRIOR_NOISE of their median, worth PRIOR_WORKERS workers against their one degree of freedom).
+    spread = math.sqrt(((1.482602218505602 * 0.0001) ** 2 + PRIOR_WORKERS * (PRIOR_NOISE * 0.0055) ** 2) / (1 + PRIOR_WORKERS))
+    assert s.excess_sec == pytest.approx(0.0075) and s.spread_sec == pytest.approx(spread)
+    assert s.threshold == pytest.approx(2.7131, abs=1e-4) and s.clear  # 15 spreads
+    assert [(w.worker, w.out) for w in s.slowest] == [(2, True), (1, False), (0, False)]
     assert s.slowdown == 1.0 and best == pytest.approx({0: 0.0054, 1: 0.0056, 2: 0.013})
     # Worker 0 then computes 6 ms more per step: 2.1x its own best, named as slowed.
     rows[0][3] += 0.006
@@ -114,7 +121,12 @@ def test_the_part_and_the_slowdown_come_from_the_rows():
     assert (s2.slowdown_worker, s2.slowdown) == (0, pytest.approx(0.0114 / 0.0054))
     values = cluster_values(s2)
     assert values["cluster/slowdown"] == pytest.approx(0.0114 / 0.0054) and values["cluster/slowdown_worker"] == 0.0
-    v = verdict_over([s, s, s2])  # clear in 2 of 3 gathers (the third: worker 0's 6 ms widen the others' spread)
+    assert s2.slowdown_median == 1.0  # workers 1 and 2 are at their best
+    # One gather slowed names nobody (a hiccup); worker 0 slowed in two does.
+    assert verdict_over([s, s, s2]).slowed_worker is None
+    # Worker 2 is clear in 3 of 5 gathers (in the others, worker 0's 6 ms widen the others' spread).
+    v = verdict_over([s, s, s, s2, s2])
+    assert not s2.clear and not s2.outliers
     assert v.sentence == (
         "worker 2 is the straggler: its input wait is 8.0 ms per step against a median of 0.5 ms (the others wait "
         "for it 38% of each step); worker 0 slowed 2.1x against its own best window"
@@ -129,7 +141,9 @@ def test_straggler_sentence_needs_a_clear_imbalance():
     )
     assert Verdict(None, 0.05).sentence == "no straggler (imbalance 5%)"
     assert Verdict().sentence == "no straggler"
-    assert STRAGGLER_IMBALANCE == 0.1
+    assert Verdict(3, 0.2, more_stragglers=(7,)).sentence.endswith("of each step; worker 7 also stands out")
+    assert Verdict(3, 0.2, more_stragglers=(7, 9, 12)).sentence.endswith("; workers 7, 9 and 12 also stand out")
+    assert STRAGGLER_IMBALANCE == 0.05
 
 
 def _launch(tmp_path, mode, workers=2):
@@ -206,9 +220,11 @@ def test_a_balanced_job_names_nobody(tmp_path):
     chief = read_scalars(os.path.join(log_dir, "train"))
     epoch_ends = [s for s, _ in chief["time/train_sec"]]
     assert [s for s, _ in chief["cluster/slowest_worker"]] == [s for s, _ in chief["step_time/step_sec"]] == epoch_ends
-    # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%): most gathers are
-    # clear of the threshold, and the report names nobody.
-    assert sum(v["imbalance"] < STRAGGLER_IMBALANCE for v in views) >= 2
+    # Balanced loopback workers measured 0.1-14.5% per gather over 80 gathers (median 3.4%), the chief up to 19%
+    # busier than its peer in one window: judged again from the rows, at most one gather has a worker standing
+    # out (none did in 18 gathers of 3 such jobs), and the report names nobody.
+    tables = [[[v["rows"][str(k)][f] for f in ROW_FIELDS] for k in range(2)] for v in views]
+    assert sum(bool(summarize_rows(t).outliers) for t in tables) <= 1
     assert report["cluster"]["straggler"] is None
     assert report["cluster"]["sentence"].startswith("no straggler")
 
@@ -310,8 +326,9 @@ def test_a_cluster_that_turns_slow_raises_the_slowdown(tmp_path):
     views = _gathered(records)
     assert views[0]["slowdown"] == 1.0
     assert all(v["slowdown"] > 1.5 for v in views[1:])
-    assert report["cluster"]["slowdown"] > 1.5 and report["cluster"]["slowed_worker"] in (0, 1)
-    assert "slowed" in report["cluster"]["sentence"] and "against its own best window" in text
+    assert all(v["slowdown_median"] > 1.5 for v in views[1:])  # both workers slowed alike
+    assert report["cluster"]["cluster_slowdown"] > 1.5
+    assert "the workers slowed" in report["cluster"]["sentence"] and "against their own best windows" in text
 
 
 @pytest.mark.slow

@@ -200,10 +200,13 @@ def test_every_tag_is_charted_and_read_by_the_report(tmp_path):
         found |= {
             "cluster/slowest_worker", "cluster/imbalance", "cluster/straggler_part", "cluster/part_sec",
             "cluster/part_median_sec", "cluster/excess_sec", "cluster/others_spread_sec", "cluster/slowdown",
-            "cluster/slowdown_worker",
+            "cluster/slowdown_worker", "cluster/slowdown_median",
         }
     if run["cluster"]["workers_reporting"] is not None:
         found.add("cluster/workers_reporting")
+    last = {"threshold": "score_threshold", "workers_out": "workers_out", "slowest_score": "slowest_score",
+            "straggler_so_far": "straggler"}
+    found |= {f"cluster/{tag}" for key, tag in last.items() if run["cluster"][key] is not None}
     if run["memory"]["host_rss_peak_bytes"] is not None:
         found |= {"memory/host/rss_bytes", "memory/host/peak_rss_bytes"}
     found |= {"step_time/traced_steps", "memory/allocator/GPU_0/peak_bytes", "memory/allocator/GPU_0/run_peak_bytes"}

@@ -7,6 +7,8 @@ Run each from the repository root as `python -m benchmarks.studies.<name>`
 - `sample_count_cost`: what counting samples costs where the input has no static batch size (an A/B);
 - `step_time_cost`: what the sampled step-time breakdown costs a run of several minutes (one long run, no A/B);
 - `straggler_rule`: how often balanced multi-worker jobs would be called straggling;
+- `straggler_scale`: the straggler rule's false alarms and detections on simulated fits of 2 to 4,096 workers;
+- `straggler_jobs`: real jobs with one slowed worker, on TensorFlow or JAX, at the sizes the machine holds;
 - `profiler_crash_rate`: how often TensorFlow's profiler kills a multi-worker process at a trace stop;
 - `fit_return`: how long `fit` takes to return while a large trace is still to be parsed;
 - `cluster_scale`: what a one-hour job of many workers leaves in `log_dir`, and TensorBoard's time to serve it;

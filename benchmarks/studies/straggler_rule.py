@@ -15,6 +15,8 @@ condition (an imbalance above
 :data:`keras_gpu.meters.cluster_view.STRAGGLER_IMBALANCE` alone), per gather
 (how many gathers look clear) and per job (whether the fit's verdict names a
 worker: a false alarm, since no worker was slowed). It reports; it never fails.
+The same jobs' rows give `python -m benchmarks.studies.straggler_scale`
+its measured noise model (`--measured DIR`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def analyze(directory: str) -> dict[str, Any]:
             continue
         workers = name[1:].split("-")[0]
         gathers = _gathers(path)
-        imbalance_only = [dataclasses.replace(g, spread_sec=0.0, excess_sec=float("inf")) for g in gathers]
+        imbalance_only = [dataclasses.replace(g, spread_sec=0.0, excess_sec=float("inf"), slowest=()) for g in gathers]
         entry = out.setdefault(workers, {
             "jobs": 0, "gathers": 0, "clear": 0, "clear_imbalance_only": 0, "named": 0, "named_imbalance_only": 0,
             "imbalances": [], "excess_over_spread": [],
@@ -85,7 +87,8 @@ def analyze(directory: str) -> dict[str, Any]:
         entry["named_imbalance_only"] += cluster_view.verdict_over(imbalance_only).straggler is not None
         entry["imbalances"] += [round(g.imbalance, 4) for g in gathers]
         entry["excess_over_spread"] += [
-            round(g.excess_sec / g.spread_sec, 2) for g in gathers if g.spread_sec > 0 and g.imbalance > 0.1
+            round(g.excess_sec / g.spread_sec, 2) for g in gathers
+            if g.spread_sec > 0 and g.imbalance > cluster_view.STRAGGLER_IMBALANCE
         ]
     for entry in out.values():
         entry["median_imbalance"] = _stats.median(entry["imbalances"]) if entry["imbalances"] else None
@@ -107,8 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             for workers in args.workers:
                 _run(args.dir, workers, run)
     result = analyze(args.dir)
-    print(f"rule: imbalance > {cluster_view.STRAGGLER_IMBALANCE} and excess > {cluster_view.CLEAR_OF_SPREAD} x the "
-          "others' spread, in more than half of the gathers")
+    print(f"rule: imbalance > {cluster_view.STRAGGLER_IMBALANCE} and excess > score_threshold(n) x the others' "
+          "spread, in more than half of the gathers")
     for workers, entry in sorted(result.items()):
         print(f"{workers} workers: {entry['jobs']} jobs, {entry['gathers']} gathers; clear gathers {entry['clear']} "
               f"(imbalance alone: {entry['clear_imbalance_only']}); jobs naming a worker {entry['named']} "

@@ -11,7 +11,14 @@ from keras_gpu.cli import UsageError
 if TYPE_CHECKING:
     from keras_gpu.output.report_records import Report, RunSummary, SeriesStats
 
-__all__ = ["add_parser", "print_report", "render", "run"]
+__all__ = ["RUNS_SHOWN", "add_parser", "print_report", "render", "run", "shown_runs"]
+
+#: Runs the report's tables list one by one; a log directory with more (a job of many workers, each writing
+#: its own run) shows the chief, the stragglers and the slowest workers of the cluster view, and counts the
+#: rest (`keras-gpu report --json` lists every run).
+RUNS_SHOWN = 16
+#: Workers of the cluster view's ranking the report shows.
+SLOWEST_SHOWN = 5
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,7 +84,16 @@ def render(report: Report, console: Any = None) -> None:
         console.print(f"No keras-gpu data under {report.log_dir} yet.")
         return
 
+    runs, hidden = shown_runs(report)
     console.print(_throughput_table(runs, report.log_dir))
+    if hidden:
+        console.print(
+            f"  {hidden:,} more workers' runs are not shown: the chief, the stragglers and the slowest workers are "
+            "(keras-gpu report --json lists every run)."
+        )
+    cluster = _cluster_table(report)
+    if cluster is not None:
+        console.print(cluster)
     times, replicas = _time_tables(runs)
     if times.row_count:
         console.print(times)
@@ -110,10 +126,56 @@ def render(report: Report, console: Any = None) -> None:
     if place.row_count:
         console.print(place)
 
-    if report.hints:
+    hints = report.hints
+    if hidden:
+        from keras_gpu.output.report_hints import report_hints
+
+        hints = report_hints(runs, report.cluster)
+    if hints:
         console.print("[bold]Hints[/bold]")
-        for hint in report.hints:
+        for hint in hints:
             console.print(f"  - {hint}")
+
+
+def shown_runs(report: Report) -> tuple[list[RunSummary], int]:
+    """The runs the tables list, and how many they leave out.
+
+    Every run, up to `RUNS_SHOWN`; above, the chief, the runs of the
+    workers the cluster view names (the straggler, other stragglers, the
+    `SLOWEST_SHOWN` slowest) and runs of no worker, in their order.
+    """
+    runs = report.runs
+    if len(runs) <= RUNS_SHOWN:
+        return runs, 0
+    named = {0}
+    cluster = report.cluster
+    if cluster is not None:
+        verdict = cluster.verdict
+        named |= {k for k in (verdict.straggler, verdict.slowed_worker) if k is not None}
+        named |= set(verdict.more_stragglers) | {s.worker for s in cluster.slowest_workers[:SLOWEST_SHOWN]}
+    shown = [r for r in runs if r.worker is None or r.worker in named]
+    return shown, len(runs) - len(shown)
+
+
+def _cluster_table(report: Report) -> Any:
+    """The cluster view's slowest workers over the fit's gathers (`None`: no cluster view, or none ranked)."""
+    cluster = report.cluster
+    if cluster is None or not cluster.slowest_workers:
+        return None
+    threshold = "" if cluster.threshold is None else f"; a worker stands out past {cluster.threshold:.2f}"
+    table = _table(
+        f"Cluster view: the slowest workers over {cluster.gathers} gathers (score: excess over the others' median, "
+        f"in their spreads{threshold})",
+        ("worker", "stood out", "score", "others wait", "part"),
+        ("worker", "part"),
+    )
+    for s in cluster.slowest_workers[:SLOWEST_SHOWN]:
+        mark = " (straggler)" if s.worker == cluster.straggler else ""
+        table.add_row(
+            f"worker {s.worker}{mark}", f"{s.clear_gathers} of {cluster.gathers}", f"{s.score:.1f}",
+            f"{s.imbalance:.0%}", s.part or "-",
+        )
+    return table
 
 
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Any:

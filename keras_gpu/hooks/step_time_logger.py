@@ -39,9 +39,10 @@ from keras_gpu.hooks.step_time_trace import (
 )
 from keras_gpu.hooks.trace_cost import TraceCost, TraceGate, device_kind, trace_costs
 from keras_gpu.meters import step_time as steptime
-from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary
+from keras_gpu.meters.cluster_view import ROW_FIELDS, ClusterSummary, verdict_over
 from keras_gpu.output import tags as _tags
 from keras_gpu.output import writer as _writer
+from keras_gpu.output.cluster_text import slowest_markdown
 from keras_gpu.output.step_time_tags import cluster_values, step_time_values
 from keras_gpu.output.step_time_text import host_work_markdown, input_stage_markdown, kernels_markdown
 
@@ -168,9 +169,13 @@ class StepTimeLogger(LoggingCallback):
     window, and the spread across the workers.
 
     The end-of-fit line on the chief, and the `cluster/verdict` text, name
-    the straggler with its part (a straggler must be clear in most gathers:
-    see `keras_gpu.meters.cluster_view.verdict_over`) and a worker
-    slowed 1.5x or more against its own best window.
+    the straggler with its part (a worker that stands out of the others'
+    spread in most gathers: see `keras_gpu.meters.cluster_view`), and a
+    worker, or the cluster as a whole, slowed 1.5x or more against its own
+    best window in two gathers or more. Each gather, the chief also logs
+    the slowest workers (`cluster/slowest_workers`) and the straggler so
+    far (`cluster/straggler`): in a job of any size, a few numbers per
+    gather.
 
     **Multi-process JAX jobs** get the same cluster view, measured on the
     host (`keras_gpu.hooks.step_time_cluster_jax`): each process's host
@@ -582,7 +587,8 @@ class StepTimeLogger(LoggingCallback):
             return None
         from keras_gpu.hooks.gather import RowGather
 
-        gather = RowGather(self._strategy(), len(ROW_FIELDS), workers)
+        worker = (self._task.worker_index or 0) if self._task is not None else 0
+        gather = RowGather(self._strategy(), len(ROW_FIELDS), workers, worker)
         return ClusterSchedule(
             probe, gather, self._replicas(), self._first_step, ride=probe.ride, epoch_steps=epoch_steps
         )
@@ -608,7 +614,11 @@ class StepTimeLogger(LoggingCallback):
         for step, summary in views:
             self.cluster.append(summary)
             if self._task is not None and self._task.is_chief and self._writer is not None and summary is not None:
-                self._writer.scalars(cluster_values(summary), step)
+                so_far = verdict_over([c for c in self.cluster if c is not None])
+                self._writer.scalars(cluster_values(summary, so_far), step)
+                table = slowest_markdown(summary.slowest)
+                if table is not None:
+                    self._writer.text(_tags.CLUSTER_SLOWEST_WORKERS.name(), table, step)
         if cluster.failed:
             self._cluster_fit = None
 

@@ -239,7 +239,7 @@ def read_run(log_dir: str, run: str, visit: Visit | None = None) -> RunSummary:
         throughput=_records_of.read_throughput(scalars),
         time=_records_of.read_epoch_times(scalars),
         step_time=_records_of.read_step_time(scalars, texts),
-        cluster=_records_of.read_cluster(scalars),
+        cluster=_records_of.read_cluster(scalars, texts),
         memory=_records_of.read_memory(scalars, texts),
         placement=_placement(path),
     )
@@ -286,7 +286,10 @@ def summarize(log_dir: str) -> dict[str, Any]:
         device (an allocator that counted no byte is under
         `allocator_uncounted`, with the reason), NVML statistics per GPU,
         peak host RSS, and the placement
-        digest when `placement.json` is present. Hints follow from these
-        measurements only.
+        digest when `placement.json` is present; and `cluster`, the chief's
+        cluster view (`keras_gpu.output.report_records.ClusterReport.as_dict`:
+        the straggler and its part, other stragglers, the slowest workers
+        over the fit, the last gather's threshold and spreads, the sentence).
+        Hints follow from these measurements only.
     """
     return read_report(log_dir).as_dict()

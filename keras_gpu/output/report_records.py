@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keras_gpu.meters.cluster_view import Verdict
+from keras_gpu.meters.cluster_view import Standing, Verdict
 from keras_gpu.meters.step_record import StepTime
 from keras_gpu.output import tags as _tags
 
@@ -173,13 +173,23 @@ class ClusterReport:
 
     Attributes:
         gathers: Gathers with both the slowest worker and the imbalance.
-        verdict: The straggler with its part, and a worker slowed against
-            its own best (`keras_gpu.meters.cluster_view.verdict_over`):
-            the same verdict as the end-of-fit line.
+        verdict: The straggler with its part, other stragglers, and a worker
+            slowed against its own best
+            (`keras_gpu.meters.cluster_view.verdict_over`): the same verdict
+            as the end-of-fit line.
         workers_reporting: Workers that reported at the last gather, `None`
             where not logged.
         busy, input, communication: `{"min"|"median"|"max": seconds per step}`
             across the workers at the last gather, the statistics logged only.
+        slowest_workers: The slowest workers over the fit's gathers, those
+            standing out most often first (`keras_gpu.meters.cluster_view.slowest_over`).
+        threshold: The score a worker had to pass at the last gather, in
+            spreads (`None`: not logged).
+        workers_out: Workers standing out at the last gather (`None`: not logged).
+        slowest_score: The slowest worker's score at the last gather, in
+            spreads (`None`: not logged).
+        straggler_so_far: The chief's `cluster/straggler` at the last gather
+            (-1: none; `None`: not logged): in a running job, the verdict so far.
     """
 
     gathers: int
@@ -188,6 +198,11 @@ class ClusterReport:
     busy: dict[str, float]
     input: dict[str, float]
     communication: dict[str, float]
+    slowest_workers: list[Standing] = dataclasses.field(default_factory=list)
+    threshold: float | None = None
+    workers_out: float | None = None
+    slowest_score: float | None = None
+    straggler_so_far: float | None = None
 
     @property
     def straggler(self) -> int | None:
@@ -205,9 +220,19 @@ class ClusterReport:
         return self.verdict.sentence
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field (the verdict's flat), and `sentence`."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "verdict"}
-        return {**out, **dataclasses.asdict(self.verdict), "sentence": self.sentence}
+        """Every field (the verdict's flat, `slowest_workers` as a list of dicts), and `sentence`."""
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("verdict", "slowest_workers")
+        }
+        verdict = dataclasses.asdict(self.verdict)
+        verdict["more_stragglers"] = list(self.verdict.more_stragglers)
+        slowest = [{**dataclasses.asdict(s), "score": _finite(s.score)} for s in self.slowest_workers]
+        return {**out, **verdict, "slowest_workers": slowest, "sentence": self.sentence}
+
+
+def _finite(value: float) -> float | None:
+    """`value`, or `None` where it is not finite (JSON has no infinity)."""
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

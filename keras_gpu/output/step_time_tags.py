@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from keras_gpu.meters.cluster_view import PARTS, ClusterSummary
+from keras_gpu.meters.cluster_view import PARTS, ClusterSummary, Verdict
 from keras_gpu.meters.step_record import StepTime
 from keras_gpu.output import tags
 
@@ -45,6 +45,7 @@ CLUSTER_FACTS: tuple[tuple[tags.Tag, str], ...] = (
     (tags.CLUSTER_PART_MEDIAN_SEC, "part_median_sec"),
     (tags.CLUSTER_EXCESS_SEC, "excess_sec"),
     (tags.CLUSTER_SPREAD_SEC, "spread_sec"),
+    (tags.CLUSTER_SCORE_THRESHOLD, "threshold"),
 )
 #: The statistics of a spread across workers, in the order of `ClusterSummary`'s triples.
 SPREAD_STATS = ("min", "median", "max")
@@ -82,19 +83,28 @@ def step_time_values(result: StepTime, labels: Iterable[str]) -> dict[str, float
     return values
 
 
-def cluster_values(summary: ClusterSummary) -> dict[str, float]:
+def cluster_values(summary: ClusterSummary, so_far: Verdict | None = None) -> dict[str, float]:
     """The `cluster/*` scalars of one gather: the slowest worker (an index), the imbalance (a fraction),
-    the workers reporting (a count), the slowest worker's part and its excess (`CLUSTER_FACTS`), the
-    slowdown against each worker's own best (where tracked), and the busy, input and communication seconds
-    per step across the workers (min, median, max; a spread no worker measured is left out)."""
+    the workers reporting and standing out (counts), the slowest worker's part, its excess, the others'
+    spread and the threshold (`CLUSTER_FACTS`), its score, the slowdown against each worker's own best
+    (where tracked), and the busy, input and communication seconds per step across the workers (min,
+    median, max; a spread no worker measured is left out). With `so_far`, the verdict over the fit's
+    gathers up to this one (`keras_gpu.meters.cluster_view.verdict_over`), its straggler (-1: none)."""
     out = {
         **{tag.name(): float(getattr(summary, field)) for tag, field in CLUSTER_FACTS},
         tags.CLUSTER_WORKERS_REPORTING.name(): float(summary.reporting),
+        tags.CLUSTER_WORKERS_OUT.name(): float(len(summary.outliers)),
         tags.CLUSTER_PART.name(): float(PARTS.index(summary.part)),
     }
+    if summary.spread_sec > 0:
+        out[tags.CLUSTER_SLOWEST_SCORE.name()] = summary.excess_sec / summary.spread_sec
+    if so_far is not None:
+        out[tags.CLUSTER_STRAGGLER.name()] = -1.0 if so_far.straggler is None else float(so_far.straggler)
     if not math.isnan(summary.slowdown):
         out[tags.CLUSTER_SLOWDOWN.name()] = summary.slowdown
         out[tags.CLUSTER_SLOWDOWN_WORKER.name()] = float(summary.slowdown_worker)
+    if not math.isnan(summary.slowdown_median):
+        out[tags.CLUSTER_SLOWDOWN_MEDIAN.name()] = summary.slowdown_median
     for part, stat_tags in CLUSTER_SPREADS:
         for tag, value in zip(stat_tags, getattr(summary, part)):
             if not math.isnan(value):

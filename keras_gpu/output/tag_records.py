@@ -21,10 +21,11 @@ import dataclasses
 import math
 import statistics
 
-from keras_gpu.meters.cluster_view import PARTS, GatherFacts, verdict_over
+from keras_gpu.meters.cluster_view import PARTS, GatherFacts, slowest_over, verdict_over
 from keras_gpu.meters.step_record import InputStage, ReplicaTime, StepTime
 from keras_gpu.meters.throughput_records import steady_rate
 from keras_gpu.output import tags as _tags
+from keras_gpu.output.cluster_text import read_slowest_markdown
 from keras_gpu.output.report_records import (
     ClusterReport,
     EpochTimes,
@@ -219,12 +220,16 @@ def read_step_time(scalars: Scalars, texts: Texts | None = None) -> StepTimeSumm
     return StepTimeSummary(step=step, traces=len(points), replica_labels=tuple(labels))
 
 
-def read_cluster(scalars: Scalars) -> ClusterReport | None:
+def read_cluster(scalars: Scalars, texts: Texts | None = None) -> ClusterReport | None:
     """The chief's cluster view over every gather, the verdict over them; `None` without gathers logged.
 
     Each gather's facts come back from the tags they were logged under
-    (`CLUSTER_FACTS`); a run logged before a fact had its tag gets the
-    neutral value (no part, no spread to stand clear of, no slowdown).
+    (`CLUSTER_FACTS`) and its table of the slowest workers
+    (`cluster/slowest_workers`), so the verdict is the one the chief's
+    end-of-fit line gave; a run logged before a fact had its tag gets the
+    neutral value (no part, no spread to stand clear of, no slowdown, the
+    slowest worker alone), and the rule of its time (an excess of twice the
+    others' range).
     """
     slowest = scalars.get(_tags.CLUSTER_SLOWEST_WORKER.name())
     if not slowest:
@@ -233,6 +238,8 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
     part = dict(scalars.get(_tags.CLUSTER_PART.name(), []))
     slowdown = dict(scalars.get(_tags.CLUSTER_SLOWDOWN.name(), []))
     slowdown_worker = dict(scalars.get(_tags.CLUSTER_SLOWDOWN_WORKER.name(), []))
+    slowdown_median = dict(scalars.get(_tags.CLUSTER_SLOWDOWN_MEDIAN.name(), []))
+    tables = dict((texts or {}).get(_tags.CLUSTER_SLOWEST_WORKERS.name(), []))
     gathers = [
         GatherFacts(
             slowest_worker=int(worker),
@@ -244,6 +251,9 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
             spread_sec=at["spread_sec"].get(step, 0.0),
             slowdown=slowdown.get(step, math.nan),
             slowdown_worker=int(slowdown_worker.get(step, -1)),
+            slowdown_median=slowdown_median.get(step, math.nan),
+            threshold=at["threshold"].get(step, 2.0),
+            slowest=read_slowest_markdown(tables.get(step, "")),
         )
         for step, worker in slowest
         if at["imbalance"].get(step) is not None
@@ -253,11 +263,20 @@ def read_cluster(scalars: Scalars) -> ClusterReport | None:
         part: {stat: scalars[tag.name()][-1][1] for stat, tag in zip(SPREAD_STATS, stat_tags) if tag.name() in scalars}
         for part, stat_tags in CLUSTER_SPREADS
     }
+    last = {
+        field: points[-1][1] if (points := scalars.get(tag.name())) else None
+        for field, tag in (
+            ("threshold", _tags.CLUSTER_SCORE_THRESHOLD), ("workers_out", _tags.CLUSTER_WORKERS_OUT),
+            ("slowest_score", _tags.CLUSTER_SLOWEST_SCORE), ("straggler_so_far", _tags.CLUSTER_STRAGGLER),
+        )
+    }
     return ClusterReport(
         gathers=len(gathers),
         verdict=verdict_over(gathers),
         workers_reporting=reporting[-1][1] if reporting else None,
         **spreads,
+        slowest_workers=list(slowest_over(gathers)),
+        **last,
     )
 
 

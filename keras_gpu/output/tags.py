@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from keras_gpu.meters import cluster_view as _rule
+
 __all__ = ["TAGS", "Tag", "by_name", "charts", "match", "rates"]
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -33,6 +35,7 @@ _BACKENDS: dict[str, tuple[str, ...]] = {
     "MemoryLogger (NVML)": _EVERY_BACKEND,
     "StepTimeLogger": ("tensorflow", "jax"),
     "StepTimeLogger (chief)": ("tensorflow", "jax"),
+    "StepTimeLogger (chief, TensorFlow)": ("tensorflow",),
     "PlacementLogger": ("tensorflow",),
     "keras-gpu scale": ("tensorflow", "jax"),
     "keras-gpu tune": _EVERY_BACKEND,
@@ -330,14 +333,56 @@ CLUSTER_EXCESS_SEC = Tag(
 )
 CLUSTER_SPREAD_SEC = Tag(
     "cluster/others_spread_sec", "s/step",
-    "max minus min of the other workers' busy times per step (0 with one other worker): an excess counts from "
-    "twice this on",
+    "the spread of the other workers' busy times per step the slowest worker is judged against: 1.4826 times their "
+    f"median absolute deviation, pooled with a prior of {_rule.PRIOR_NOISE:.0%} of their median where they are few, "
+    f"and never below {_rule.NOISE_FLOOR:.0%} of it",
     "StepTimeLogger (chief)", (_CLUSTER, "excess against the others' spread (s/step)"),
+)
+_SCORE_CHART = (_CLUSTER, "slowest worker's score against the threshold (spreads)")
+CLUSTER_SLOWEST_SCORE = Tag(
+    "cluster/slowest_score", "spreads",
+    "the slowest worker's excess over the other workers' median, in spreads (`cluster/others_spread_sec`)",
+    "StepTimeLogger (chief)", _SCORE_CHART,
+)
+CLUSTER_SCORE_THRESHOLD = Tag(
+    "cluster/score_threshold", "spreads",
+    "how many spreads a worker's excess must exceed to stand out among n reporting workers: the normal quantile "
+    f"at 1 - {_rule.FALSE_ALARM:g}/n, so that a balanced cluster's noise passes it in {_rule.FALSE_ALARM:.0%} of "
+    f"gathers ({_rule.score_threshold(2):.2f} at 2 workers, {_rule.score_threshold(64):.2f} at 64, "
+    f"{_rule.score_threshold(1024):.2f} at 1,024)",
+    "StepTimeLogger (chief)", _SCORE_CHART,
+)
+CLUSTER_WORKERS_OUT = Tag(
+    "cluster/workers_out", "workers",
+    "workers that stand out in this gather: past the threshold, with the others waiting for each more than "
+    f"{_rule.STRAGGLER_IMBALANCE:.0%} of every step",
+    "StepTimeLogger (chief)", (_CLUSTER, "workers standing out"),
+)
+CLUSTER_STRAGGLER = Tag(
+    "cluster/straggler", "worker index",
+    "the straggler over the fit's gathers so far: the worker that stood out in more than half of them (-1: none); "
+    "its last value is the end-of-fit verdict's",
+    "StepTimeLogger (chief)", (_CLUSTER, "straggler over the fit so far (-1: none)"),
+)
+CLUSTER_SLOWEST_WORKERS = Tag(
+    "cluster/slowest_workers", "Markdown",
+    f"the workers with the highest scores at this gather, highest first ({_rule.SLOWEST_KEPT}, and every worker "
+    "standing out): index, busy time per step, "
+    "imbalance, score in spreads, the part that differs most, and whether each stands out; the fit's verdict is "
+    "read from these tables alone, at any number of workers",
+    "StepTimeLogger (chief)", text=True,
 )
 CLUSTER_SLOWDOWN = Tag(
     "cluster/slowdown", "ratio",
     "the largest ratio, over the workers, of a worker's busy time per step in the latest window to its own best "
-    "window so far in the fit (1: no worker slowed; named from 1.5 on)",
+    f"window so far in the fit (1: no worker slowed; named from {_rule.SLOWDOWN_NAMED} on, for the same worker in two "
+    "gathers or more)",
+    "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
+)
+CLUSTER_SLOWDOWN_MEDIAN = Tag(
+    "cluster/slowdown_median", "ratio",
+    "the median, over the workers, of that ratio: how much the cluster as a whole slowed (named from "
+    f"{_rule.SLOWDOWN_NAMED} on, in two gathers or more)",
     "StepTimeLogger (chief)", (_CLUSTER, "slowdown against each worker's own best window"),
 )
 CLUSTER_SLOWDOWN_WORKER = Tag(
@@ -352,13 +397,10 @@ CLUSTER_VERDICT = Tag(
 )
 
 
-def _cluster_stats(part: str, meaning: str) -> tuple[Tag, Tag, Tag]:
+def _cluster_stats(part: str, meaning: str, callback: str = "StepTimeLogger (chief)") -> tuple[Tag, Tag, Tag]:
     chart = (_CLUSTER, f"{part} seconds per step across workers: min, median, max")
     return tuple(  # type: ignore[return-value]
-        Tag(
-            f"cluster/{part}_sec/{stat}", "s/step", f"{stat} across workers of {meaning}", "StepTimeLogger (chief)",
-            chart,
-        )
+        Tag(f"cluster/{part}_sec/{stat}", "s/step", f"{stat} across workers of {meaning}", callback, chart)
         for stat in ("min", "median", "max")
     )
 
@@ -368,7 +410,8 @@ CLUSTER_BUSY_MIN, CLUSTER_BUSY_MEDIAN, CLUSTER_BUSY_MAX = _cluster_stats(
 )
 CLUSTER_INPUT_MIN, CLUSTER_INPUT_MEDIAN, CLUSTER_INPUT_MAX = _cluster_stats("input", "step_time/input_sec")
 CLUSTER_COMMUNICATION_MIN, CLUSTER_COMMUNICATION_MEDIAN, CLUSTER_COMMUNICATION_MAX = _cluster_stats(
-    "communication", "step_time/communication_sec (TensorFlow only: on JAX the compiled step is not split)"
+    "communication", "step_time/communication_sec (not on JAX, whose compiled step is not split)",
+    "StepTimeLogger (chief, TensorFlow)",
 )
 
 # -- memory ------------------------------------------------------------------------

@@ -266,7 +266,7 @@ def kinds(strategy, rank, log_dir, out, mode, step_time):
             None if c is None else {
                 key: getattr(c, key)
                 for key in ("slowest_worker", "imbalance", "part", "part_sec", "part_median_sec", "excess_sec",
-                            "spread_sec", "clear", "slowdown", "slowdown_worker", "reporting")
+                            "spread_sec", "clear", "slowdown", "slowdown_worker", "slowdown_median", "reporting")
             } | {"rows": {str(k): v for k, v in c.rows.items()}}
             for c in cb.cluster
         ],

@@ -223,3 +223,13 @@ def test_the_clock_waits_for_nothing_under_asynchronous_dispatch():
     assert got["steps"] == 2 * (8 - 1)  # both epochs, less each epoch's first call
     assert got["host"] >= 0.01 and got["input"] >= 0.02 and got["device"] >= 0
     assert got["step"] == pytest.approx(got["host"] + got["input"] + got["device"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_slowed_process_of_four_is_named_in_a_real_jax_job(tmp_path):
+    from tests._straggler_jobs import check_straggler_job, launch_straggler_job
+
+    records, text = launch_straggler_job(tmp_path, 4, {"KERAS_BACKEND": "jax"})
+    assert records[0]["backend"] == "jax"
+    check_straggler_job(records, text, 4)
