@@ -82,16 +82,21 @@ class ThroughputLogger(LoggingCallback):
     run directory.
 
     Keras' dispatch mode is kept: the callback is `async_safe`, so on the
-    backends that run batch-end hooks on a thread pool (JAX and PyTorch, with
-    `verbose=0`) `fit` stays asynchronous. A batch end takes a lock, a
-    comparison and a store; it reads the clock and does more only at the batch
-    ends a window, the epoch's last step or a compile asks for (where the
-    epoch's length is unknown, at every one). Hooks that Keras runs out of order
-    are taken in batch order: a batch end older than one already taken is
-    covered by it.
+    backends that run batch-end hooks on a thread pool (JAX and PyTorch)
+    `fit` stays asynchronous. There a batch end takes a lock, a comparison,
+    a store and a clock read; it does more only at the batch ends a window
+    or the epoch's last step asks for (where the epoch's length is unknown,
+    at every one). Hooks that Keras runs late and out of order are taken in
+    batch order: a batch end older than one already taken is covered by it.
 
-    What needs the order of the steps (the executions that
-    compiled) is noted on the training thread, in `on_train_batch_begin`.
+    A batch end says that its step is done, not when, so on those backends
+    the executions the steady rates leave out (each epoch's first, those JAX
+    compiled, one that runs a new batch size) are timed on the training
+    thread, from their batch begins, which run in order and on time: an
+    execution runs from its batch begin to the next one's
+    (`keras_gpu.meters.throughput_compiles.BeginClock`; its samples are the
+    batch counter's readings at those begins). On TensorFlow, whose batch
+    ends run on the training thread, each execution ends at its batch end.
     Validation is timed from its start or the training phase's last step,
     whichever is later, so an asynchronous step still finishing when
     validation starts counts as training. A point is handed to the writer's
