@@ -347,6 +347,19 @@ def test_the_window_spans_epochs_and_leaves_validation_out(tmp_path):
 
 
 @E2E
+def test_a_jit_compiled_tensorflow_script_gets_its_table(tmp_path):
+    # Under XLA the step probe cannot take timestamps; the window still counts the samples of its steps.
+    sw = tmp_path / "sw"
+    proc = _scale("--warmup", str(WARMUP), "--steps", str(STEPS), "--json", MLP, "--steps", "60", "--jit",
+                  "--stopwatch", str(sw))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = _rows(proc)
+    assert (row["global_batch"], row["speedup"]) == (64, 1.0)
+    assert row["samples_per_sec"] == pytest.approx(_stopwatch_rate(Path(f"{sw}.1"), 64), rel=0.10)
+    assert row["input_sec"] is None and row["compute_sec"] is None  # XLA: no split of the step, and no guess
+
+
+@E2E
 def test_a_host_pipeline_that_grows_with_the_batch_is_named_input():
     # 80 ms more per step at twice the batch: beyond the run-to-run spread even on a loaded machine (which
     # measured up to ±28% of a 70 ms step here).

@@ -163,6 +163,11 @@ def run_config(
             f"{chief['replicas_total']} replica(s) (its strategy saw {chief['workers']} worker(s)): build the model "
             "under keras_gpu.make_strategy() (or a strategy over every device it is given)"
         )
+    # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
+    samples = float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found))
+    if not samples > 0:
+        raise ScaleError(f"the run {where} counted no samples in its window ({chief.get('note') or 'no count'}): "
+                         f"`{tool}` cannot give a rate for it")
     allreduce = None
     if chief.get("allreduce_sec"):
         allreduce = AllReduce(int(chief["grad_bytes"]), float(chief["allreduce_sec"]), expected)
@@ -173,8 +178,7 @@ def run_config(
         replicas=config.replicas,
         steps=int(chief["steps"]),
         seconds=float(chief["seconds"]),
-        # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
-        samples=float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found)),
+        samples=samples,
         parts=parts,
         grad_bytes=int(chief["grad_bytes"]),
         allreduce=allreduce,

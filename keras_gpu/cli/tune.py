@@ -17,7 +17,6 @@ steps, the N steps timed); `keras_gpu.meters.tune_table` compares them.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -130,21 +129,6 @@ class _Runner:
         return TuneRun(name, line, keeps, result, found, error, note, order=self.count)
 
 
-def _with_samples(run: TuneRun, baseline: TuneRun) -> TuneRun:
-    """`run`, its samples counted as steps x batch where the step probe counted none (TensorFlow under XLA).
-
-    Every step of the window reads a whole batch of the same input: the
-    baseline's samples per step, times the candidate's batch factor.
-    """
-    r, base = run.result, baseline.result
-    if r is None or base is None or r.samples > 0 or not base.samples > 0:
-        return run
-    factor = int((run.record or {}).get("change", {}).get("batch_factor", 1))
-    samples = r.steps * base.global_batch * factor
-    note = "samples counted as steps x batch (the step probe counts none under XLA)"
-    return dataclasses.replace(run, result=dataclasses.replace(r, samples=samples, note=note))
-
-
 def run(args: argparse.Namespace) -> int:
     """Measure the baseline and the candidates, print the table and the verdict; 0, or 1 without a baseline."""
     runner = _Runner(args)
@@ -155,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     record = dict(baselines[0].record or {})
     chosen = [by_name(n) for n in args.tries] if args.tries else list(CANDIDATES)
     skipped = [(c, skip_reason(c, record)) for c in chosen]
-    runs = [_with_samples(runner.measure(c.name, c, record), baselines[0]) for c, why in skipped if why is None]
+    runs = [runner.measure(c.name, c, record) for c, why in skipped if why is None]
     # The baseline again after the candidates: its spread covers the machine's drift over the study.
     baselines.append(runner.measure("baseline (again)", None))
     if baselines[1].result is None:
@@ -165,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     rows = build_rows(baselines, runs)
     combined = _combination(chosen, rows)
     if combined is not None:
-        runs.append(_with_samples(runner.measure(combined.name, combined, record), baselines[0]))
+        runs.append(runner.measure(combined.name, combined, record))
         rows = build_rows(baselines, runs)
     text = verdict(rows, rates)
     skips = [f"{c.name}: {why}" for c, why in skipped if why is not None]

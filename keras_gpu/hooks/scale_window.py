@@ -104,6 +104,7 @@ class ScaleWindow(keras.callbacks.Callback):
         self._counts_at: dict[int, tuple[int, int, float]] = {}
         self._clock_open: int | None = None  # JAX: the steps when the clock was reset at the window's start
         self._clock_window: Any = None
+        self._probe_open = (0, 0)  # TensorFlow: the probe's running (steps, samples) when the window opened
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class ScaleWindow(keras.callbacks.Callback):
                 self._start_steps = self._steps
                 if self._probe is not None:
                     self._probe.reset()
+                    self._probe_open = self._probe.counts()
             return
         if self._half is None and 2 * (self._steps - self._start_steps) >= self.settings.steps:
             self._half = self._elapsed + (now - self._segment)
@@ -259,7 +261,8 @@ class ScaleWindow(keras.callbacks.Callback):
             window["halves"] = [self._half / half, (seconds - self._half) / (steps - half)]
         if self._probe is not None:
             measured = self._probe.read()
-            window["samples"] = 0 if measured is None else measured.samples
+            # The running count, not the timed window's: a counting probe (XLA) has no timed window.
+            window["samples"] = self._probe.counts()[1] - self._probe_open[1]
             if measured is not None and self._probe.timing and measured.input_sec == measured.input_sec:
                 parts = {
                     "input": measured.input_sec,

@@ -122,8 +122,11 @@ def build_rows(results: Sequence[RunResult], spread: float | None = None) -> lis
     """
     rows: list[ScaleRow] = []
     for r in results:
-        if r.steps <= 0 or not r.seconds > 0:
-            raise ValueError(f"A run needs measured steps and time. Received: steps={r.steps}, seconds={r.seconds}")
+        if r.steps <= 0 or not r.seconds > 0 or not r.samples > 0:
+            raise ValueError(
+                "A run needs measured steps, time and samples. "
+                f"Received: steps={r.steps}, seconds={r.seconds}, samples={r.samples}"
+            )
     if not results:
         return rows
     first = results[0]
