@@ -179,9 +179,10 @@ class ScaleWindow(keras.callbacks.Callback):
         if self._clock is not None:
             self._clock.ended(batch, time.perf_counter(), threading.get_ident() != self._thread)
         if self.settings is None or self._done or self.result is not None:
-            return
+            return  # a fast path only: another batch end may close the window between this check and the lock
         with self._lock:  # in batch order: a batch end older than one already taken is covered by it
-            if batch > self._last_batch:
+            # Keras reads stop_training after handing the batch end to its pool: later ones are in flight.
+            if not self._done and batch > self._last_batch:
                 self._last_batch = batch
                 self._batch_end(self._steps_before + int(batch) + 1, time.perf_counter())
 
