@@ -16,8 +16,8 @@ import keras
 import pytest
 
 from keras_gpu.hooks import scale_window
-from keras_gpu.hooks.scale_env import ScaleSettings
 from keras_gpu.hooks.scale_window import ScaleWindow
+from keras_gpu.hooks.study_env import StudySettings
 
 
 class _Clock:
@@ -66,7 +66,7 @@ def window(tmp_path, monkeypatch):
     monkeypatch.setattr(scale_window, "time", _Clock())
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    w = ScaleWindow(ScaleSettings(str(tmp_path), warmup=2, steps=4, worker=0), exit_when_done=False)
+    w = ScaleWindow(StudySettings(str(tmp_path), warmup=2, steps=4))
     w.set_model(model)
     w.on_train_begin()
     w.on_epoch_begin(0)

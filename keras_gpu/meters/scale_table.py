@@ -143,7 +143,7 @@ def build_rows(results: Sequence[RunResult], spread: float | None = None) -> lis
 def _spread_words(spread: float | None) -> str:
     if spread is None:
         return " (run-to-run spread not measured)"
-    return f" (run-to-run spread ±{spread * 50:.2g}%)"
+    return f" (run-to-run spread {spread:.1%})"
 
 
 def _int_if_whole(value: float) -> float | int:
