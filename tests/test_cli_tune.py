@@ -18,7 +18,7 @@ import pytest
 
 from keras_gpu.meters.run_spread import MIN_MARGIN, beyond_spread, measured_spread, spread
 from keras_gpu.meters.scale_table import RunResult
-from keras_gpu.meters.tune_candidates import by_name, change_for, combine, line_for, skip_reason
+from keras_gpu.meters.tune_candidates import by_name, change_for, combine, for_script, line_for, skip_reason
 from keras_gpu.meters.tune_table import ROW_KEYS, TuneRun, baseline_spread, build_rows, compare_losses, verdict
 from keras_gpu.output.tune_output import format_cell
 
@@ -176,6 +176,15 @@ def test_each_candidate_says_why_it_does_not_apply():
     assert [c.name for c in (by_name("spe4"), by_name("prefetch"), by_name("map"), by_name("autotune"),
                              by_name("workers")) if c.keeps_results] == ["spe4", "prefetch", "map", "autotune", "workers"]
     assert not any(by_name(n).keeps_results for n in ("jit", "bf16", "fp16", "batch2", "batch4"))
+
+
+def test_pydataset_workers_keep_the_results_only_where_fit_keeps_the_batches_order():
+    kept = for_script(by_name("workers"), {"facts": {"fit_input": "PyDataset", "shuffle": False}})
+    assert kept.keeps_results and kept.caveat == ""
+    shuffled = for_script(by_name("workers"), {"facts": {"fit_input": "PyDataset", "shuffle": True}})
+    assert not shuffled.keeps_results and shuffled.caveat.startswith("fit shuffles the PyDataset's batches")
+    both = for_script(combine([by_name("spe4"), by_name("workers")]), {"facts": {"shuffle": True}})
+    assert not both.keeps_results and "another order" in both.caveat
 
 
 def test_try_names_are_checked():

@@ -205,9 +205,9 @@ def _check_backend() -> None:
     chosen = backend.selected()
     if chosen not in ("tensorflow", "jax"):
         raise UsageError(
-            f"keras-gpu scale measures Keras' TensorFlow and JAX backends (keras_gpu.make_strategy() spreads the "
-            f"model over replicas there), not {chosen!r}: set KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow "
-            f"(`keras-gpu tune` measures the fixes on every backend). Received: KERAS_BACKEND={chosen}"
+            f"the study needs Keras' TensorFlow or JAX backend (keras_gpu.make_strategy() spreads the model over "
+            f"replicas there), not {chosen!r}: set KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow (`keras-gpu tune` "
+            f"measures the fixes on every backend). Received: KERAS_BACKEND={chosen}"
         )
 
 

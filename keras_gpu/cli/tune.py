@@ -27,7 +27,16 @@ from typing import Any
 from keras_gpu.cli import UsageError
 from keras_gpu.cli._study_run import Config, ScaleError, available_gpus, run_config
 from keras_gpu.cli.scale import count_option
-from keras_gpu.meters.tune_candidates import CANDIDATES, Candidate, by_name, change_for, combine, line_for, skip_reason
+from keras_gpu.meters.tune_candidates import (
+    CANDIDATES,
+    Candidate,
+    by_name,
+    change_for,
+    combine,
+    for_script,
+    line_for,
+    skip_reason,
+)
 from keras_gpu.meters.tune_table import TuneRun, baseline_spread, build_rows, verdict
 
 __all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "parse_try", "render", "run"]
@@ -114,6 +123,7 @@ class _Runner:
     def measure(self, name: str, candidate: Candidate | None, record: dict | None = None) -> TuneRun:
         """Run the script with `candidate`'s change (none: as written); a failed run is a row saying why."""
         record = record or {}
+        candidate = for_script(candidate, record) if candidate else None
         change = change_for(candidate, record) if candidate else {}
         sys.stderr.write(f"keras-gpu tune: measuring {name}\n")
         self.count += 1
@@ -146,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"keras-gpu tune: error: the second baseline run failed: {baselines[1].error}\n")
         return 1
     rows = build_rows(baselines, runs)
-    combined = _combinations(chosen, rows)
+    combined = _combinations([for_script(c, record) for c in chosen], rows)
     if combined:
         runs += [runner.measure(c.name, c, record) for c in combined]
         rows = build_rows(baselines, runs)

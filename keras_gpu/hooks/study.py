@@ -153,8 +153,8 @@ class Study:
 
         if self.settings.tool == "scale" and backend.name() not in ("tensorflow", "jax"):
             return (
-                f"keras-gpu scale measures Keras' TensorFlow and JAX backends (keras_gpu.make_strategy() spreads a "
-                f"model over replicas there), not {backend.name()!r}: set KERAS_BACKEND=jax or tensorflow"
+                f"keras-gpu scale needs Keras' TensorFlow or JAX backend (keras_gpu.make_strategy() spreads the model "
+                f"over replicas there), not {backend.name()!r}: set KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow"
             )
         return None
 

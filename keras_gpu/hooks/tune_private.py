@@ -182,6 +182,7 @@ def _facts(model: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
         facts["batch_size"] = arguments.get("batch_size") or _DEFAULT_BATCH
     elif kind == "PyDataset":
         facts["pydataset_workers"] = int(getattr(x, "workers", 1) or 1)
+        facts["shuffle"] = bool(arguments.get("shuffle", True))
     elif kind == "tf.data":
         facts.update(_pipeline_facts(x))
     return facts

@@ -23,10 +23,10 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["CANDIDATES", "Candidate", "by_name", "change_for", "combine", "line_for", "skip_reason"]
+__all__ = ["CANDIDATES", "Candidate", "by_name", "change_for", "combine", "for_script", "line_for", "skip_reason"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,27 @@ def combine(candidates: Sequence[Candidate]) -> Candidate:
         "; ".join(c.line.split("  #")[0] for c in candidates),  # one line: each change without its comment
         keeps_results=all(c.keeps_results for c in candidates), caveat="; ".join(caveats),
     )
+
+
+_SHUFFLED = ("fit shuffles the PyDataset's batches, and with workers Keras draws their order in its queue's thread: "
+             "the same batches in another order")
+
+
+def for_script(candidate: Candidate, record: Mapping[str, Any]) -> Candidate:
+    """`candidate` as it applies to the script the baseline `record` describes.
+
+    PyDataset workers keep the batches and their order, so the results,
+    unless `fit` shuffles the batches (its default): Keras then draws the
+    order in its queue's thread, from the same random stream but at another
+    point, so the workers' run trains on the same batches in another order.
+    """
+    facts = record.get("facts", {})
+    if candidate.family == "workers" and facts.get("shuffle"):
+        return replace(candidate, keeps_results=False, caveat=_SHUFFLED)
+    if candidate.family == "combined" and "workers" in candidate.change and facts.get("shuffle"):
+        caveats = candidate.caveat if _SHUFFLED in candidate.caveat else "; ".join(c for c in (candidate.caveat, _SHUFFLED) if c)
+        return replace(candidate, keeps_results=False, caveat=caveats)
+    return candidate
 
 
 def change_for(candidate: Candidate, record: Mapping[str, Any]) -> dict[str, Any]:
