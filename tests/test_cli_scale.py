@@ -97,11 +97,16 @@ def test_a_cause_is_named_only_beyond_the_run_to_run_spread():
     row = _result(1, 2, 128, 0.011, dict(base_parts, compute=0.009))
     assert explain_shortfall(base, row, 0.05).startswith("compute: the forward and backward pass takes 9 ms")
     assert explain_shortfall(base, row, 0.2) == (
-        "within run-to-run spread (20.0%): no part of the step grew by more than 20.0% of the step at linear scaling")
+        "within run-to-run spread (20.0%): the step did not grow by more than 20.0% of the step at linear scaling in "
+        "both halves of the window, or no part of it did")
     assert explain_shortfall(base, row, None).startswith("compute:")  # no spread measured: the 5% floor
     # The one rule's floor: a spread measured below 5% still needs a growth of 5% of the step.
     assert explain_shortfall(base, _result(1, 2, 128, 0.0104, dict(base_parts, compute=0.0084)), 0.01) == (
-        "within run-to-run spread (1.0%): no part of the step grew by more than 5.0% of the step at linear scaling")
+        "within run-to-run spread (1.0%): the step did not grow by more than 5.0% of the step at linear scaling in "
+        "both halves of the window, or no part of it did")
+    # A part beyond, in a step whose second half ran at linear speed: a burst of other work, not a cause.
+    burst = RunResult(1, 2, 50, 0.0125 * 50, 128 * 50, dict(base_parts, compute=0.0105), halves=(0.015, 0.010))
+    assert explain_shortfall(base, burst, 0.05).startswith("within run-to-run spread (5.0%)")
     first, second = build_rows([base, row], 0.2)
     assert first.cause == "baseline (run-to-run spread 20.0%)" and second.cause.startswith("within run-to-run")
     with pytest.raises(ValueError, match=r"spread=-0\.1"):

@@ -103,6 +103,15 @@ def test_rows_compare_rates_losses_and_parts_with_the_baseline():
     assert "; the learning rate may need scaling with the batch." in text
 
 
+def test_a_change_helps_only_where_both_halves_of_its_window_lie_beyond_the_spread():
+    baselines = [_run("baseline", 64, 0.010), _run("baseline (again)", 64, 0.0101)]
+    burst = TuneRun("spe4", "line spe4", result=RunResult(1, 1, 50, 0.0069 * 50, 64 * 50, None, halves=(0.004, 0.0098)),
+                    record={"losses": [[1, 2.0]]})
+    row = build_rows(baselines, [burst])[2]
+    assert row["speedup"] > 1.4 and row["halves_samples_per_sec"] == pytest.approx([16000, 64 / 0.0098])
+    assert row["helps"] == 0  # its second half ran as fast as the baseline: not a change
+
+
 def test_the_verdict_names_the_change_that_keeps_the_results_first():
     # A bigger batch is faster, and changes the training; steps_per_execution keeps it: it is named first.
     baselines = [_run("baseline", 64, 0.010), _run("baseline (again)", 64, 0.0101)]

@@ -14,8 +14,8 @@ Nothing differs between the runs, so every difference the rule calls is a false 
 runs `i < j < k` is judged as the commands would judge it, `i` and `k` being the baseline's two runs (the
 second after the others, as both commands run it) and `j` the row in between:
 
-* `tune`: run `j` as a candidate: `beyond_spread(rate_j, mean of the baseline's rates, spread)` is 1 (a help,
-  which the verdict would name) or -1 (a hurt, marked `-` in the table);
+* `tune`: run `j` as a candidate: `beyond_spread(the rates of j's window halves, mean of the baseline's rates,
+  spread)` is 1 (a help, which the verdict would name) or -1 (a hurt, marked `-` in the table);
 * `scale`: run `j` as a row of the same replicas: `explain_shortfall` names a part of its step as the cause.
 
 The spread is `measured_spread` of the two baseline runs (their window halves). Each rate is given for the
@@ -87,8 +87,8 @@ def judge(results: list[RunResult]) -> dict[str, Any]:
             base, row, again = results[i], results[j], results[k]
             spread = run_spread.measured_spread([base, again])
             mean = (base.samples / base.seconds + again.samples / again.seconds) / 2
-            rate = row.samples / row.seconds
-            said = _with_floor(floor, lambda: run_spread.beyond_spread(rate, mean, spread))  # noqa: B023
+            halves = [row.samples / row.steps / h for h in row.halves] if row.halves else [row.samples / row.seconds]
+            said = _with_floor(floor, lambda: run_spread.beyond_spread(halves, mean, spread))  # noqa: B023
             helps, hurts = helps + (said == 1), hurts + (said == -1)
             cause = _with_floor(floor, lambda: explain_shortfall(base, row, spread))  # noqa: B023
             scale += not cause.startswith(("within run-to-run spread", "none:", "not measured"))

@@ -14,13 +14,16 @@ each window into halves:
   difference counts where the larger of the two is more than `1 + margin`
   times the smaller, the margin being the measured spread, and at least
   `MIN_MARGIN` (two runs of a shared machine can land close together by
-  chance). A difference in a part of the step is judged on the whole step:
-  the step with it against the step without (`size`). It is the only rule:
+  chance). Where the value was measured over a window's halves, both
+  halves must lie beyond, on the same side: a burst of the machine's other
+  work in one half is not a change. A difference in a part of the step is
+  judged on the whole step: the step with it against the step without
+  (`size`). It is the only rule:
 
-    * `keras-gpu tune`: a change helps (`1`) or hurts (`-1`) where its
-      samples/s lies beyond the mean of the baseline's two runs; changes
-      tried together beat the best single change only beyond that change's
-      samples/s;
+    * `keras-gpu tune`: a change helps (`1`) or hurts (`-1`) where the
+      samples/s of both halves of its window lie beyond the mean of the
+      baseline's two runs; changes tried together beat the best single
+      change only beyond that change's samples/s;
     * `keras-gpu scale`: a part of the step is the cause where it grew
       beyond its share at linear scaling, `size` being the step at linear
       scaling.
@@ -39,7 +42,9 @@ Examples:
     0
     >>> beyond_spread(80.0, 102.0, 0.04)
     -1
-    >>> beyond_spread(1.4, 1.0, 0.02, size=10.0)  # a part grew by 0.4 of a 10 ms step: 1.04 times the step
+    >>> beyond_spread([131.0, 106.0], 102.0, 0.04)  # one half within: no change
+    0
+    >>> beyond_spread(1.4, 1.0, 0.02, size=10.0)  # 10.4 ms against a 10 ms step
     0
 """
 
@@ -97,11 +102,14 @@ def margin(spread: float | None) -> float:
     return max(spread or 0.0, MIN_MARGIN)
 
 
-def beyond_spread(value: float, reference: float, spread: float | None, size: float | None = None) -> int:
+def beyond_spread(
+    value: float | Sequence[float], reference: float, spread: float | None, size: float | None = None
+) -> int:
     """`1` where `value` is more than `1 + margin(spread)` times `reference`, `-1` where less than its inverse, else `0`.
 
     Args:
-        value: The measurement (a candidate's samples/s, a row's part of the step).
+        value: The measurement (a candidate's samples/s, a row's part of the step), or its values over the
+            halves of its window, which must all lie beyond, on the same side.
         reference: What it is compared with (the baseline's mean samples/s, the part at linear scaling).
         spread: The baseline's run-to-run spread (`measured_spread`), or `None` where not measured.
         size: The whole that `value` and `reference` are parts of (a part of the step: the step at linear
@@ -111,12 +119,13 @@ def beyond_spread(value: float, reference: float, spread: float | None, size: fl
         ValueError: `spread` is negative, or a compared value is not positive.
     """
     least = 1 + margin(spread)
+    values = [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
     if size is not None:
-        value, reference = size + value - reference, size
-    if not (value > 0 and reference > 0):
+        values, reference = [size + v - reference for v in values], size
+    if not values or not all(v > 0 for v in values) or not reference > 0:
         raise ValueError(f"The rule compares positive values. Received: value={value!r}, reference={reference!r}")
-    if value > least * reference:
+    if min(values) > least * reference:
         return 1
-    if reference > least * value:
+    if reference > least * max(values):
         return -1
     return 0

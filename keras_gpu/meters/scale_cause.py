@@ -14,7 +14,8 @@ step as the cause only where the one rule of `keras-gpu scale` and
   time in every part, a batch that grows with the replicas the same time);
 * the part that grew most is the cause where its growth is more than the
   margin (the spread, at least `run_spread.MIN_MARGIN`) times the step at
-  linear scaling; otherwise the row is "within run-to-run spread";
+  linear scaling, and the row's step itself grew by more than that in both
+  halves of its window; otherwise the row is "within run-to-run spread";
 * the communication part of a row whose replicas share hardware (logical
   CPUs on the same cores, several replicas on one device), at several times
   the same all-reduce measured alone, is contention: the replicas wait for
@@ -37,7 +38,7 @@ Examples:
     >>> row = RunResult(1, 2, 10, 0.051, 640, {"input": 0.001, "compute": 0.00305,
     ...                 "communication": 0.0005, "other": 0.0005})
     >>> explain_shortfall(base, row, spread)
-    'within run-to-run spread (2.0%): no part of the step grew by more than 5.0% of the step at linear scaling'
+    'within run-to-run spread (2.0%): the step did not grow by more than 5.0% of the step at linear scaling in both halves of the window, or no part of it did'
 """
 
 from __future__ import annotations
@@ -88,12 +89,14 @@ def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | No
     part = max(names, key=lambda p: growth[p])
     if growth[part] <= 0:
         return "none: every part of the step is at or below linear scaling"
-    linear = baseline.parts[part] * factor
-    if beyond_spread(result.parts[part], linear, spread, size=baseline.step_sec * factor) != 1:
+    linear_step = baseline.step_sec * factor
+    halves = list(result.halves) if result.halves else [result.step_sec]
+    grew = beyond_spread(result.parts[part], baseline.parts[part] * factor, spread, size=linear_step) == 1
+    if not grew or beyond_spread(halves, linear_step, spread) != 1:
         measured = "not measured" if spread is None else f"{spread:.1%}"
         return (
-            f"within run-to-run spread ({measured}): no part of the step grew by more than {least:.1%} of the step "
-            "at linear scaling"
+            f"within run-to-run spread ({measured}): the step did not grow by more than {least:.1%} of the step at "
+            "linear scaling in both halves of the window, or no part of it did"
         )
     return _named(part, baseline, result, result.parts[part] * 1e3, baseline.parts[part] * factor * 1e3)
 

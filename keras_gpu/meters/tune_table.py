@@ -13,7 +13,8 @@ step, peak memory, what applied).
 * **speed-up** is the row's samples/s over the mean of the baseline's two runs;
 * **helps** is the one rule, `keras_gpu.meters.run_spread.beyond_spread`,
   with the baseline's run-to-run spread (`measured_spread` over both runs'
-  window halves): `1` faster, `-1` slower beyond it, `0` within it;
+  window halves): `1` where both halves of the row's window are faster
+  beyond it, `-1` slower, `0` otherwise;
 * **moved** is the part of the step (input, compute, communication, other;
   on JAX device) that changed most against the mean of the baseline's two
   runs, per baseline batch of samples;
@@ -41,7 +42,8 @@ from keras_gpu.meters.scale_table import PARTS, RunResult
 __all__ = ["ROW_KEYS", "TuneRun", "baseline_spread", "build_rows", "compare_losses", "verdict"]
 
 ROW_KEYS = (
-    "change", "run", "line", "keeps_results", "status", "samples_per_sec", "speedup", "helps", "step_sec",
+    "change", "run", "line", "keeps_results", "status", "samples_per_sec", "halves_samples_per_sec", "speedup",
+    "helps", "step_sec",
     "input_sec", "compute_sec", "communication_sec", "other_sec", "device_sec", "moved", "peak_memory_bytes",
     "memory_kind", "losses", "loss_max_rel_diff", "note", "caveat", "error", "not_applied",
 )
@@ -79,6 +81,16 @@ class TuneRun:
         """Samples per second over the window, or `None` where not measured."""
         r = self.result
         return None if r is None or not r.seconds > 0 else r.samples / r.seconds
+
+    @property
+    def half_rates(self) -> list[float]:
+        """Samples per second over each half of the window (the whole window's where halves were not measured)."""
+        r = self.result
+        if r is None or not r.seconds > 0:
+            return []
+        if not r.halves:
+            return [r.samples / r.seconds]
+        return [r.samples / r.steps / h for h in r.halves]
 
     @property
     def not_applied(self) -> str:
@@ -166,8 +178,8 @@ def build_rows(baselines: Sequence[TuneRun], runs: Sequence[TuneRun]) -> list[di
             rows.append(row)
             continue
         r = run.result
-        row.update(samples_per_sec=run.rate, speedup=run.rate / mean,
-                   helps=0 if run in baselines else beyond_spread(run.rate, mean, spread), step_sec=r.step_sec)
+        row.update(samples_per_sec=run.rate, halves_samples_per_sec=run.half_rates, speedup=run.rate / mean,
+                   helps=0 if run in baselines else beyond_spread(run.half_rates, mean, spread), step_sec=r.step_sec)
         for p in _ALL_PARTS:
             row[f"{p}_sec"] = (r.parts or {}).get(p)
         row["moved"] = "-" if run in baselines else _moved(reference, r)
@@ -219,7 +231,7 @@ def _winner(rows: Sequence[Mapping[str, Any]], spread: float | None) -> Mapping[
     singles = [r for r in helping if " + " not in r["change"]]
     if " + " in win["change"] and singles:
         best = max(singles, key=lambda r: r["samples_per_sec"])
-        if beyond_spread(win["samples_per_sec"], best["samples_per_sec"], spread) != 1:
+        if beyond_spread(win["halves_samples_per_sec"] or win["samples_per_sec"], best["samples_per_sec"], spread) != 1:
             win = best
     return win
 

@@ -12,7 +12,8 @@ Layout of `--log-dir DIR` for the command `tool` (`scale`, `tune`):
 Examples:
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> run = write_study(folder, "tune", {"rows": [{"change": "spe16"}]}, "| change |", "tune/table",
+    >>> study = {"rows": [{"change": "spe16"}]}
+    >>> run = write_study(folder, "tune", study, "| change |", "tune/table",
     ...                   [("", 1, {"tune/speedup": 2.0})])
     >>> read_study(folder, "tune")["rows"]
     [{'change': 'spe16'}]
