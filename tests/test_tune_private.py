@@ -98,7 +98,8 @@ def test_the_script_as_written_is_described_fit_by_fit():
     # The training pipeline's map, by its line and its first call there.
     line = next(n for n, text in enumerate(("sys.argv\n" + _SCRIPT).splitlines(), 1) if ".map(lambda" in text)
     assert data["facts"]["map_sites"] == [["<string>", line, 1]] and data["facts"]["prefetches"] == 0
-    assert pydataset["facts"] == {"fit_input": "PyDataset", "fit_override": None, "pydataset_workers": 1}
+    assert pydataset["facts"] == {"fit_input": "PyDataset", "fit_override": None, "pydataset_workers": 1,
+                                  "shuffle": True}
     assert own["facts"] == {"fit_input": "arrays", "fit_override": "Own.fit", "batch_size": 16}
     assert data["applied"] == data["not_applied"] == {}
 
