@@ -13,7 +13,7 @@ end of training, or to FILE.<total replicas>.again where that exists: the study'
 `--fail-replicas K` (exit 3 before training where the strategy has K replicas), `--epochs E` (the steps
 split into E epochs), `--val-sleep S` (validate after each epoch, and sleep S seconds in it), `--plain` (build the model outside
 the strategy's scope: it trains on one replica whatever the strategy has), `--hang-at K` (sleep for an hour
-at the end of batch K).
+at the end of batch K), `--jit` (compile with `jit_compile=True`).
 """
 
 import argparse
@@ -37,6 +37,7 @@ p.add_argument("--epochs", type=int, default=1)
 p.add_argument("--plain", action="store_true")
 p.add_argument("--hang-at", type=int, default=-1)
 p.add_argument("--val-sleep", type=float, default=0.0)
+p.add_argument("--jit", action="store_true")
 a = p.parse_args()
 
 import keras  # noqa: E402 - after the arguments, so --help needs no backend
@@ -57,7 +58,8 @@ with contextlib.nullcontext() if a.plain else strategy.scope():
     model = keras.Sequential(
         [keras.Input((32,)), keras.layers.Dense(a.width, activation="relu"), keras.layers.Dense(10)]
     )
-    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True if a.jit else "auto")
 
 if a.no_fit:
     raise SystemExit(0)

@@ -172,5 +172,5 @@ def test_every_callback_with_a_batch_end_hook_declares_async_safe():
             own = [k for k in cls.__mro__ if k.__module__.startswith("keras_gpu")]
             if any(hook in k.__dict__ for k in own for hook in hooks):
                 found[cls.__name__] = any("async_safe" in k.__dict__ for k in own)
-    assert {"ThroughputLogger", "StepTimeLogger", "ModelCheckpoint", "TuneRecord"} <= set(found)
+    assert {"ThroughputLogger", "StepTimeLogger", "ModelCheckpoint", "RunRecord", "ScaleWindow"} <= set(found)
     assert found == dict.fromkeys(found, True)

@@ -243,7 +243,7 @@ def test_installed_cli_never_imports_the_benchmark_and_says_how_to_run_it(tmp_pa
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUDIES = (
     "ride_cost", "sample_count_cost", "step_time_cost", "straggler_rule", "profiler_crash_rate", "fit_return",
-    "cluster_scale", "scale_time", "straggler_scale", "straggler_jobs",
+    "cluster_scale", "scale_time", "straggler_scale", "straggler_jobs", "spread_rule", "shown_output",
 )
 
 
@@ -460,3 +460,19 @@ def test_shuffled_rounds_run_each_variant_once_per_round_in_a_seeded_order():
     assert again == calls  # the same seed, the same orders
     with pytest.raises(ValueError, match="rounds"):
         _ab.shuffled_rounds(("a",), run_one, 0)
+
+
+def test_the_spread_rule_study_judges_every_triple_as_the_commands_do():
+    from benchmarks.studies.spread_rule import judge
+    from keras_gpu.meters.scale_runs import RunResult
+
+    parts = {"input": 0.001, "compute": 0.002, "communication": 0.0005, "other": 0.0005}
+    same = [RunResult(1, 1, 100, 0.4, 6400, parts, halves=(0.004, 0.004)) for _ in range(3)]
+    assert judge([*same, same[0]])["floors"]["0.05"] == {
+        "tune_helps": 0, "tune_hurts": 0, "tune_rate": 0.0, "tune_helps_rate": 0.0, "scale_causes": 0, "scale_rate": 0.0}
+    # A run twice as fast in both halves is a help where it is the candidate (j: 2 of the 4 triples), and no
+    # cause where it is a row (every part shrank); as a baseline run its own spread covers the others.
+    fast = RunResult(1, 1, 100, 0.2, 6400, {k: v / 2 for k, v in parts.items()}, halves=(0.002, 0.002))
+    judged = judge([same[0], fast, same[1], same[2]])
+    assert judged["triples"] == 4
+    assert (judged["floors"]["0.05"]["tune_helps"], judged["floors"]["0.05"]["scale_causes"]) == (2, 0)

@@ -186,3 +186,76 @@ def test_wrap_callback_lists_reaches_lists_built_before_and_after_keras_is_impor
     """
     out = run_python(code, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "[1, 0]"
+
+
+_FINDERS = """
+    import importlib.machinery, sys
+    from keras_gpu.core import keras_private
+
+    class DirFinder:  # a finder for a folder that is not on sys.path, as an editable install's finder is
+        def __init__(self, folder):
+            self.folder = folder
+        def find_spec(self, name, path, target=None):
+            return importlib.machinery.PathFinder.find_spec(name, [self.folder]) if name == "shadow_mod" else None
+"""
+
+
+def test_patch_on_import_reaches_a_module_another_finder_finds_and_then_leaves(tmp_path):
+    (tmp_path / "shadow_mod.py").write_text("VALUE = 1\n")
+    code = _FINDERS + f"""
+    sys.meta_path.append(DirFinder({str(tmp_path)!r}))
+    keras_private.patch_on_import("shadow_mod", lambda m: setattr(m, "VALUE", m.VALUE + 10))
+    keras_private.patch_on_import("shadow_mod", lambda m: setattr(m, "VALUE", 0))  # same key: one patch
+    keras_private.patch_on_import("shadow_mod", lambda m: setattr(m, "OTHER", 2), key="other")
+    hooks = [type(f).__name__ for f in sys.meta_path].count("_PatchOnImport")
+    import shadow_mod
+    print(shadow_mod.VALUE, shadow_mod.OTHER, hooks, [type(f).__name__ for f in sys.meta_path].count("_PatchOnImport"),
+          keras_private.missed_import("shadow_mod"))
+    """
+    out = run_python(code, timeout=120)
+    # Patched once per key, one hook for the module, and the hook gone once it patched.
+    assert out.stdout.split() == ["11", "2", "1", "0", "None"]
+
+
+def test_a_module_imported_past_the_hook_is_said_to_be_missed(tmp_path):
+    (tmp_path / "shadow_mod.py").write_text("VALUE = 1\n")
+    code = _FINDERS + f"""
+    keras_private.patch_on_import("shadow_mod", lambda m: setattr(m, "VALUE", 11))
+    print(keras_private.missed_import("shadow_mod"))  # not imported yet: nothing missed
+    sys.meta_path.insert(0, DirFinder({str(tmp_path)!r}))  # ahead of keras-gpu's hook
+    import shadow_mod
+    print(shadow_mod.VALUE)
+    print(keras_private.missed_import("shadow_mod"))
+    """
+    lines = run_python(code, timeout=120).stdout.strip().splitlines()
+    assert lines[:2] == ["None", "1"]
+    assert lines[2] == ("`shadow_mod` was imported past keras-gpu's import hook (loaded by SourceFileLoader, found by "
+                        "a finder ahead of the hook in sys.meta_path)")
+
+
+def test_wrap_fit_reaches_every_models_fit_and_names_an_override():
+    code = """
+    from keras_gpu.core import keras_private
+    seen = []
+    def wrap(original):
+        def fit(self, *args, **kwargs):
+            seen.append(type(self).__name__)
+            return original(self, *args, **kwargs)
+        return fit
+    keras_private.wrap_fit(wrap)
+    import numpy as np, keras
+    keras_private.wrap_fit(wrap)  # again, on the imported class: still one wrap
+
+    class Logged(keras.Model):
+        def fit(self, *args, **kwargs):
+            return super().fit(*args, **kwargs)
+
+    inputs = keras.Input((2,))
+    for model in (keras.Sequential([inputs, keras.layers.Dense(1)]), Logged(inputs, keras.layers.Dense(1)(inputs))):
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(np.zeros((4, 2)), np.zeros((4, 1)), verbose=0)
+        print(keras_private.fit_override(model))
+    print(seen)
+    """
+    lines = run_python(code, timeout=300).stdout.strip().splitlines()
+    assert lines[-3:] == ["None", "Logged.fit", "['Sequential', 'Logged']"]

@@ -1,7 +1,7 @@
-"""keras_gpu.hooks.tune_private against the installed Keras and TensorFlow: each patch does what `keras-gpu tune` relies on.
+"""keras_gpu.hooks.tune_private against the installed Keras and TensorFlow: each change applies to fit's own objects.
 
-The patches replace methods of Keras and tf.data classes for the whole
-process, so each check runs in a fresh interpreter.
+The map hook patches `tf.data.Dataset.map` when the script imports
+TensorFlow, so each check runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -10,44 +10,48 @@ import json
 
 import pytest
 
-from keras_gpu.hooks import tune_private
 from tests._util import run_python
 
 pytest.importorskip("tensorflow")
 
-
-def test_the_change_is_read_from_the_environment_and_bad_values_are_refused():
-    assert tune_private.change_from_env({}) is None
-    assert tune_private.change_from_env({tune_private.ENV_TUNE_CHANGE: '{"steps_per_execution": 16}'}) == {
-        "steps_per_execution": 16
-    }
-    with pytest.raises(ValueError, match=r"KERAS_GPU_TUNE_CHANGE must be a JSON object .* Received: '\{\"lr\": 2\}'"):
-        tune_private.change_from_env({tune_private.ENV_TUNE_CHANGE: '{"lr": 2}'})
-
-
-def test_compile_and_fit_arguments_take_the_change():
-    args = tune_private.compile_arguments({"optimizer": "sgd", "steps_per_execution": 1}, {"steps_per_execution": 4})
-    assert args == {"optimizer": "sgd", "steps_per_execution": 4}
-    fit = tune_private.fit_arguments({"x": [[1.0]], "batch_size": None, "epochs": 3}, {"batch_factor": 2})
-    assert (fit["batch_size"], fit["epochs"]) == (64, 6)  # Keras' default batch of 32, doubled; epochs to match
-    assert tune_private.FACTS["fit_input"] == "arrays" and tune_private.FACTS["batch_size"] == 32
-
-
 _SCRIPT = """
-import json, os, sys
+import json, sys
 from keras_gpu.hooks import tune_private
-tune_private.install(json.loads(sys.argv[1]), sys.argv[2])
+from keras_gpu.hooks.study_env import settings_from_env
+from keras_gpu.core import keras_private
+
+change = json.loads(sys.argv[1])
+tune_private.install(change)
+applied = []
+def wrap(original):
+    def fit(self, *args, **kwargs):
+        import inspect
+        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        done = tune_private.apply(self, dict(bound.arguments), change)
+        applied.append(done)
+        try:
+            return original(**done.arguments)
+        finally:
+            for undo in done.undo:
+                undo()
+    return fit
+keras_private.wrap_fit(wrap)
+
 import numpy as np
 import keras
 import tensorflow as tf
 keras.utils.set_random_seed(0)
 x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
 y = np.zeros((64, 1), "float32")
-ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).map(lambda a, b: (a * 2.0, b))
+
+def pipeline():
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(8).map(lambda a, b: (a * 2.0, b))
+
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss="mse")
-model.fit(ds, epochs=1, verbose=0)
-record = json.load(open(os.path.join(sys.argv[2], "tune.json")))
+train, val = pipeline(), pipeline()  # one map line, two calls
+model.fit(train, validation_data=val, epochs=1, verbose=0)
 
 
 class Batches(keras.utils.PyDataset):
@@ -55,36 +59,65 @@ class Batches(keras.utils.PyDataset):
         super().__init__(**kwargs)
 
     def __len__(self):
-        return 1
+        return 2
 
     def __getitem__(self, i):
         return x[:8], y[:8]
 
 
-print(json.dumps({"record": record, "policy": keras.mixed_precision.global_policy().name,
-                  "workers": [Batches().workers, Batches(workers=8).workers]}))
+batches = Batches()
+model.fit(batches, epochs=1, verbose=0)
+
+
+class Own(keras.Model):
+    def fit(self, x, y, batch_size=None, **kwargs):
+        return super().fit(x, y, batch_size=16, **kwargs)
+
+
+inputs = keras.Input((4,))
+own = Own(inputs, keras.layers.Dense(1)(inputs))
+own.compile(optimizer="sgd", loss="mse")
+own.fit(x, y, batch_size=4, epochs=1, verbose=0)
+out = [{"facts": a.facts, "applied": a.applied, "not_applied": a.not_applied,
+        "batch_size": a.arguments.get("batch_size")} for a in applied]
+print("RESULT" + json.dumps({"fits": out, "workers_after": batches.workers, "spe": model.steps_per_execution,
+                            "policy": model.dtype_policy.name}))
 """
 
 
-def _run(change: dict, folder) -> dict:
-    proc = run_python(f"import sys; sys.argv = ['x', {json.dumps(change)!r}, {str(folder)!r}]\n" + _SCRIPT,
-                      env={"KERAS_BACKEND": "tensorflow"})
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _run(change: dict) -> dict:
+    proc = run_python(f"import sys; sys.argv = ['x', {json.dumps(change)!r}]\n" + _SCRIPT,
+                      env={"KERAS_BACKEND": "tensorflow"}, timeout=300)
+    return json.loads(proc.stdout.split("RESULT", 1)[1])
 
 
 @pytest.mark.slow
-def test_the_patches_apply_on_import_and_record_what_the_script_did(tmp_path):
-    base = _run({}, tmp_path)
-    record = base["record"]
-    assert record["steps_per_execution"] == 1 and record["policy"] == "float32"
-    assert record["facts"]["fit_input"] == "tf.data"
-    assert record["facts"]["script_sequential_maps"] == 1 and record["facts"]["script_prefetches"] == 0
-    assert [s for s, _ in record["losses"]] == list(range(1, 9))
-    assert base["workers"] == [1, 8]
-    changed = _run({"steps_per_execution": 4, "policy": "mixed_bfloat16", "parallel_map": True, "prefetch": True,
-                    "workers": 4}, tmp_path)
-    record = changed["record"]
-    assert record["steps_per_execution"] == 4 and record["policy"] == "mixed_bfloat16"
-    assert changed["policy"] == "mixed_bfloat16"
-    assert changed["workers"] == [4, 8]  # raised to 4 where fewer, left where more
-    assert [s for s, _ in record["losses"]] == [4, 8]  # batch hooks once per execution of 4 steps
+def test_the_script_as_written_is_described_fit_by_fit():
+    data, pydataset, own = _run({})["fits"]
+    assert data["facts"]["fit_input"] == "tf.data" and data["facts"]["sequential_maps"] == 1
+    # The training pipeline's map, by its line and its first call there.
+    line = next(n for n, text in enumerate(("sys.argv\n" + _SCRIPT).splitlines(), 1) if ".map(lambda" in text)
+    assert data["facts"]["map_sites"] == [["<string>", line, 1]] and data["facts"]["prefetches"] == 0
+    assert pydataset["facts"] == {"fit_input": "PyDataset", "fit_override": None, "pydataset_workers": 1,
+                                  "shuffle": True}
+    assert own["facts"] == {"fit_input": "arrays", "fit_override": "Own.fit", "batch_size": 16}
+    assert data["applied"] == data["not_applied"] == {}
+
+
+@pytest.mark.slow
+def test_each_change_applies_to_fits_objects_or_says_why_not():
+    sites = _run({})["fits"][0]["facts"]["map_sites"]
+    out = _run({"steps_per_execution": 4, "policy": "mixed_bfloat16", "parallel_map": sites, "prefetch": True,
+                "workers": 4, "batch_factor": 2})
+    data, pydataset, own = out["fits"]
+    assert data["applied"]["steps_per_execution"] == "model.steps_per_execution = 4" and out["spe"] == 4
+    assert data["applied"]["policy"] == "the model computes in mixed_bfloat16"
+    assert data["applied"]["parallel_map"].startswith("map calls made parallel: ")
+    assert data["applied"]["prefetch"] == "the dataset given to fit ends with prefetch(tf.data.AUTOTUNE)"
+    assert data["not_applied"] == {"workers": "fit is given tf.data, not a PyDataset",
+                                   "batch_factor": "fit is given tf.data, not arrays with batch_size"}
+    # The PyDataset given to fit ran 4 workers, and has its own 1 again after fit.
+    assert pydataset["applied"]["workers"] == "the PyDataset given to fit runs 4 workers" and out["workers_after"] == 1
+    # A model whose class overrides fit passes Keras' fit a batch size of its own: no batch line can be named.
+    assert own["batch_size"] == 16 and own["not_applied"]["batch_factor"].startswith(
+        "Own.fit overrides Keras' fit, so the batch size Keras' fit gets is the one it passes on")

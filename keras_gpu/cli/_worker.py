@@ -17,11 +17,10 @@ give it, after:
   script passes (never twice: a list that has one already is left alone).
   Keras is patched when the script imports it, on any backend; the bootstrap
   imports neither Keras nor TensorFlow itself;
-- under `keras-gpu scale` (`KERAS_GPU_SCALE_DIR` is set), adding a
-  `keras_gpu.hooks.scale_window.ScaleWindow` to the same lists the same way:
-  it measures the study's window, stops the run and ends the worker;
-- under `keras-gpu tune` (`KERAS_GPU_TUNE_CHANGE` is set), applying the
-  candidate's change (`keras_gpu.hooks.tune_private.install_from_env`).
+- under `keras-gpu scale` or `keras-gpu tune` (`KERAS_GPU_STUDY_DIR` is
+  set), joining the run (`keras_gpu.hooks.study.install_from_env`): Keras'
+  own `fit` is wrapped when the script imports Keras; it applies the run's
+  change, measures the window, writes the run's record and ends the worker.
 
 A script that raises prints its traceback from its own frame on, without
 the bootstrap's and `runpy`'s frames above it (through `sys.excepthook`,
@@ -78,17 +77,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     replicas, target = _parse(argv)
     report = _supervise_child() if hasattr(os, "fork") else None
     from keras_gpu.hooks.progress import ENV_PROGRESS_FILE
-    from keras_gpu.hooks.scale_env import ENV_SCALE_DIR
 
-    if os.environ.get(ENV_PROGRESS_FILE, "").strip() or os.environ.get(ENV_SCALE_DIR, "").strip():
+    if os.environ.get(ENV_PROGRESS_FILE, "").strip():
         install_heartbeat()
-    from keras_gpu.hooks.tune_private import install_from_env
+    from keras_gpu.hooks.study import install_from_env
 
-    install_from_env()  # `keras-gpu tune`: the candidate's change (nothing elsewhere)
+    install_from_env()  # `keras-gpu scale` and `keras-gpu tune` (nothing elsewhere)
     if replicas is not None:
         _split_cpu(replicas)
     try:
         _run_target(target)
+        from keras_gpu.hooks.study import finish
+
+        finish()
     except SystemExit as exc:
         _report_failure(report, _exit_status(exc.code))
         raise
@@ -206,26 +207,9 @@ def _with_heartbeat(callbacks: Any) -> Any:
         items = list(callbacks)
     else:
         items = [callbacks]
-    added = [] if any(isinstance(c, Heartbeat) for c in items) else [Heartbeat()]
-    added += _scale_window(items)
-    return [*items, *added] if added else callbacks
-
-
-def _scale_window(items: list[Any]) -> list[Any]:
-    """A `ScaleWindow` for `keras-gpu scale` (one per process, so every fit shares it), unless `items` holds it."""
-    from keras_gpu.hooks.scale_env import ENV_SCALE_DIR
-
-    if not os.environ.get(ENV_SCALE_DIR, "").strip():
-        return []
-    from keras_gpu.hooks.scale_window import ScaleWindow
-
-    global _SCALE_WINDOW
-    if _SCALE_WINDOW is None:
-        _SCALE_WINDOW = ScaleWindow()
-    return [] if any(c is _SCALE_WINDOW for c in items) else [_SCALE_WINDOW]
-
-
-_SCALE_WINDOW: Any = None
+    if any(isinstance(c, Heartbeat) for c in items):
+        return callbacks
+    return [*items, Heartbeat()]
 
 
 # ------------------------------------------------------------------ the supervisor

@@ -6,11 +6,13 @@ keras-gpu scale --replicas 1,2,4 --cpu --json -m mypackage.train
 ```
 
 The script runs unchanged once per configuration (every worker count with
-every replica count), on TensorFlow or JAX (`KERAS_BACKEND`); see
-`keras_gpu.cli._scale_run` for how a configuration is run and
+every replica count), on TensorFlow or JAX (`KERAS_BACKEND`; on PyTorch it
+refuses with one line); see `keras_gpu.cli._study_run` for how a
+configuration is run (the runner `keras-gpu tune` shares) and
 `keras_gpu.hooks.scale_window` for what is measured in it,
-`keras_gpu.meters.scale_table` for speed-up and efficiency, and
-`keras_gpu.meters.scale_cause` for the run-to-run spread and the cause.
+`keras_gpu.meters.scale_table` for speed-up and efficiency,
+`keras_gpu.meters.run_spread` for the run-to-run spread and the rule, and
+`keras_gpu.meters.scale_cause` for the cause.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import sys
 from typing import Any
 
 from keras_gpu.cli import UsageError
-from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, check_devices, run_config
-from keras_gpu.meters.scale_cause import measured_spread
+from keras_gpu.cli._study_run import Config, ScaleError, available_gpus, check_devices, run_config
+from keras_gpu.meters.run_spread import measured_spread
 from keras_gpu.meters.scale_table import RunResult, build_rows
 
 __all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "count_option", "gpu_name", "parse_list", "render", "run"]
@@ -130,6 +132,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the study and print its table; returns 0, or 1 when a configuration could not be measured."""
     target, is_module, script_args = _target(args)
+    _check_backend()
     gpu_ids = available_gpus()
     try:
         pairs = check_devices(args.workers, args.replicas, len(gpu_ids), os.cpu_count() or 1)
@@ -182,13 +185,30 @@ def _measure(
                          f"({config.label}){' again, for the run-to-run spread' if again else ''}\n")
         try:
             result = run_config(config, target, script_args, is_module, args.warmup, args.steps, gpu_ids,
-                                args.hang_timeout, device)
+                                args.hang_timeout, device).result
         except ScaleError as exc:
             return results, None, str(exc)
         if again:
             return results, result, None
         results.append(result)
     return results, None, None
+
+
+def _check_backend() -> None:
+    """Refuse Keras' PyTorch backend (and any but TensorFlow and JAX) with one line, before any run.
+
+    Raises:
+        UsageError: The backend the script will run on, with the fix.
+    """
+    from keras_gpu.core import backend
+
+    chosen = backend.selected()
+    if chosen not in ("tensorflow", "jax"):
+        raise UsageError(
+            f"the study needs Keras' TensorFlow or JAX backend (keras_gpu.make_strategy() spreads the model over "
+            f"replicas there), not {chosen!r}: set KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow (`keras-gpu tune` "
+            f"measures the fixes on every backend). Received: KERAS_BACKEND={chosen}"
+        )
 
 
 def gpu_name(gpu_ids: list[str]) -> str:

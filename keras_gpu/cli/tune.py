@@ -7,28 +7,37 @@ keras-gpu tune --try spe16,batch2,bf16 --steps 200 --json -m mypackage.train
 
 The script runs unchanged as written (the baseline), then once per
 candidate change that applies to it (`keras_gpu.meters.tune_candidates`),
-applied inside the run by `keras_gpu.hooks.tune_private`, then as written
-again (the run-to-run spread, over the whole study's time), and once more
-with the changes that helped together. Each run is measured as `keras-gpu scale` measures one
-configuration (`keras_gpu.cli._scale_run.run_config`: stopped after W + N
-steps, the N steps timed); `keras_gpu.meters.tune_table` compares them.
+applied inside the run by `keras_gpu.hooks.tune_private` to the model `fit`
+trains and the data it is given, then as written again (the run-to-run
+spread, over the whole study's time), and once more with the changes that
+helped together. Each run is measured exactly as `keras-gpu scale` measures
+one configuration, by the same runner (`keras_gpu.cli._study_run.run_config`:
+the one injection into `fit`, stopped after W + N steps, the N steps timed,
+one record per run); `keras_gpu.meters.tune_table` compares them with the
+one rule of both commands (`keras_gpu.meters.run_spread`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-import tempfile
 from typing import Any
 
 from keras_gpu.cli import UsageError
-from keras_gpu.cli._scale_run import Config, ScaleError, available_gpus, run_config
+from keras_gpu.cli._study_run import Config, ScaleError, available_gpus, run_config
 from keras_gpu.cli.scale import count_option
-from keras_gpu.hooks.tune_private import ENV_TUNE_CHANGE, ENV_TUNE_DIR, ERROR_FILE
-from keras_gpu.meters.tune_candidates import CANDIDATES, Candidate, by_name, combine, line_for, skip_reason
-from keras_gpu.meters.tune_table import TuneRun, build_rows, verdict
+from keras_gpu.meters.tune_candidates import (
+    CANDIDATES,
+    Candidate,
+    by_name,
+    change_for,
+    combine,
+    for_script,
+    line_for,
+    skip_reason,
+)
+from keras_gpu.meters.tune_table import TuneRun, baseline_spread, build_rows, verdict
 
 __all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "add_parser", "parse_try", "render", "run"]
 
@@ -69,14 +78,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "each applied the way a user would write it, then unchanged again (the run-to-run spread), and once "
             "with the changes that helped together; stop each run after W warm-up and N measured training steps. Each row: "
             "samples/s over the measured steps, speed-up against the baseline, the part of the step that moved, "
-            "peak memory, and whether the losses stayed the same. The verdict names the winner and the line to "
-            "change, or says that nothing helps beyond the spread."
+            "peak memory, and whether the losses stayed the same; a change that could not apply to the script is "
+            "a row that says so. The verdict names the fastest change that keeps the results (the same losses), "
+            "then the fastest that changes the training, with its caveat, or says that nothing helps beyond the "
+            "run-to-run spread."
         ),
         epilog=(
             f"Candidates: {names}. spe<k>: model.compile(steps_per_execution=k); jit: jit_compile=True; bf16/fp16: "
             "the mixed_bfloat16/mixed_float16 policy; batch2/batch4: fit's batch_size x2/x4 where fit is given "
-            "arrays; prefetch, map (parallel map), autotune (tf.data options): where fit reads a tf.data pipeline; "
-            "workers: PyDataset(workers=4). The script runs on the first GPU, or on the CPU without one; its "
+            "arrays; prefetch, map (deterministic parallel map of the maps that build fit's dataset), autotune "
+            "(tf.data options): on the tf.data.Dataset given to fit; workers: the PyDataset given to fit with "
+            "workers=4. The script runs on the first GPU, or on the CPU without one; its "
             "output goes to stderr. Exit status: 0 when the baseline was measured (a failing candidate is a row); "
             "1 when the baseline could not be."
         ),
@@ -109,40 +121,22 @@ class _Runner:
         self.count = 0  # runs so far
 
     def measure(self, name: str, candidate: Candidate | None, record: dict | None = None) -> TuneRun:
-        change = dict(candidate.change) if candidate else {}
-        line = line_for(candidate, record or {}) if candidate else ""
+        """Run the script with `candidate`'s change (none: as written); a failed run is a row saying why."""
+        record = record or {}
+        candidate = for_script(candidate, record) if candidate else None
+        change = change_for(candidate, record) if candidate else {}
         sys.stderr.write(f"keras-gpu tune: measuring {name}\n")
-        with tempfile.TemporaryDirectory(prefix="keras-gpu-tune-") as folder:
-            env = {ENV_TUNE_CHANGE: json.dumps(change), ENV_TUNE_DIR: folder}
-            try:
-                result = run_config(Config(1, 1, 1), self.target, self.script_args, self.is_module, self.warmup,
-                                    self.steps, self.gpu_ids, extra_env=env, where=f"({name})", tool=_TOOL)
-                error = ""
-            except ScaleError as exc:
-                result, error = None, str(exc)
-            found = _read(f"{folder}/tune.json")
-            raised = _read(f"{folder}/{ERROR_FILE}")
-        if raised and error:
-            error = f"the script's fit raised {raised['error']} ({name})"
-        keeps = candidate.keeps_arithmetic if candidate else True
-        note = candidate.note if candidate else ""
         self.count += 1
-        return TuneRun(name, line, keeps, result, found, error, note, order=self.count)
-
-
-def _with_samples(run: TuneRun, baseline: TuneRun) -> TuneRun:
-    """`run`, its samples counted as steps x batch where the step probe counted none (TensorFlow under XLA).
-
-    Every step of the window reads a whole batch of the same input: the
-    baseline's samples per step, times the candidate's batch factor.
-    """
-    r, base = run.result, baseline.result
-    if r is None or base is None or r.samples > 0 or not base.samples > 0:
-        return run
-    factor = int((run.record or {}).get("change", {}).get("batch_factor", 1))
-    samples = r.steps * base.global_batch * factor
-    note = "samples counted as steps x batch (the step probe counts none under XLA)"
-    return dataclasses.replace(run, result=dataclasses.replace(r, samples=samples, note=note))
+        try:
+            measured = run_config(Config(1, 1, 1), self.target, self.script_args, self.is_module, self.warmup,
+                                  self.steps, self.gpu_ids, tool="tune", change=change, where=f"({name})")
+            result, found, error = measured.result, dict(measured.record), ""
+        except ScaleError as exc:
+            result, found, error = None, None, str(exc)
+        if candidate is None:
+            return TuneRun(name, result=result, record=found, error=error, order=self.count)
+        return TuneRun(name, line_for(candidate, record), candidate.keeps_results, result, found, error,
+                       candidate.caveat, order=self.count)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,19 +149,18 @@ def run(args: argparse.Namespace) -> int:
     record = dict(baselines[0].record or {})
     chosen = [by_name(n) for n in args.tries] if args.tries else list(CANDIDATES)
     skipped = [(c, skip_reason(c, record)) for c in chosen]
-    runs = [_with_samples(runner.measure(c.name, c, record), baselines[0]) for c, why in skipped if why is None]
+    runs = [runner.measure(c.name, c, record) for c, why in skipped if why is None]
     # The baseline again after the candidates: its spread covers the machine's drift over the study.
     baselines.append(runner.measure("baseline (again)", None))
     if baselines[1].result is None:
         sys.stderr.write(f"keras-gpu tune: error: the second baseline run failed: {baselines[1].error}\n")
         return 1
-    rates = [b.rate for b in baselines]
     rows = build_rows(baselines, runs)
-    combined = _combination(chosen, rows)
-    if combined is not None:
-        runs.append(_with_samples(runner.measure(combined.name, combined, record), baselines[0]))
+    combined = _combinations([for_script(c, record) for c in chosen], rows)
+    if combined:
+        runs += [runner.measure(c.name, c, record) for c in combined]
         rows = build_rows(baselines, runs)
-    text = verdict(rows, rates)
+    text = verdict(rows, baseline_spread(baselines))
     skips = [f"{c.name}: {why}" for c, why in skipped if why is not None]
     if args.log_dir:
         from keras_gpu.output.tune_output import write_log_dir
@@ -180,18 +173,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _combination(chosen: list[Candidate], rows: list[dict[str, Any]]) -> Candidate | None:
-    """The changes that helped, the fastest of each family, together; `None` unless two families helped."""
+def _combinations(chosen: list[Candidate], rows: list[dict[str, Any]]) -> list[Candidate]:
+    """The changes that helped, the fastest of each family, together: those that keep the results, then all.
+
+    A combination needs two families that helped; the second is tried only
+    where a change of the training helped too.
+    """
     best: dict[str, tuple[float, Candidate]] = {}
     for c in chosen:
         row = next((r for r in rows if r["change"] == c.name), None)
-        if row is None or row["helps"] != 1:
+        if row is None or row["status"] != "measured" or row["helps"] != 1:
             continue
         if c.family not in best or row["samples_per_sec"] > best[c.family][0]:
             best[c.family] = (row["samples_per_sec"], c)
-    if len(best) < 2:
-        return None
-    return combine([c for _, c in best.values()])
+    helped = [c for _, c in best.values()]
+    keeping = [c for c in helped if c.keeps_results]
+    out = [combine(keeping)] if len(keeping) > 1 else []
+    if len(helped) > len(keeping) and len(helped) > 1:
+        out.append(combine(helped))
+    return out
 
 
 def render(rows: list[dict[str, Any]], skips: list[str], text: str, console: Any = None) -> None:
@@ -218,14 +218,9 @@ def render(rows: list[dict[str, Any]], skips: list[str], text: str, console: Any
     for i, row in enumerate(rows, 1):
         if row["status"] == "failed":
             console.print(f"{i}. {row['change']} failed: {row['error']}", highlight=False, soft_wrap=True)
+        elif row["status"] == "not applied":
+            console.print(f"{i}. {row['change']} not applied: {row['not_applied']}", highlight=False, soft_wrap=True)
     for line in skips:
         console.print(f"skipped {line}", highlight=False, soft_wrap=True)
     console.print(text, highlight=False, soft_wrap=True)
 
-
-def _read(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None

@@ -25,8 +25,8 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import importlib.machinery
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,8 +38,10 @@ __all__ = [
     "call_has_training_arg",
     "callback_model",
     "drop_train_function",
+    "fit_override",
     "inputs_struct",
     "jax_initialize_rng",
+    "missed_import",
     "optimizer_trainable_variables",
     "patch_on_import",
     "patched_train_step",
@@ -50,6 +52,7 @@ __all__ = [
     "tf_dataset_adapter_dataset",
     "wrap_callback_lists",
     "wrap_epoch_iterator",
+    "wrap_fit",
     "wrap_jax_data_input",
     "wrap_jax_predict_function",
 ]
@@ -206,40 +209,135 @@ def wrap_callback_lists(wrap: Callable[[Any], Any]) -> None:
 def patch_on_import(name: str, patch: Callable[[Any], None], key: Any = None) -> None:
     """Call `patch(module)` on the module `name`: now where it is imported, else right after it first runs.
 
-    The second case inserts a meta-path finder that imports nothing itself
-    (so the program still chooses what it imports, the backend included).
-    One finder per `name` and `key` (default: `name`): calling it again
-    before the import adds none.
+    The second case puts one meta-path finder per module name first in
+    `sys.meta_path`. It imports nothing itself (so the program still chooses
+    what it imports, the backend included): it asks the finders after it for
+    the module (the ones Python would ask, an editable install's or a zip
+    import's included), lets the module run, calls the patches, and takes
+    itself out of `sys.meta_path`. One patch per `name` and `key` (default:
+    `name`): calling it again before the import adds none. A module that
+    gets imported past the finder (a finder placed ahead of it, a loader
+    without `exec_module`) is left unpatched: `missed_import` says so.
     """
+    key = name if key is None else key
     module = sys.modules.get(name)
     if module is not None:
         patch(module)
         return
-    key = name if key is None else key
-    if not any(isinstance(f, _PatchOnImport) and f.name == name and f.key == key for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(name, patch, key))
+    hook = next((f for f in sys.meta_path if isinstance(f, _PatchOnImport) and f.name == name), None)
+    if hook is None:
+        hook = _PatchOnImport(name)
+        sys.meta_path.insert(0, hook)
+    hook.patches.setdefault(key, patch)
+
+
+def missed_import(name: str) -> str | None:
+    """Why the module `name` was imported without its `patch_on_import` patches, or `None` where it was not.
+
+    `None` too where nothing waits for `name`, or it is not imported yet.
+    """
+    hook = next((f for f in sys.meta_path if isinstance(f, _PatchOnImport) and f.name == name), None)
+    if hook is None or (hook.missed is None and name not in sys.modules):
+        return None
+    if hook.missed is not None:
+        return f"`{name}` was imported by a loader keras-gpu cannot follow ({hook.missed})"
+    loader = getattr(getattr(sys.modules[name], "__spec__", None), "loader", None)
+    return (
+        f"`{name}` was imported past keras-gpu's import hook (loaded by {type(loader).__name__}, found by a finder "
+        "ahead of the hook in sys.meta_path)"
+    )
 
 
 class _PatchOnImport:
     """A meta-path finder that patches the module `name` right after it runs (it imports nothing itself)."""
 
-    def __init__(self, name: str, patch: Callable[[Any], None], key: Any) -> None:
-        self.name, self.patch, self.key = name, patch, key
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.patches: dict[Any, Callable[[Any], None]] = {}
+        self.missed: str | None = None  # why the module could not be patched as it loaded
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != self.name:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        spec = self._spec_from_the_others(name, path, target)
+        if spec is None:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            self.missed = f"{type(loader).__name__} has no exec_module"
             return spec
-        exec_module = spec.loader.exec_module
+        # On the loader instance, for this one call: a loader can serve several modules (a zip importer).
+        exec_module = loader.exec_module
 
         def exec_and_patch(module: Any) -> None:
+            with contextlib.suppress(AttributeError):
+                del loader.exec_module
             exec_module(module)
-            self.patch(module)
+            self._done()
+            for patch in self.patches.values():
+                patch(module)
 
-        spec.loader.exec_module = exec_and_patch
+        loader.exec_module = exec_and_patch
         return spec
+
+    def _spec_from_the_others(self, name: str, path: Any, target: Any) -> Any:
+        """The spec the finders after this one give (`None` where none finds `name`)."""
+        finders = list(sys.meta_path)
+        after = finders[finders.index(self) + 1 :] if self in finders else finders
+        for finder in after:
+            find = getattr(finder, "find_spec", None)
+            if find is None or isinstance(finder, _PatchOnImport):
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _done(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+
+
+# --------------------------------------------------------------------------- Keras' own fit
+
+
+def wrap_fit(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Make Keras' own `fit` go through `wrap(original)`, now or when the program imports Keras; once per `wrap`.
+
+    Keras' own `fit` is the backend trainer's (`TensorFlowTrainer.fit`,
+    `JAXTrainer.fit`, `TorchTrainer.fit`: the class that defines the `fit`
+    of `keras.Model`), which every model's `fit` reaches, through a
+    subclass's override that calls `super().fit(...)` too. `wrap` returns a
+    function with `fit`'s signature (`self` first).
+    """
+    patch_on_import("keras", lambda keras: _wrap_trainer_fit(keras.Model, wrap), key=("fit", wrap))
+
+
+def _fit_owner(cls: type) -> type:
+    """The class in `cls`'s method order that defines the `fit` it runs."""
+    return next(c for c in cls.__mro__ if "fit" in vars(c))
+
+
+def _wrap_trainer_fit(model_class: type, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    owner = _fit_owner(model_class)
+    original = vars(owner)["fit"]
+    while getattr(original, _WRAPS, None) is not None:  # already wrapped: by this wrap, or another around Keras'
+        if getattr(original, _WRAPS) is wrap:
+            return
+        original = original.__wrapped__
+    wrapped = functools.wraps(vars(owner)["fit"])(wrap(vars(owner)["fit"]))
+    setattr(wrapped, _WRAPS, wrap)
+    owner.fit = wrapped
+
+
+def fit_override(model: Any) -> str | None:
+    """`"Class.fit"` where `model`'s class (or a class between it and Keras) overrides Keras' own `fit`; else `None`."""
+    import keras
+
+    owner = _fit_owner(type(model))
+    if owner is _fit_owner(keras.Model):
+        return None
+    return f"{owner.__qualname__}.fit"
 
 
 def _wrap_callback_list_init(cls: type, wrap: Callable[[Any], Any]) -> None:

@@ -1,17 +1,18 @@
-"""`ScaleWindow`: one configuration's measurement for `keras-gpu scale`, added to `fit` by the worker bootstrap.
+"""`ScaleWindow`: the measured window of one run of `keras-gpu scale` or `keras-gpu tune`.
 
-The worker bootstrap (`keras_gpu.cli._worker`) puts one into every Keras
-`CallbackList` of a worker that `keras-gpu scale` started (as it does the
-heartbeat), so the user's script runs unchanged. In the first `fit` that
-trains long enough it:
+The study's injection into the script's `fit` (`keras_gpu.hooks.study`)
+adds the process's one window to every `fit`, so the user's script runs
+unchanged. In the first `fit` that trains long enough it:
 
 * lets `warmup` training steps pass (compilation, first executions);
 * measures the next `steps` steps: their wall time from the batch end that
   opens the window to the batch end that closes it, leaving out the time
   between an epoch's last batch end and the next epoch's start (validation,
-  epoch-end callbacks), and their samples; and the time per step of each
-  half of the window (a part of the run-to-run spread);
-* splits the step on TensorFlow with keras-gpu's step probe
+  epoch-end callbacks), and their samples (counted inside the step on
+  TensorFlow, by keras-gpu's step probe, under XLA too; from the batches
+  taken elsewhere); and the time per step of each half of the window (a
+  part of the run-to-run spread);
+* splits the step on TensorFlow with the step probe
   (`keras_gpu.hooks.step_probe`: timestamps inside the compiled step)
   into input, compute, communication and other; on JAX, where the step is
   one compiled program, with the cluster view's host clock
@@ -22,12 +23,13 @@ trains long enough it:
 * stops training (`model.stop_training`), and where more than one replica
   trains, all-reduces a buffer the size of the model's trainable weights
   over the same replicas, alone, a few times (every worker reaches this
-  point, so the collective is safe);
-* writes its result to `worker<i>.json` in the study's folder and ends the
-  process (`os._exit(0)`), so that the rest of a long script does not run.
+  point, so the collective is safe).
 
-A `fit` that ends before the window closes writes how many steps it trained
-and lets the script go on; the next `fit` starts counting again.
+`outcome` is then what the run's record holds of the window (`result`,
+or where the `fit` ended before the window closed, how many steps it
+trained); the injection writes the record once `fit` has returned, after
+every callback's `on_train_end`, and ends the process. The next `fit`
+starts counting again.
 
 Nothing here does I/O on the training thread within the window: the hooks
 take clock readings and count; the probe's sums are read once at each end of
@@ -40,10 +42,7 @@ of the window (at the fit's end, where none follows).
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
 import threading
 import time
 from typing import Any
@@ -55,7 +54,7 @@ from keras_gpu.core import keras_private
 from keras_gpu.core.log import logger
 from keras_gpu.hooks import step_probe
 from keras_gpu.hooks.fit_introspection import count_batches
-from keras_gpu.hooks.scale_env import ScaleSettings, result_path, settings_from_env
+from keras_gpu.hooks.study_env import StudySettings, settings_from_env
 
 __all__ = ["ALLREDUCE_REPEATS", "ScaleWindow", "allreduce_seconds"]
 
@@ -67,16 +66,23 @@ class ScaleWindow(keras.callbacks.Callback):
     """Measure `steps` training steps after `warmup`, then stop; see the module's text.
 
     Args:
-        settings: The study's settings (default: from the environment, as
-            `keras-gpu scale` sets it; `None` there makes this a no-op).
-        exit_when_done: End the process once the result is written.
+        settings: The run's settings (default: from the environment, as
+            `keras-gpu scale` and `keras-gpu tune` set it; `None` there makes
+            this a no-op).
+
+    Attributes:
+        result: The closed window (steps, seconds, samples, parts, ...), or
+            `None` while no window closed.
+        outcome: What the run's record holds of the window after each `fit`:
+            `result` with `"status": "done"`, or `"status": "short"` with the
+            steps trained; `None` before a `fit` ended.
     """
 
-    def __init__(self, settings: ScaleSettings | None = None, exit_when_done: bool = True) -> None:
+    def __init__(self, settings: StudySettings | None = None) -> None:
         super().__init__()
         self.settings = settings if settings is not None else settings_from_env()
-        self.exit_when_done = exit_when_done
         self.result: dict[str, Any] | None = None
+        self.outcome: dict[str, Any] | None = None
         self._probe: step_probe.StepProbe | None = None
         self._counter: Any = None
         self._clock: Any = None  # JAX: the host clock of the train function's calls
@@ -104,6 +110,7 @@ class ScaleWindow(keras.callbacks.Callback):
         self._counts_at: dict[int, tuple[int, int, float]] = {}
         self._clock_open: int | None = None  # JAX: the steps when the clock was reset at the window's start
         self._clock_window: Any = None
+        self._probe_open = (0, 0)  # TensorFlow: the probe's running (steps, samples) when the window opened
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -123,6 +130,7 @@ class ScaleWindow(keras.callbacks.Callback):
         if self.settings is None or self.result is not None:
             return
         self._reset()
+        self.outcome = None
         if _backend.name() != "tensorflow":
             self._counter = count_batches(self.model)
         if _backend.name() == "jax":
@@ -178,9 +186,10 @@ class ScaleWindow(keras.callbacks.Callback):
         if self._clock is not None:
             self._clock.ended(batch, time.perf_counter(), threading.get_ident() != self._thread)
         if self.settings is None or self._done or self.result is not None:
-            return
+            return  # a fast path only: another batch end may close the window between this check and the lock
         with self._lock:  # in batch order: a batch end older than one already taken is covered by it
-            if batch > self._last_batch:
+            # Keras reads stop_training after handing the batch end to its pool: later ones are in flight.
+            if not self._done and batch > self._last_batch:
                 self._last_batch = batch
                 self._batch_end(self._steps_before + int(batch) + 1, time.perf_counter())
 
@@ -194,6 +203,7 @@ class ScaleWindow(keras.callbacks.Callback):
                 self._start_steps = self._steps
                 if self._probe is not None:
                     self._probe.reset()
+                    self._probe_open = self._probe.counts()
             return
         if self._half is None and 2 * (self._steps - self._start_steps) >= self.settings.steps:
             self._half = self._elapsed + (now - self._segment)
@@ -215,7 +225,7 @@ class ScaleWindow(keras.callbacks.Callback):
         result.update(self._topology())
         if self._window is None:
             result["status"] = "short"
-            _write(self.settings, result)
+            self.outcome = result
             return
         result["status"] = "done"
         result.update(self._window)
@@ -232,12 +242,7 @@ class ScaleWindow(keras.callbacks.Callback):
             except Exception as exc:  # noqa: BLE001 - the table is still worth having without it
                 logger.warning("keras-gpu scale: the all-reduce alone could not be measured: %s: %s",
                                type(exc).__name__, exc)
-        self.result = result
-        _write(self.settings, result)
-        if self.exit_when_done:
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            os._exit(0)
+        self.result = self.outcome = result
 
     # -- measuring --------------------------------------------------------------------------
 
@@ -259,7 +264,8 @@ class ScaleWindow(keras.callbacks.Callback):
             window["halves"] = [self._half / half, (seconds - self._half) / (steps - half)]
         if self._probe is not None:
             measured = self._probe.read()
-            window["samples"] = 0 if measured is None else measured.samples
+            # The running count, not the timed window's: a counting probe (XLA) has no timed window.
+            window["samples"] = self._probe.counts()[1] - self._probe_open[1]
             if measured is not None and self._probe.timing and measured.input_sec == measured.input_sec:
                 parts = {
                     "input": measured.input_sec,
@@ -341,14 +347,6 @@ def _itemsize(dtype: str) -> int:
         return int(np.dtype(dtype).itemsize)
     except TypeError:
         return 2 if "16" in dtype else 4
-
-
-def _write(settings: ScaleSettings, result: dict[str, Any]) -> None:
-    path = result_path(settings.folder, settings.worker)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f)
-    os.replace(tmp, path)
 
 
 def allreduce_seconds(model: Any, nbytes: int, repeats: int = ALLREDUCE_REPEATS) -> float:

@@ -1,163 +1,102 @@
-"""One `keras-gpu tune` candidate applied inside the user's process, the way the user would write it.
+"""A `keras-gpu tune` change, applied to the objects the measured `fit` trains, the way the user would write it.
 
-The worker bootstrap (`keras_gpu.cli._worker`) calls `install_from_env`
-before the script runs when `keras-gpu tune` started it
-(`KERAS_GPU_TUNE_CHANGE` is set). This is the one module that patches for
-`keras-gpu tune` (a fence module: it replaces methods of Keras and tf.data
-classes and hooks the import of `keras` and `tensorflow`, so the script still
-chooses its backend). The change is a dict; each key is what a user would
-write:
+The study's injection into Keras' `fit` (`keras_gpu.hooks.study`) calls
+`apply(model, arguments, change)` with the bound arguments of the `fit` it
+measures, and passes the arguments it returns on to Keras. This is the one
+module that changes the script for `keras-gpu tune` (a fence module: it sets
+a model's attributes, reads tf.data's private lineage, and wraps
+`tf.data.Dataset.map`). Each key of the change is a line a user would write,
+and it applies to the model that `fit` trains and the dataset given to it,
+nothing else:
 
-* `steps_per_execution`, `jit_compile`: arguments of `model.compile(...)`;
-* `policy`: `keras.mixed_precision.set_global_policy(policy)`, set as soon as
-  the script imports Keras;
-* `batch_factor`: `model.fit(x, y, batch_size=batch_size * factor)` where
-  `fit` is given arrays (`epochs` grows by the same factor, so the run still
-  has its warm-up and measured steps);
-* `prefetch`: `dataset.prefetch(tf.data.AUTOTUNE)` on the `tf.data.Dataset`
-  given to `fit`;
-* `parallel_map`: `dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE,
-  deterministic=True)` for every `map` the script calls without
-  `num_parallel_calls` (the order, and so the arithmetic, stays);
-* `tf_data_autotune`: the dataset given to `fit` with tf.data's autotuning,
-  parallel map rewrite and injected prefetch on (`with_options`);
-* `workers`: `PyDataset(workers=...)` for every `PyDataset` built with fewer.
+* `steps_per_execution`, `jit_compile`: set on the model, as
+  `model.compile(...)` sets them (its train function is built anew);
+* `policy`: `keras.mixed_precision.set_global_policy(policy)` as soon as
+  the script imports Keras (`install`), before it builds its model, which is
+  where a user writes it; applied where the model computes in it;
+* `batch_factor`: `fit`'s `batch_size` times the factor where `fit` is given
+  arrays (`epochs` grows by the same factor, so the run still has its
+  warm-up and measured steps), unless the model's class overrides `fit` (its
+  `fit` passes on a batch size of its own);
+* `prefetch`: `x.prefetch(tf.data.AUTOTUNE)` on the `tf.data.Dataset` given
+  to `fit`;
+* `tf_data_autotune`: that dataset with tf.data's autotuning, parallel map
+  rewrite and injected prefetch on (`with_options`);
+* `parallel_map`: the sequential `map` calls that built that dataset in the
+  run as written, named by their call site and count there (`[file, line,
+  n]`, from the baseline's record), made with
+  `num_parallel_calls=tf.data.AUTOTUNE, deterministic=True` (the order, and
+  so the arithmetic, stays). The same function's other calls (a validation
+  pipeline's, a library's) run as written;
+* `workers`: the `PyDataset` given to `fit` gets `workers` where it has
+  fewer (put back after `fit`).
 
-An empty change (the baseline) changes nothing and still records what the
-script did (`FACTS`): what `fit` is given, its batch size, how many `map`
-calls run sequentially, whether it prefetches, the dataset's options; the
-callback `keras_gpu.hooks.tune_record.TuneRecord`, added to every `fit`,
-writes them with the losses and the peak memory.
+`apply` checks each key where it applies; `Applied.not_applied` says why a
+key did not (an import of Keras or TensorFlow past keras-gpu's hook, a
+model that computes in another policy, a `fit` given another input), and
+the command then shows a row saying so instead of a rate of the unchanged
+script. `Applied.facts` is what this `fit` was given (its input, batch size,
+the sequential maps and prefetches of its dataset, tf.data's options, the
+PyDataset's workers), read for this `fit` alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import json
-import os
 import sys
+import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from keras_gpu.core import keras_private
 
-__all__ = [
-    "ENV_TUNE_CHANGE",
-    "ENV_TUNE_DIR",
-    "ERROR_FILE",
-    "FACTS",
-    "change_from_env",
-    "compile_arguments",
-    "fit_arguments",
-    "input_kind",
-    "install",
-    "install_from_env",
-]
+__all__ = ["Applied", "apply", "input_kind", "install"]
 
-ENV_TUNE_CHANGE = "KERAS_GPU_TUNE_CHANGE"
-"""Environment variable: the candidate's change as JSON (`{}` for the baseline); unset outside `keras-gpu tune`."""
-ENV_TUNE_DIR = "KERAS_GPU_TUNE_DIR"
-"""Environment variable: the folder where the run's `tune.json` (facts, losses, memory) is written."""
-
-FACTS: dict[str, Any] = {}
-"""What the script did, as the patched calls saw it (this process only)."""
-
-_CHANGE: dict[str, Any] = {}
-_FOLDER: list[str] = []
-_MARK = "_keras_gpu_tune"  # keras-gpu's mark on a method it put in a class's place
 _DEFAULT_BATCH = 32  # Keras' batch size for arrays when fit is given none
-_KNOWN = ("steps_per_execution", "jit_compile", "policy", "batch_factor", "prefetch", "parallel_map",
-          "tf_data_autotune", "workers")
+_MARK = "_keras_gpu_tune_map"  # keras-gpu's mark on the map it put in tf.data's place
+
+# The map hook's own state (this process): the call that made each dataset, the calls per site, what to rewrite.
+_MADE_BY: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = weakref.WeakKeyDictionary()
+_CALLS: dict[tuple[str, int], int] = {}
+_PARALLEL: set[tuple[str, int, int]] = set()
 
 
-def change_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The candidate's change from `KERAS_GPU_TUNE_CHANGE`, or `None` outside `keras-gpu tune`.
+@dataclass
+class Applied:
+    """What `apply` did to one `fit`.
 
-    Raises:
-        ValueError: A value that `keras-gpu tune` would not have set.
+    Attributes:
+        arguments: `fit`'s bound arguments, changed.
+        facts: What the `fit` was given, before the change (see the module's text).
+        applied: Each key of the change that applied, with what was done.
+        not_applied: Each key that did not, with why.
+        undo: Calls that put the script's objects back as they were, after `fit`.
     """
-    env = os.environ if env is None else env
-    text = env.get(ENV_TUNE_CHANGE, "").strip()
-    if not text:
-        return None
-    try:
-        change = json.loads(text)
-    except ValueError:
-        change = None
-    if not isinstance(change, dict) or any(k not in _KNOWN for k in change):
-        raise ValueError(
-            f"{ENV_TUNE_CHANGE} must be a JSON object with keys among {', '.join(_KNOWN)}. Received: {text!r}"
-        )
-    return change
+
+    arguments: dict[str, Any]
+    facts: dict[str, Any] = field(default_factory=dict)
+    applied: dict[str, str] = field(default_factory=dict)
+    not_applied: dict[str, str] = field(default_factory=dict)
+    undo: list[Callable[[], None]] = field(default_factory=list)
 
 
-def install_from_env() -> bool:
-    """Apply the change `keras-gpu tune` asked for (see the module's text); returns whether there was one."""
-    change = change_from_env()
-    if change is None:
-        return False
-    install(change, os.environ.get(ENV_TUNE_DIR, ""))
-    return True
+def install(change: Mapping[str, Any]) -> None:
+    """Set the change's dtype policy when the script imports Keras, and watch tf.data's `map` calls.
 
-
-def install(change: Mapping[str, Any], folder: str) -> None:
-    """Apply `change` when the script imports Keras and TensorFlow (at once where it has), recording `FACTS`.
-
-    Args:
-        change: The candidate (keys: see the module's text; `{}`: the baseline).
-        folder: Where `TuneRecord` writes `tune.json` (empty: nowhere).
+    The `map` hook records which call made each dataset (for the baseline's
+    record) and makes the calls named by `change["parallel_map"]` parallel.
+    Both wait for the script's own import (the backend is the script's choice).
     """
-    _CHANGE.clear()
-    _CHANGE.update(change)
-    _FOLDER[:] = [folder]
-    for name, patch in (("keras", _patch_keras), ("tensorflow", _patch_tf_data)):
-        keras_private.patch_on_import(name, patch)
-
-
-# --------------------------------------------------------------------------- Keras: compile, fit, PyDataset, policy
-
-
-def _patch_keras(keras: Any) -> None:
-    policy = _CHANGE.get("policy")
+    policy = change.get("policy")
     if policy:
-        keras.mixed_precision.set_global_policy(policy)
-    model = keras.Model
-    if getattr(model.compile, _MARK, False):
-        return
-    _replace(model, "compile", _wrap_compile)
-    _replace(model, "fit", _wrap_fit)
-    _replace(keras.utils.PyDataset, "__init__", _wrap_py_dataset_init)
-
-
-def _replace(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    wrapped = wrap(getattr(cls, name))
-    setattr(wrapped, _MARK, True)
-    setattr(cls, name, wrapped)
-
-
-def compile_arguments(arguments: dict[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
-    """`model.compile`'s bound arguments with the change's `steps_per_execution` and `jit_compile` in place."""
-    FACTS["compile_steps_per_execution"] = arguments.get("steps_per_execution", 1)
-    FACTS["compile_jit_compile"] = arguments.get("jit_compile", "auto")
-    out = dict(arguments)
-    for key in ("steps_per_execution", "jit_compile"):
-        if key in change:
-            out[key] = change[key]
-    return out
-
-
-def _wrap_compile(original: Callable[..., Any]) -> Callable[..., Any]:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def compile(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = compile_arguments(dict(bound.arguments), _CHANGE)
-        return original(**arguments)
-
-    return compile
+        keras_private.patch_on_import("keras", lambda keras: keras.mixed_precision.set_global_policy(policy),
+                                      key=("tune-policy", policy))
+    _PARALLEL.clear()
+    _PARALLEL.update(tuple(site) for site in change.get("parallel_map") or ())
+    keras_private.patch_on_import("tensorflow", _patch_map, key="tune-map")
 
 
 def input_kind(x: Any) -> str:
@@ -175,104 +114,194 @@ def input_kind(x: Any) -> str:
     return "arrays"
 
 
-def fit_arguments(arguments: dict[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
-    """`model.fit`'s bound arguments with the change's batch size and tf.data input changes in place."""
-    out = dict(arguments)
-    x = out.get("x")
-    kind = input_kind(x)
-    FACTS["fit_input"] = kind
-    # The script's own calls, before Keras' data adapters make theirs.
-    FACTS["script_sequential_maps"] = FACTS.get("sequential_maps", 0)
-    FACTS["script_prefetches"] = FACTS.get("prefetch_calls", 0)
-    if kind == "arrays":
-        batch = out.get("batch_size") or _DEFAULT_BATCH
-        FACTS["batch_size"] = batch
-        factor = int(change.get("batch_factor", 1))
-        if factor > 1:
-            out["batch_size"] = batch * factor
-            out["epochs"] = int(out.get("epochs") or 1) * factor
-    elif kind == "tf.data":
-        import tensorflow as tf
+def apply(model: Any, arguments: Mapping[str, Any], change: Mapping[str, Any]) -> Applied:
+    """Apply `change` to this `fit` (its `model` and bound `arguments`); see the module's text.
 
-        options = x.options()
-        FACTS["tf_data_autotune"] = bool(options.autotune.enabled is not False)
-        FACTS["tf_data_map_parallelization"] = bool(options.experimental_optimization.map_parallelization is not False)
-        FACTS["tf_data_inject_prefetch"] = bool(options.experimental_optimization.inject_prefetch is not False)
-        if change.get("tf_data_autotune"):
-            fixed = tf.data.Options()
-            fixed.autotune.enabled = True
-            fixed.experimental_optimization.map_parallelization = True
-            fixed.experimental_optimization.inject_prefetch = True
-            x = x.with_options(fixed)
-        if change.get("prefetch"):
-            x = x.prefetch(tf.data.AUTOTUNE)
-        out["x"] = x
-    elif kind == "PyDataset":
-        FACTS["pydataset_workers"] = int(getattr(x, "workers", 1) or 1)
+    Args:
+        model: The model `fit` trains.
+        arguments: `fit`'s bound arguments (`x`, `batch_size`, `epochs`, ...).
+        change: The change (`{}`: the script as written, whose facts are
+            still read).
+
+    Returns:
+        The changed arguments, the facts, what applied and what did not.
+    """
+    out = Applied(dict(arguments), _facts(model, arguments))
+    kind = out.facts["fit_input"]
+    for key, value in change.items():
+        if key in ("steps_per_execution", "jit_compile"):
+            _set_model(out, model, key, value)
+        elif key == "policy":
+            _check_policy(out, model, value)
+        elif key == "batch_factor":
+            _batch(out, value)
+        elif key == "workers":
+            _workers(out, value)
+        elif key != "parallel_map" and kind != "tf.data":
+            out.not_applied[key] = f"fit is given {kind}, not a tf.data.Dataset"
+    _parallel_map(out, change)
+    if kind == "tf.data":
+        _tf_data(out, change)
     return out
 
 
-def _wrap_fit(original: Callable[..., Any]) -> Callable[..., Any]:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from keras_gpu.hooks.tune_record import TuneRecord
-
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = fit_arguments(dict(bound.arguments), _CHANGE)
-        callbacks = arguments.get("callbacks")
-        items = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-        folder = _FOLDER[0] if _FOLDER else ""
-        arguments["callbacks"] = [*items, TuneRecord(folder, FACTS, dict(_CHANGE))]
-        try:
-            return original(**arguments)
-        except Exception as exc:
-            _write_error(folder, exc)  # the row says what failed; the script's own handling is unchanged
-            raise
-
-    return fit
+# --------------------------------------------------------------------------- the model
 
 
-ERROR_FILE = "error.json"
-"""The file a run whose `fit` raised writes in its folder: the exception's type and message."""
+def _set_model(out: Applied, model: Any, key: str, value: Any) -> None:
+    """`steps_per_execution` or `jit_compile` on the model, as `compile` sets it, the train function built anew."""
+    setattr(model, key, value)
+    keras_private.drop_train_function(model)
+    if getattr(model, key, None) == value:
+        out.applied[key] = f"model.{key} = {value!r}"
+    else:  # Keras refused it (a model XLA cannot compile keeps jit_compile=False, with its warning)
+        out.not_applied[key] = f"Keras kept {key}={getattr(model, key, None)!r} for this model"
 
 
-def _write_error(folder: str, exc: BaseException) -> None:
-    if not folder:
+def _check_policy(out: Applied, model: Any, policy: str) -> None:
+    have = getattr(getattr(model, "dtype_policy", None), "name", None)
+    if have == policy:
+        out.applied["policy"] = f"the model computes in {policy}"
         return
-    message = str(exc).strip().splitlines()
-    with open(os.path.join(folder, ERROR_FILE), "w", encoding="utf-8") as f:
-        json.dump({"error": f"{type(exc).__name__}: {message[0] if message else ''}"[:300]}, f)
+    missed = keras_private.missed_import("keras")
+    out.not_applied["policy"] = missed or (
+        f"the model computes in {have}: the script sets its own dtype policy after importing Keras, or its layers "
+        "set their dtype"
+    )
 
 
-def _wrap_py_dataset_init(original: Callable[..., Any]) -> Callable[..., Any]:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - it replaces PyDataset.__init__
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        workers = _CHANGE.get("workers")
-        if workers and int(bound.arguments.get("workers") or 1) < workers:
-            bound.arguments["workers"] = workers
-        original(*bound.args, **bound.kwargs)
-
-    return __init__
+# --------------------------------------------------------------------------- fit's input
 
 
-# --------------------------------------------------------------------------- tf.data: map and prefetch
+def _facts(model: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What this `fit` was given (see the module's text)."""
+    x = arguments.get("x")
+    kind = input_kind(x)
+    facts: dict[str, Any] = {"fit_input": kind, "fit_override": keras_private.fit_override(model)}
+    if kind == "arrays":
+        facts["batch_size"] = arguments.get("batch_size") or _DEFAULT_BATCH
+    elif kind == "PyDataset":
+        facts["pydataset_workers"] = int(getattr(x, "workers", 1) or 1)
+        facts["shuffle"] = bool(arguments.get("shuffle", True))
+    elif kind == "tf.data":
+        facts.update(_pipeline_facts(x))
+    return facts
 
 
-def _patch_tf_data(tf: Any) -> None:
+def _pipeline_facts(x: Any) -> dict[str, Any]:
+    """The sequential maps (with the calls that made them, where seen), prefetches and options of `x`."""
+    nodes = _lineage(x)
+    maps = [d for d in nodes if type(d).__name__ == "_MapDataset"]
+    options = x.options()
+    facts: dict[str, Any] = {
+        "sequential_maps": len(maps),
+        "map_sites": sorted(list(_MADE_BY[d]) for d in maps if d in _MADE_BY),
+        "prefetches": sum(type(d).__name__ == "_PrefetchDataset" for d in nodes),
+        "tf_data_autotune": bool(options.autotune.enabled is not False),
+        "tf_data_map_parallelization": bool(options.experimental_optimization.map_parallelization is not False),
+        "tf_data_inject_prefetch": bool(options.experimental_optimization.inject_prefetch is not False),
+    }
+    missed = keras_private.missed_import("tensorflow")
+    if maps and len(facts["map_sites"]) < len(maps):
+        facts["map_hook"] = missed or "the map calls that made this pipeline ran before keras-gpu's hook"
+    return facts
+
+
+def _lineage(dataset: Any) -> list[Any]:
+    """`dataset` and every dataset it reads from (tf.data's `_inputs()`), each once."""
+    seen: dict[int, Any] = {}
+    todo = [dataset]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        with contextlib.suppress(Exception):  # a dataset kind without inputs
+            todo.extend(node._inputs())
+    return list(seen.values())
+
+
+def _batch(out: Applied, factor: int) -> None:
+    facts = out.facts
+    if facts["fit_input"] != "arrays":
+        out.not_applied["batch_factor"] = f"fit is given {facts['fit_input']}, not arrays with batch_size"
+    elif facts["fit_override"]:
+        out.not_applied["batch_factor"] = (
+            f"{facts['fit_override']} overrides Keras' fit, so the batch size Keras' fit gets is the one it passes on, "
+            f"not necessarily the script's: change the batch size in {facts['fit_override']}"
+        )
+    else:
+        batch = facts["batch_size"] * int(factor)
+        out.arguments["batch_size"] = batch
+        out.arguments["epochs"] = int(out.arguments.get("epochs") or 1) * int(factor)
+        out.applied["batch_factor"] = f"fit(batch_size={batch})"
+
+
+def _workers(out: Applied, workers: int) -> None:
+    x = out.arguments.get("x")
+    if out.facts["fit_input"] != "PyDataset":
+        out.not_applied["workers"] = f"fit is given {out.facts['fit_input']}, not a PyDataset"
+        return
+    have = out.facts["pydataset_workers"]
+    if have < workers:
+        x.workers = workers
+        out.undo.append(lambda: setattr(x, "workers", have))
+    out.applied["workers"] = f"the PyDataset given to fit runs {max(have, workers)} workers"
+
+
+def _tf_data(out: Applied, change: Mapping[str, Any]) -> None:
+    """`tf_data_autotune` and `prefetch` on the dataset given to `fit` (prefetch last, as the user writes it)."""
+    import tensorflow as tf
+
+    x = out.arguments["x"]
+    if change.get("tf_data_autotune"):
+        fixed = tf.data.Options()
+        fixed.autotune.enabled = True
+        fixed.experimental_optimization.map_parallelization = True
+        fixed.experimental_optimization.inject_prefetch = True
+        x = x.with_options(fixed)
+        out.applied["tf_data_autotune"] = "the dataset given to fit has tf.data's autotune options on"
+    if change.get("prefetch"):
+        x = x.prefetch(tf.data.AUTOTUNE)
+        out.applied["prefetch"] = "the dataset given to fit ends with prefetch(tf.data.AUTOTUNE)"
+    out.arguments["x"] = x
+
+
+def _parallel_map(out: Applied, change: Mapping[str, Any]) -> None:
+    """Whether the sequential maps of the run as written are parallel in the dataset given to this `fit`."""
+    if "parallel_map" not in change:
+        return
+    facts = out.facts
+    if facts["fit_input"] != "tf.data":
+        out.not_applied["parallel_map"] = f"fit is given {facts['fit_input']}, not a tf.data.Dataset"
+        return
+    made = [list(_MADE_BY[d]) for d in _lineage(out.arguments["x"])
+            if d in _MADE_BY and type(d).__name__ == "_ParallelMapDataset"]
+    rewritten = [site for site in made if tuple(site) in _PARALLEL]
+    if facts["sequential_maps"] == 0 and rewritten:
+        out.applied["parallel_map"] = "map calls made parallel: " + ", ".join(_site(s) for s in rewritten)
+        return
+    left = ", ".join(_site(s) for s in facts["map_sites"]) or f"{facts['sequential_maps']} map call(s)"
+    out.not_applied["parallel_map"] = facts.get("map_hook") or (
+        f"the training pipeline's {left} still run sequentially: not the calls the run as written made"
+    )
+
+
+def _site(site: Any) -> str:
+    file, line, n = site
+    return f"{file.rsplit('/', 1)[-1]}:{line}" + (f" (call {n})" if n > 1 else "")
+
+
+# --------------------------------------------------------------------------- tf.data's map
+
+
+def _patch_map(tf: Any) -> None:
     dataset = tf.data.Dataset
     if getattr(dataset.map, _MARK, False):
         return
-    FACTS.setdefault("sequential_maps", 0)
-    FACTS.setdefault("prefetch_calls", 0)
-    _replace(dataset, "map", lambda original: _wrap_map(original, tf))
-    _replace(dataset, "prefetch", _wrap_prefetch)
+    wrapped = _wrap_map(dataset.map, tf)
+    setattr(wrapped, _MARK, True)
+    dataset.map = wrapped
 
 
 def _wrap_map(original: Callable[..., Any], tf: Any) -> Callable[..., Any]:
@@ -280,21 +309,17 @@ def _wrap_map(original: Callable[..., Any], tf: Any) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def map(self: Any, *args: Any, **kwargs: Any) -> Any:
+        caller = inspect.currentframe().f_back  # the line that called map
+        where = (caller.f_code.co_filename, caller.f_lineno) if caller is not None else ("?", 0)
+        _CALLS[where] = n = _CALLS.get(where, 0) + 1
+        site = (*where, n)
         bound = signature.bind(self, *args, **kwargs)
-        if bound.arguments.get("num_parallel_calls") is None:
-            FACTS["sequential_maps"] = FACTS.get("sequential_maps", 0) + 1
-            if _CHANGE.get("parallel_map"):
-                bound.arguments["num_parallel_calls"] = tf.data.AUTOTUNE
-                bound.arguments["deterministic"] = True
-        return original(*bound.args, **bound.kwargs)
+        if site in _PARALLEL and bound.arguments.get("num_parallel_calls") is None:
+            bound.arguments["num_parallel_calls"] = tf.data.AUTOTUNE
+            bound.arguments["deterministic"] = True
+        result = original(*bound.args, **bound.kwargs)
+        with contextlib.suppress(TypeError):  # a result that cannot be referenced weakly is not tracked
+            _MADE_BY[result] = site
+        return result
 
     return map
-
-
-def _wrap_prefetch(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def prefetch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        FACTS["prefetch_calls"] = FACTS.get("prefetch_calls", 0) + 1
-        return original(self, *args, **kwargs)
-
-    return prefetch

@@ -3,17 +3,19 @@
 The same configuration of the same script runs at different speeds from
 one run to the next (other processes, clocks, caches): on a loaded machine
 by tens of percent. So the study measures that spread on its baseline
-(`measured_spread`: the baseline run twice, each window split into halves)
-and `explain_shortfall` names a part of the step as the cause only where
-it grew by more than the spread:
+(`keras_gpu.meters.run_spread.measured_spread`: the baseline run twice,
+each window split into halves), and `explain_shortfall` names a part of the
+step as the cause only where the one rule of `keras-gpu scale` and
+`keras-gpu tune` (`keras_gpu.meters.run_spread.beyond_spread`) says it grew:
 
 * every part of the row's step is compared with the baseline's part scaled
   by the work per replica (`keras_gpu.meters.scale_runs.work_factor`: the
   same global batch over `k` times the replicas should take `1/k` of the
   time in every part, a batch that grows with the replicas the same time);
-* the part that grew most is the cause where its growth is larger than
-  `spread` times the step at linear scaling; otherwise the row is "within
-  run-to-run spread";
+* the part that grew most is the cause where its growth is more than the
+  margin (the spread, at least `run_spread.MIN_MARGIN`) times the step at
+  linear scaling, and the row's step itself grew by more than that in both
+  halves of its window; otherwise the row is "within run-to-run spread";
 * the communication part of a row whose replicas share hardware (logical
   CPUs on the same cores, several replicas on one device), at several times
   the same all-reduce measured alone, is contention: the replicas wait for
@@ -25,53 +27,34 @@ it grew by more than the spread:
   scaling step: "GPU vs CPU: Nx" with the CPU step's parts.
 
 Examples:
+    >>> from keras_gpu.meters.run_spread import measured_spread
     >>> from keras_gpu.meters.scale_runs import RunResult
     >>> base = RunResult(1, 1, 10, 0.10, 640, {"input": 0.002, "compute": 0.006,
     ...                  "communication": 0.001, "other": 0.001},
     ...                  halves=(0.0101, 0.0099))
-    >>> round(measured_spread([base]), 3)
+    >>> spread = measured_spread([base])
+    >>> round(spread, 3)
     0.02
     >>> row = RunResult(1, 2, 10, 0.051, 640, {"input": 0.001, "compute": 0.00305,
     ...                 "communication": 0.0005, "other": 0.0005})
-    >>> explain_shortfall(base, row, 0.02)
-    'within run-to-run spread (±1%): no part of the step grew by more than the baseline varies between runs'
+    >>> explain_shortfall(base, row, spread)
+    'within run-to-run spread (2.0%): the step did not grow by more than 5.0% of the step at linear scaling in both halves of the window, or no part of it did'
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from keras_gpu.core.units import format_bytes
-from keras_gpu.meters import run_spread
+from keras_gpu.meters.run_spread import beyond_spread, margin
 from keras_gpu.meters.scale_runs import RunResult, work_factor
 
-__all__ = ["CONTENTION_RATIO", "explain_shortfall", "measured_spread"]
+__all__ = ["CONTENTION_RATIO", "explain_shortfall"]
 
 CONTENTION_RATIO = 3.0
 """In-step communication this many times the same all-reduce alone, on shared hardware, is contention."""
 
 _PART_ORDER = ("input", "compute", "communication", "device", "other")
-
-
-def measured_spread(runs: Sequence[RunResult]) -> float | None:
-    """The run-to-run spread of one configuration: `(max - min) / mean` of its measured seconds per step.
-
-    Every window counts with its two halves where they were measured
-    (`RunResult.halves`), else whole.
-
-    Args:
-        runs: Runs of the same configuration (the study's baseline, run twice).
-
-    Returns:
-        The spread as a fraction of the mean step (0.1: the step varied by
-        10% of its mean), or `None` with fewer than two measurements.
-    """
-    steps: list[float] = []
-    for run in runs:
-        steps.extend(run.halves if run.halves else (run.step_sec,))
-    if len(steps) < 2 or any(not s > 0 for s in steps):
-        return None
-    return run_spread.spread(steps)
 
 
 def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | None) -> str:
@@ -81,19 +64,19 @@ def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | No
         baseline: The study's first row.
         result: The row to explain.
         spread: The baseline's run-to-run spread (`measured_spread`), or
-            `None` where it was not measured (every growth then counts).
+            `None` where it was not measured (the margin is then
+            `run_spread.MIN_MARGIN`).
 
     Returns:
         One sentence: `"<part>: ..."` naming the cause with its numbers,
-        `"within run-to-run spread (±x%): ..."`, `"none: ..."` where every
+        `"within run-to-run spread (x%): ..."`, `"none: ..."` where every
         part is at or below linear, `"GPU vs CPU: Nx..."` for the CPU row of
         a GPU machine, or `"not measured: <why>"` without a breakdown.
 
     Raises:
         ValueError: `spread` is negative.
     """
-    if spread is not None and not spread >= 0:
-        raise ValueError(f"`spread` must be a fraction >= 0 or None. Received: spread={spread!r}")
+    least = margin(spread)  # raises on a negative spread
     if result.versus_gpu:
         return _versus_gpu(baseline, result)
     if result.parts is None or baseline.parts is None:
@@ -106,10 +89,14 @@ def explain_shortfall(baseline: RunResult, result: RunResult, spread: float | No
     part = max(names, key=lambda p: growth[p])
     if growth[part] <= 0:
         return "none: every part of the step is at or below linear scaling"
-    if spread is not None and growth[part] <= spread * baseline.step_sec * factor:
+    linear_step = baseline.step_sec * factor
+    halves = list(result.halves) if result.halves else [result.step_sec]
+    grew = beyond_spread(result.parts[part], baseline.parts[part] * factor, spread, size=linear_step) == 1
+    if not grew or beyond_spread(halves, linear_step, spread) != 1:
+        measured = "not measured" if spread is None else f"{spread:.1%}"
         return (
-            f"within run-to-run spread (±{spread * 50:.2g}%): no part of the step grew by more than the "
-            "baseline varies between runs"
+            f"within run-to-run spread ({measured}): the step did not grow by more than {least:.1%} of the step at "
+            "linear scaling in both halves of the window, or no part of it did"
         )
     return _named(part, baseline, result, result.parts[part] * 1e3, baseline.parts[part] * factor * 1e3)
 

@@ -122,8 +122,11 @@ def build_rows(results: Sequence[RunResult], spread: float | None = None) -> lis
     """
     rows: list[ScaleRow] = []
     for r in results:
-        if r.steps <= 0 or not r.seconds > 0:
-            raise ValueError(f"A run needs measured steps and time. Received: steps={r.steps}, seconds={r.seconds}")
+        if r.steps <= 0 or not r.seconds > 0 or not r.samples > 0:
+            raise ValueError(
+                "A run needs measured steps, time and samples. "
+                f"Received: steps={r.steps}, seconds={r.seconds}, samples={r.samples}"
+            )
     if not results:
         return rows
     first = results[0]
@@ -140,7 +143,7 @@ def build_rows(results: Sequence[RunResult], spread: float | None = None) -> lis
 def _spread_words(spread: float | None) -> str:
     if spread is None:
         return " (run-to-run spread not measured)"
-    return f" (run-to-run spread ±{spread * 50:.2g}%)"
+    return f" (run-to-run spread {spread:.1%})"
 
 
 def _int_if_whole(value: float) -> float | int:

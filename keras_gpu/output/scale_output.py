@@ -1,6 +1,7 @@
 """The scaling study's table as Markdown, and as a TensorBoard run that `keras-gpu report` reads back.
 
-Layout of `--log-dir DIR`:
+Layout of `--log-dir DIR` (written and read by `keras_gpu.output.study_output`,
+as `keras-gpu tune`'s):
 
 * `DIR/scale`: the custom-scalars layout (speed-up against ideal), the table
   as the text summary `scale/table`, and `scale.json` (the rows as
@@ -14,15 +15,13 @@ Layout of `--log-dir DIR`:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_gpu.meters.scale_table import ROW_KEYS, ScaleRow
 from keras_gpu.output import tags as _tags
-from keras_gpu.output.layout import write_layout
-from keras_gpu.output.writer import acquire, release
+from keras_gpu.output.study_output import read_study, study_file, write_study
 
 __all__ = [
     "PART_HEADERS",
@@ -38,7 +37,7 @@ __all__ = [
 
 SCALE_RUN = "scale"
 """The study's run directory under `--log-dir`."""
-ROWS_FILE = "scale.json"
+ROWS_FILE = study_file("scale")
 """The rows, beside the study's event file."""
 
 _HEADERS = (
@@ -102,35 +101,24 @@ def write_log_dir(
 
     `spread` is the baseline's run-to-run spread, kept in `scale.json`.
     """
-    run = os.path.join(os.fspath(log_dir), SCALE_RUN)
-    os.makedirs(run, exist_ok=True)
     dicts = [dict(r.as_dict(), devices=label) for r, label in zip(rows, labels)]
-    main = acquire(run)
-    try:
-        write_layout(main)
-        main.text(_tags.SCALE_TABLE.name(), markdown_table(dicts), step=0)
-    finally:
-        release(main)
     first = rows[0].result.total_replicas if rows else 1
-    for row in rows:
-        if row.result.versus_gpu:
-            continue
-        writer = acquire(os.path.join(run, f"workers_{row.result.workers}"))
-        try:
-            writer.scalars(
-                {
-                    _tags.SCALE_SAMPLES_PER_SEC.name(): row.samples_per_sec,
-                    _tags.SCALE_SPEEDUP.name(): row.speedup,
-                    _tags.SCALE_IDEAL_SPEEDUP.name(): row.result.total_replicas / first,
-                    _tags.SCALE_EFFICIENCY.name(): row.efficiency,
-                },
-                step=row.result.total_replicas,
-            )
-        finally:
-            release(writer)
-    with open(os.path.join(run, ROWS_FILE), "w", encoding="utf-8") as f:
-        json.dump({"rows": dicts, "baseline_spread": spread}, f, indent=1)
-    return run
+    scalars = [
+        (
+            f"workers_{row.result.workers}",
+            row.result.total_replicas,
+            {
+                _tags.SCALE_SAMPLES_PER_SEC.name(): row.samples_per_sec,
+                _tags.SCALE_SPEEDUP.name(): row.speedup,
+                _tags.SCALE_IDEAL_SPEEDUP.name(): row.result.total_replicas / first,
+                _tags.SCALE_EFFICIENCY.name(): row.efficiency,
+            },
+        )
+        for row in rows
+        if not row.result.versus_gpu
+    ]
+    return write_study(log_dir, SCALE_RUN, {"rows": dicts, "baseline_spread": spread}, markdown_table(dicts),
+                       _tags.SCALE_TABLE.name(), scalars)
 
 
 def read_rows(log_dir: str | os.PathLike) -> list[dict[str, Any]] | None:
@@ -139,14 +127,7 @@ def read_rows(log_dir: str | os.PathLike) -> list[dict[str, Any]] | None:
     `log_dir` is the `--log-dir` of `keras-gpu scale`, or the study's own
     run directory (`DIR/scale`).
     """
-    rows = None
-    for path in (os.path.join(os.fspath(log_dir), SCALE_RUN, ROWS_FILE), os.path.join(os.fspath(log_dir), ROWS_FILE)):
-        try:
-            with open(path, encoding="utf-8") as f:
-                rows = json.load(f)["rows"]
-            break
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    rows = (read_study(log_dir, SCALE_RUN) or {}).get("rows")
     if not isinstance(rows, list):
         return None
     return [r for r in rows if isinstance(r, dict) and all(k in r for k in ROW_KEYS)]

@@ -1,6 +1,7 @@
 """`keras-gpu tune`'s rows as Markdown, and as a TensorBoard run that `keras-gpu report` reads back.
 
-Layout of `--log-dir DIR`:
+Layout of `--log-dir DIR` (written and read by `keras_gpu.output.study_output`,
+as `keras-gpu scale`'s):
 
 * `DIR/tune`: the custom-scalars layout, `tune/samples_per_sec` and
   `tune/speedup` of each measured row at the step of its number in the
@@ -19,22 +20,20 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_gpu.core.units import format_bytes
 from keras_gpu.meters.tune_table import ROW_KEYS
+from keras_gpu.output import study_output
 from keras_gpu.output import tags as _tags
-from keras_gpu.output.layout import write_layout
-from keras_gpu.output.writer import acquire, release
 
 __all__ = ["ROWS_FILE", "TUNE_RUN", "columns", "format_cell", "markdown", "read_study", "write_log_dir"]
 
 TUNE_RUN = "tune"
 """The run directory under `--log-dir`."""
-ROWS_FILE = "tune.json"
+ROWS_FILE = study_output.study_file("tune")
 """The rows, skipped changes and verdict, beside the run's event file."""
 
 _COLUMNS = (("change", "change"), ("samples_per_sec", "samples/s"), ("speedup", "speed-up"),
@@ -48,8 +47,8 @@ def columns() -> list[tuple[str, str]]:
 
 def format_cell(key: str, value: Any, row: Mapping[str, Any]) -> str:
     """A row's value as the table shows it (`-` for none; a failed row says so)."""
-    if row.get("status") == "failed" and key != "change":
-        return "failed" if key == "samples_per_sec" else "-"
+    if row.get("status") in ("failed", "not applied") and key != "change":
+        return row["status"] if key == "samples_per_sec" else "-"
     if value is None:
         return "-"
     if key == "samples_per_sec":
@@ -85,6 +84,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], skips: Sequence[str], verdict: s
         lines.append(f"| {i} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"- {r['change']} failed: {r['error']}" for r in rows if r.get("status") == "failed"]
+    lines += [f"- {r['change']} not applied: {r['not_applied']}" for r in rows if r.get("status") == "not applied"]
     lines += [f"- skipped {s}" for s in skips]
     lines += ["", verdict]
     return "\n".join(lines)
@@ -93,29 +93,21 @@ def markdown(rows: Sequence[Mapping[str, Any]], skips: Sequence[str], verdict: s
 def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[Mapping[str, Any]], verdict: str,
                   skips: Sequence[str] = ()) -> str:
     """Write the rows to `log_dir` (see the module's text); returns the run directory."""
-    run = os.path.join(os.fspath(log_dir), TUNE_RUN)
-    os.makedirs(run, exist_ok=True)
-    writer = acquire(run)
-    try:
-        write_layout(writer)
-        writer.text(_tags.TUNE_TABLE.name(), markdown(rows, skips, verdict), step=0)
-        for i, row in enumerate(rows, 1):
-            if row.get("status") == "measured":
-                writer.scalars({_tags.TUNE_SAMPLES_PER_SEC.name(): row["samples_per_sec"],
-                                _tags.TUNE_SPEEDUP.name(): row["speedup"]}, step=i)
-    finally:
-        release(writer)
-    with open(os.path.join(run, ROWS_FILE), "w", encoding="utf-8") as f:
-        json.dump({"rows": list(rows), "skipped": list(skips), "verdict": verdict}, f, indent=1)
-    return run
+    scalars = [
+        ("", i, {_tags.TUNE_SAMPLES_PER_SEC.name(): row["samples_per_sec"], _tags.TUNE_SPEEDUP.name(): row["speedup"]})
+        for i, row in enumerate(rows, 1)
+        if row.get("status") == "measured"
+    ]
+    study = {"rows": list(rows), "skipped": list(skips), "verdict": verdict}
+    return study_output.write_study(log_dir, TUNE_RUN, study, markdown(rows, skips, verdict), _tags.TUNE_TABLE.name(),
+                                    scalars)
 
 
 def read_study(log_dir: str | os.PathLike) -> dict[str, Any] | None:
     """`{"rows", "skipped", "verdict"}` under `log_dir`, or `None` where there is none."""
+    study = study_output.read_study(log_dir, TUNE_RUN)
     try:
-        with open(os.path.join(os.fspath(log_dir), TUNE_RUN, ROWS_FILE), encoding="utf-8") as f:
-            study = json.load(f)
         rows = [r for r in study["rows"] if isinstance(r, dict) and all(k in r for k in ROW_KEYS)]
         return {"rows": rows, "skipped": list(study.get("skipped", [])), "verdict": str(study["verdict"])}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None

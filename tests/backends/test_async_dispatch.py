@@ -22,7 +22,7 @@ import json, os, tempfile, threading, time
 import numpy as np
 import keras
 import keras_gpu
-from keras_gpu.hooks.tune_record import TuneRecord
+from keras_gpu.hooks.run_record import RunRecord
 
 SAMPLES, BATCH, EPOCHS = 1003, 10, 3
 out = tempfile.mkdtemp()
@@ -56,7 +56,7 @@ each = {
                                                           save_freq=5),
     "BackupAndRestore": keras_gpu.BackupAndRestore(os.path.join(out, "backup")),
     "default set": keras_gpu.callbacks(os.path.join(out, "d")),
-    "TuneRecord": TuneRecord("", {}, {}),  # what `keras-gpu tune` adds to every fit it times
+    "RunRecord": RunRecord(),  # what `keras-gpu scale` and `keras-gpu tune` add to the fit they time
 }
 modes = {name: keras.callbacks.CallbackList(cb if isinstance(cb, list) else [cb], model=m)._async_train
          for name, cb in each.items()}
@@ -78,7 +78,7 @@ def batches():
 counted = keras_gpu.ThroughputLogger(os.path.join(out, "gen"), every_n_steps=7)
 model().fit(batches(), steps_per_epoch=101, epochs=EPOCHS, verbose=0, callbacks=[counted, Watch()])
 # `keras-gpu scale`'s window over batches of varying sizes: steps 5 to 14 of the fit, counted as they were taken.
-from keras_gpu.hooks.scale_env import ScaleSettings
+from keras_gpu.hooks.study_env import StudySettings
 from keras_gpu.hooks.scale_window import ScaleWindow
 
 sizes = [8 + i % 3 for i in range(40)]
@@ -88,7 +88,7 @@ def uneven():
         yield x[start : start + size], y[start : start + size]
         start += size
 
-scale = ScaleWindow(ScaleSettings(tempfile.mkdtemp(), warmup=5, steps=10, worker=0), exit_when_done=False)
+scale = ScaleWindow(StudySettings(tempfile.mkdtemp(), warmup=5, steps=10))
 model().fit(uneven(), steps_per_epoch=40, epochs=1, verbose=0, callbacks=[scale])
 
 # Every keras-gpu callback with a batch end at once, the state syncs each made noted: Keras' `Callback.model`
@@ -107,7 +107,7 @@ every = [
     *keras_gpu.callbacks(os.path.join(out, "every")),
     keras_gpu.ModelCheckpoint(os.path.join(out, "e.weights.h5"), save_weights_only=True),
     keras_gpu.BackupAndRestore(os.path.join(out, "every-backup")),
-    ScaleWindow(ScaleSettings(tempfile.mkdtemp(), warmup=30, steps=200, worker=0), exit_when_done=False),
+    ScaleWindow(StudySettings(tempfile.mkdtemp(), warmup=30, steps=200)),
     Watch(),
 ]
 history = model().fit(x, y, batch_size=BATCH, epochs=5, verbose=0, callbacks=every)

@@ -56,4 +56,4 @@ def test_jax_rows_match_the_scripts_stopwatch(tmp_path):
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
     assert rows[1]["allreduce_bus_gbps"] > 0 and rows[0]["allreduce_bus_gbps"] is None
     assert rows[1]["cause"].split(":")[0] in ("input", "device", "other") or rows[1]["cause"].startswith(
-        "within run-to-run spread (±")
+        "within run-to-run spread (")

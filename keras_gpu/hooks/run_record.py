@@ -1,32 +1,25 @@
-"""`TuneRecord`: what one `keras-gpu tune` run trained, written for the command to compare with the baseline.
+"""`RunRecord`: what one run of `keras-gpu scale` or `keras-gpu tune` trained, for the command to compare.
 
-`keras_gpu.hooks.tune_private` adds one to every `fit` of a run that
-`keras-gpu tune` started, ahead of the scale window
-(`keras_gpu.hooks.scale_window.ScaleWindow`, which ends the process after
-its window). It keeps each batch end's `loss` as Keras hands it to the
-callbacks (a Python float Keras converted: no extra wait, no I/O on the
-training thread) with its step number, and at the end of training writes
-`tune.json` to the run's folder:
-the script's facts (see `tune_private.FACTS`), the model's
-`steps_per_execution`, `jit_compile` and dtype policy, the losses, and the
-peak memory.
+The study's injection into `fit` (`keras_gpu.hooks.study`) adds one to the
+`fit` it measures, beside the window. It keeps each batch end's `loss` as
+Keras hands it to the callbacks (a Python float Keras converted: no extra
+wait, no I/O on the training thread) with its step number; `describe` then
+gives, once `fit` has returned, the model's `steps_per_execution`,
+`jit_compile` and dtype policy, the losses sorted by step, and the peak
+memory, for the run's one record.
 
 The peak memory is the GPU allocators' peak where the backend keeps one
 (every backend on GPUs), else (on the CPU) the process's peak resident set
 size (`resource.getrusage`), and `memory_kind` says which.
 
-It is `async_safe`, like the scale window: a run keeps the dispatch the
-script's `fit` has (on JAX and PyTorch with `verbose=0`, batch ends on
-Keras' thread pool, in any order), so each candidate is timed as the
-script runs it. The losses are sorted by step when the record is built.
+It is `async_safe`, like the window: a run keeps the dispatch the script's
+`fit` has (on JAX and PyTorch with `verbose=0`, batch ends on Keras' thread
+pool, in any order), so each run is timed as the script runs it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import keras
@@ -34,34 +27,21 @@ import keras
 from keras_gpu.core import backend as _backend
 from keras_gpu.core.log import logger
 
-__all__ = ["RECORD_FILE", "TuneRecord", "peak_memory"]
-
-RECORD_FILE = "tune.json"
-"""The file each run writes in its folder."""
+__all__ = ["RunRecord", "peak_memory"]
 
 
-class TuneRecord(keras.callbacks.Callback):
-    """Record the losses of a `fit`, and write them with the script's facts when it ends.
+class RunRecord(keras.callbacks.Callback):
+    """Record the losses of a `fit` by step; `describe` gives them with the model's settings and peak memory."""
 
-    Args:
-        folder: Where to write `tune.json` (empty: keep it in `record` only).
-        facts: What the script did (shared with the patches, read at the end).
-        change: The candidate's change applied in this run.
-    """
-
-    def __init__(self, folder: str, facts: Mapping[str, Any], change: Mapping[str, Any]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.folder = folder
-        self.facts = facts
-        self.change = dict(change)
         self.losses: list[tuple[int, Any]] = []
-        self.record: dict[str, Any] | None = None
         self._steps_before = 0
         self._steps = 0
         self._lock = threading.Lock()  # batch ends may run on Keras' pool, concurrently
 
     async_safe = True
-    """Keras may run `on_train_batch_end` on its thread pool, in any order: tune times the script's own dispatch."""
+    """Keras may run `on_train_batch_end` on its thread pool, in any order: the study times the script's dispatch."""
 
     def on_train_begin(self, logs=None) -> None:
         self.losses = []
@@ -77,34 +57,24 @@ class TuneRecord(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._steps_before = self._steps
 
-    def on_train_end(self, logs=None) -> None:
+    def describe(self, model: Any) -> dict[str, Any]:
+        """What `model` trained with, and the losses in step order (after `fit`: never on its thread's steps)."""
+        out: dict[str, Any] = {"backend": _backend.name()}
         try:
-            self.record = self._build()
+            policy = getattr(model, "dtype_policy", None)
+            memory, kind = peak_memory(model)
+            out.update(
+                steps_per_execution=int(getattr(model, "steps_per_execution", 1) or 1),
+                jit_compile=bool(getattr(model, "jit_compile", False)),
+                policy=getattr(policy, "name", str(policy)),
+                losses=[[step, float(value)] for step, value in sorted(self.losses, key=lambda item: item[0])],
+                peak_memory_bytes=memory,
+                memory_kind=kind,
+                bf16_gpu=_gpu_has_bf16(),
+            )
         except Exception as exc:  # noqa: BLE001 - the measurement must not fail the user's training
-            logger.warning("keras-gpu tune: the run's record could not be built: %s: %s", type(exc).__name__, exc)
-            return
-        if self.folder:
-            path = os.path.join(self.folder, RECORD_FILE)
-            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
-                json.dump(self.record, f)
-            os.replace(f"{path}.tmp", path)
-
-    def _build(self) -> dict[str, Any]:
-        model = self.model
-        policy = getattr(model, "dtype_policy", None)
-        memory, kind = peak_memory(model)
-        return {
-            "facts": dict(self.facts),
-            "change": self.change,
-            "backend": _backend.name(),
-            "steps_per_execution": int(getattr(model, "steps_per_execution", 1) or 1),
-            "jit_compile": bool(getattr(model, "jit_compile", False)),
-            "policy": getattr(policy, "name", str(policy)),
-            "losses": [[step, float(value)] for step, value in sorted(self.losses, key=lambda item: item[0])],
-            "peak_memory_bytes": memory,
-            "memory_kind": kind,
-            "bf16_gpu": _gpu_has_bf16(),
-        }
+            logger.warning("keras-gpu: the run's record could not be built: %s: %s", type(exc).__name__, exc)
+        return out
 
 
 def peak_memory(model: Any) -> tuple[int | None, str]:
@@ -119,7 +89,7 @@ def peak_memory(model: Any) -> tuple[int | None, str]:
                 total += reading.peak_bytes
                 kinds.append(allocator.tag)
     except Exception as exc:  # noqa: BLE001 - fall back to the process's own peak
-        logger.debug("keras-gpu tune: allocator peak not read: %s", exc)
+        logger.debug("keras-gpu: allocator peak not read: %s", exc)
         kinds = []
     if kinds:
         return total, f"allocator peak ({', '.join(kinds)})"

@@ -1,15 +1,21 @@
-"""`keras-gpu scale`: running the user's script once per configuration and reading what each worker measured.
+"""`keras-gpu scale` and `keras-gpu tune`: running the user's script once per configuration, and reading its record.
 
-Each configuration runs as a job of `workers` processes through the
+Both commands run every configuration (a `scale` row, a `tune` candidate)
+here, the same way. Each is a job of `workers` processes through the
 launcher's own pieces (`keras_gpu.cli._launch_env.worker_command`, the
-worker bootstrap, `keras_gpu.cli._launch_workers.WorkerGroup`):
-loopback `TF_CONFIG` and `KERAS_DISTRIBUTION_*` variables where there are
-several workers, none where there is one, so that `keras_gpu.make_strategy()`
-sees exactly the configuration. Replicas are the first GPUs of the machine
+worker bootstrap, `keras_gpu.cli._launch_workers.WorkerGroup`): loopback
+`TF_CONFIG` and `KERAS_DISTRIBUTION_*` variables where there are several
+workers, none where there is one, so that `keras_gpu.make_strategy()` sees
+exactly the configuration. Replicas are the first GPUs of the machine
 (worker `i` gets GPUs `i*k` to `i*k+k-1`), or on a machine without a GPU `k`
 logical CPUs per worker, as `keras-gpu launch --cpu-replicas` makes them.
-The bootstrap adds `keras_gpu.hooks.scale_window.ScaleWindow` to every
-`fit`, which writes each worker's window to a file of the run's folder.
+
+Each worker is told its part by the one child protocol
+(`keras_gpu.hooks.study_env`: the folder, the window, the tool, the
+change); the bootstrap's injection into `fit` (`keras_gpu.hooks.study`)
+measures the window and writes one record per worker, which `run_config`
+reads back as a `Measured`: the window's `RunResult` and the chief's record
+of what the run trained.
 """
 
 from __future__ import annotations
@@ -21,16 +27,17 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from keras_gpu.cli._launch_env import free_loopback_ports, worker_command, worker_env
 from keras_gpu.cli._launch_hang import HangWatch
 from keras_gpu.cli._launch_workers import WorkerGroup
 from keras_gpu.cli._worker import ENV_STOP_DELAY
 from keras_gpu.hooks.progress import ENV_HANG_TIMEOUT, ENV_PROGRESS_FILE
-from keras_gpu.hooks.scale_env import ENV_SCALE_DIR, ENV_SCALE_STEPS, ENV_SCALE_WARMUP, result_path
+from keras_gpu.hooks.study_env import result_path, study_env
 from keras_gpu.meters.scale_table import AllReduce, RunResult
 
-__all__ = ["Config", "ScaleError", "available_gpus", "check_devices", "run_config"]
+__all__ = ["Config", "Measured", "ScaleError", "available_gpus", "check_devices", "run_config"]
 
 _GRACE_S = 5.0
 _CLUSTER_VARIABLES = (
@@ -43,6 +50,21 @@ _CLUSTER_VARIABLES = (
 
 class ScaleError(RuntimeError):
     """A configuration could not be measured; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One configuration's run, as its workers recorded it.
+
+    Attributes:
+        result: The window: steps, seconds, samples and the step's parts.
+        record: What the chief's run trained (`keras_gpu.hooks.study`): the
+            change, what applied and what did not, the facts of its `fit`,
+            the losses, the model's settings and the peak memory.
+    """
+
+    result: RunResult
+    record: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -111,27 +133,27 @@ def run_config(
     gpu_ids: list[str],
     hang_timeout: float = 0.0,
     device: str = "CPU",
-    extra_env: Mapping[str, str] | None = None,
+    tool: str = "scale",
+    change: Mapping[str, Any] | None = None,
     where: str | None = None,
-    tool: str = "keras-gpu scale",
-) -> RunResult:
-    """Run the script in `config` and return what its workers measured.
+) -> Measured:
+    """Run the script in `config` (with `change` applied) and return what its workers measured and recorded.
 
     `device` names the GPUs of a GPU configuration (`"CPU"` for the others).
-
     With `hang_timeout`, the run is stopped when a worker inside `fit`,
     `evaluate` or `predict` finishes no batch for that long (the launcher's
-    `--hang-timeout` watch). `extra_env` is added to every worker's
-    environment; `where` and `tool` name the run and the command in errors.
+    `--hang-timeout` watch). `tool` (`"scale"`, `"tune"`) is the command the
+    run is for; `where` names the run in errors.
 
     Raises:
-        ScaleError: The script failed, never called `fit`, trained too few
-            steps, or its strategy did not train on the configuration's replicas.
+        ScaleError: The script failed (its `fit`'s error where it raised),
+            never called `fit`, trained too few steps, counted no samples, or
+            its strategy did not train on the configuration's replicas.
     """
     cpu_replicas = None if config.gpus or config.hide_gpus else config.replicas
     command = worker_command(target, args, module=module, cpu_replicas=cpu_replicas)
-    with tempfile.TemporaryDirectory(prefix="keras-gpu-scale-") as folder:
-        envs = [dict(env, **(extra_env or {})) for env in _envs(config, folder, warmup, steps, gpu_ids)]
+    with tempfile.TemporaryDirectory(prefix=f"keras-gpu-{tool}-") as folder:
+        envs = [dict(env, **study_env(folder, warmup, steps, tool, change)) for env in _envs(config, gpu_ids)]
         watch = None
         if hang_timeout:
             paths = [os.path.join(folder, f"progress{i}.json") for i in range(config.workers)]
@@ -141,21 +163,7 @@ def run_config(
         code = _run_group(command, envs, watch)
         found = [_read(result_path(folder, i)) for i in range(config.workers)]
     where = where or f"with {config.workers} worker(s) x {config.replicas} replica(s)"
-    if watch is not None and watch.stalled:
-        raise ScaleError(f"the run {where} was stopped: {watch.describe()}")
-    if code != 0:
-        raise ScaleError(f"the script failed {where}: a worker exited with status {code} (its output is above); fix the script and run again")
-    if any(r is None for r in found):
-        raise ScaleError(
-            f"the script never called fit {where}: `{tool}` measures the training steps of `model.fit`"
-        )
-    chief = found[0]
-    short = [r for r in found if r["status"] != "done"]
-    if short:
-        raise ScaleError(
-            f"the script trained {short[0]['steps_trained']} step(s) {where}, fewer than --warmup {warmup} + "
-            f"--steps {steps}: lower them, or let the script train longer"
-        )
+    chief = _checked(found, code, watch, where, warmup, steps, tool)
     expected = config.workers * config.replicas
     if chief["replicas_total"] != expected or chief["workers"] != config.workers:
         raise ScaleError(
@@ -163,19 +171,22 @@ def run_config(
             f"{chief['replicas_total']} replica(s) (its strategy saw {chief['workers']} worker(s)): build the model "
             "under keras_gpu.make_strategy() (or a strategy over every device it is given)"
         )
+    # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
+    samples = float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found))
+    if not samples > 0:
+        raise ScaleError(f"the run {where} counted no samples in its window ({chief.get('note') or 'no count'}): "
+                         f"`keras-gpu {tool}` cannot give a rate for it")
     allreduce = None
     if chief.get("allreduce_sec"):
         allreduce = AllReduce(int(chief["grad_bytes"]), float(chief["allreduce_sec"]), expected)
-    parts = chief.get("parts")
     halves = chief.get("halves")
-    return RunResult(
+    result = RunResult(
         workers=config.workers,
         replicas=config.replicas,
         steps=int(chief["steps"]),
         seconds=float(chief["seconds"]),
-        # Each worker counts the samples it read: its share, or (JAX under make_strategy) the whole global batch.
-        samples=float(chief["samples"] if chief.get("samples_global") else sum(r["samples"] for r in found)),
-        parts=parts,
+        samples=samples,
+        parts=chief.get("parts"),
         grad_bytes=int(chief["grad_bytes"]),
         allreduce=allreduce,
         label=config.label,
@@ -185,6 +196,36 @@ def run_config(
         shares=_shares(config, os.cpu_count() or 1),
         versus_gpu=config.hide_gpus,
     )
+    return Measured(result, chief.get("run") or {})
+
+
+def _checked(found: list[dict | None], code: int, watch: HangWatch | None, where: str, warmup: int, steps: int,
+             tool: str) -> dict[str, Any]:
+    """The chief's record, once every worker's says its window was measured.
+
+    Raises:
+        ScaleError: Why not, in the user's words.
+    """
+    if watch is not None and watch.stalled:
+        raise ScaleError(f"the run {where} was stopped: {watch.describe()}")
+    error = next((r["error"] for r in found if r and r.get("error")), None)
+    if error and code != 0:
+        raise ScaleError(f"the script's fit raised {error} {where}")
+    if error:
+        raise ScaleError(f"{error} {where}")
+    if code != 0:
+        raise ScaleError(f"the script failed {where}: a worker exited with status {code} (its output is above); fix the script and run again")
+    if any(r is None for r in found):
+        raise ScaleError(
+            f"the script never called fit {where}: `keras-gpu {tool}` measures the training steps of `model.fit`"
+        )
+    short = [r for r in found if r["status"] != "done"]
+    if short:
+        raise ScaleError(
+            f"the script trained {short[0]['steps_trained']} step(s) {where}, fewer than --warmup {warmup} + "
+            f"--steps {steps}: lower them, or let the script train longer"
+        )
+    return found[0]
 
 
 def _shares(config: Config, cores: int) -> str:
@@ -202,7 +243,8 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[str]) -> list[dict[str, str]]:
+def _envs(config: Config, gpu_ids: list[str]) -> list[dict[str, str]]:
+    """Each worker's environment for `config`: its place in the job, its devices."""
     base = {k: v for k, v in os.environ.items() if k not in _CLUSTER_VARIABLES}
     if config.workers > 1:
         ports = free_loopback_ports(config.workers)
@@ -210,9 +252,6 @@ def _envs(config: Config, folder: str, warmup: int, steps: int, gpu_ids: list[st
     else:
         envs = [dict(base, KERAS_GPU_WORKER_INDEX="0", KERAS_GPU_NUM_WORKERS="1", PYTHONUNBUFFERED="1")]
     for i, env in enumerate(envs):
-        env[ENV_SCALE_DIR] = folder
-        env[ENV_SCALE_WARMUP] = str(warmup)
-        env[ENV_SCALE_STEPS] = str(steps)
         env[ENV_STOP_DELAY] = f"{_GRACE_S / 2:g}"
         if config.hide_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -242,5 +281,5 @@ def _read(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None

@@ -1,4 +1,4 @@
-"""`keras-gpu tune`'s `TuneRecord` keeps the script's dispatch: exact when Keras runs its batch ends on a pool."""
+"""`RunRecord` keeps the script's dispatch: exact losses when Keras runs its batch ends on a pool, out of order."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import random
 
 import keras
 
-from keras_gpu.hooks.tune_record import TuneRecord
+from keras_gpu.hooks.run_record import RunRecord
 
 
-def test_batch_ends_out_of_order_on_a_pool_give_every_loss_in_step_order(tmp_path):
+def test_batch_ends_out_of_order_on_a_pool_give_every_loss_in_step_order():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    record = TuneRecord(str(tmp_path), {"script": "train.py"}, {"steps_per_execution": 4})
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
+    record = RunRecord()
     assert record.async_safe is True
     record.set_model(model)
     record.on_train_begin()
@@ -25,6 +25,7 @@ def test_batch_ends_out_of_order_on_a_pool_give_every_loss_in_step_order(tmp_pat
             for f in [pool.submit(record.on_train_batch_end, b, {"loss": epoch * 10 + b + 0.5}) for b in ends]:
                 f.result()  # Keras waits for every batch end before the epoch's end
             record.on_epoch_end(epoch)
-    record.on_train_end()
-    assert record.record["losses"] == [[step, step - 0.5] for step in range(1, 21)]
-    assert (tmp_path / "tune.json").exists()
+    described = record.describe(model)
+    assert described["losses"] == [[step, step - 0.5] for step in range(1, 21)]
+    assert (described["steps_per_execution"], described["policy"]) == (4, "float32")
+    assert described["peak_memory_bytes"] > 0 and described["memory_kind"]
