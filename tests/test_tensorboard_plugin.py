@@ -143,7 +143,9 @@ def test_log_dirs_are_found_where_the_callbacks_and_the_studies_write(tmp_path):
     _write(str(tmp_path / "other" / "validation"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])  # not keras-gpu's shape
     os.makedirs(tmp_path / "study" / "tune")
     (tmp_path / "study" / "tune" / "tune.json").write_text("{}")
-    assert find_log_dirs(str(tmp_path)) == ["a", os.path.join("deep", "b"), "study"]
+    _write(str(tmp_path / "run10" / "train"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])
+    _write(str(tmp_path / "run2" / "train"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])
+    assert find_log_dirs(str(tmp_path)) == ["a", os.path.join("deep", "b"), "run2", "run10", "study"]
     assert find_log_dirs(str(tmp_path / "a")) == ["."]  # TensorBoard started on the log dir itself
     assert find_log_dirs(str(tmp_path / "a" / "train")) == ["."]  # ...or on its run
     assert find_log_dirs(str(tmp_path / "nope")) == [] and find_log_dirs("") == []
