@@ -18,8 +18,11 @@ const POLL_MS = 30000;
 // ------------------------------------------------------------------ formatting
 
 const finite = (v) => typeof v === "number" && Number.isFinite(v);
-const fmt = (v, digits = 1) =>
-  finite(v) ? v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits }) : "-";
+const fmt = (v, digits = 1) => {
+  if (!finite(v)) return "-";
+  const shown = Number(v.toFixed(digits)) || 0; // no "-0.0" for a small negative number
+  return shown.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+};
 function ms(sec) {
   if (!finite(sec)) return "-";
   const v = 1e3 * sec;
@@ -345,7 +348,7 @@ function clusterSection(report, view, notes) {
     box.append(el("h4", { text: "scores at each gather against the rule's threshold (spreads: the excess over the others' "
       + "median, in their spread)" }));
     box.append(legend(drawn.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
-    box.append(lineChart("cluster-score", drawn, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "spreads", height: 180 }));
+    box.append(lineChart("cluster-score", drawn, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "spreads", height: 160 }));
   }
   if (gathers.standing) box.append(...standingGrid(gathers.standing, verdict));
   const m = gathers.matrix;
@@ -364,7 +367,8 @@ function clusterSection(report, view, notes) {
       dashed: stat !== "median" });
     const lines = ["min", "median", "max"].map(line);
     box.append(legend(lines.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
-    box.append(lineChart("cluster-busy", lines, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "ms/step", xLabel: "step" }));
+    box.append(lineChart("cluster-busy", lines, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "ms/step", xLabel: "step",
+      height: 180 }));
   }
   const slow = [
     { name: "the most slowed worker", points: gathers.steps.map((s, i) => [s, gathers.slowdown[i]]) },
@@ -373,8 +377,8 @@ function clusterSection(report, view, notes) {
   if (slow.length) {
     box.append(el("h4", { text: "slowdown against the workers' own best window" }));
     box.append(legend(slow.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
-    box.append(lineChart("cluster-slowdown", slow,
-      { format: (v) => `${+v.toPrecision(3)}x`, marks: [{ y: gathers.slowdown_named, name: `named from ${gathers.slowdown_named}x` }] }));
+    box.append(lineChart("cluster-slowdown", slow, { format: (v) => `${+v.toPrecision(3)}x`, height: 160,
+      marks: [{ y: gathers.slowdown_named, name: `named from ${gathers.slowdown_named}x` }] }));
   }
   return box;
 }
