@@ -436,3 +436,21 @@ def test_runs_are_in_worker_order_in_the_report_its_json_and_the_tables(tmp_path
     assert main(["report", log_dir]) == 0
     table = [line.split()[1:3] for line in capsys.readouterr().out.splitlines() if "train" in line]
     assert [" ".join(cells) if cells[0] == "worker" else cells[0] for cells in table] == order
+
+
+def test_the_cluster_table_gives_each_slowest_worker_as_the_json_does(tmp_path, capsys):
+    from benchmarks.studies.straggler_scale import write_log_dir
+    from keras_gpu.cli.main import main
+
+    log_dir = str(tmp_path / "logs")
+    write_log_dir(log_dir, 12, straggler=7, gathers=4, seed=2)
+    assert main(["report", log_dir, "--json"]) == 0
+    cluster = json.loads(capsys.readouterr().out)["cluster"]
+    assert main(["report", log_dir]) == 0
+    out = capsys.readouterr().out
+    assert "stood out" in out and "listed" in out
+    for s in cluster["slowest_workers"]:
+        mark = " (straggler)" if s["worker"] == cluster["straggler"] else ""
+        cells = [f"worker {s['worker']}{mark}", f"{s['clear_gathers']} of 4", f"{s['listed_gathers']} of 4",
+                 f"{s['score']:.1f}", f"{s['imbalance']:.0%}", s["part"]]
+        assert any(all(c in line for c in cells) for line in out.splitlines()), (cells, out)
