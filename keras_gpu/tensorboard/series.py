@@ -263,7 +263,8 @@ def matrix(
         ratio), and against its own best: `best_sec`, `last_sec` and
         `slowdown` (the largest ratio of a gather's busy time to its best
         so far); `shown`: `"all"` (in worker order) or `"slowest"` (the
-        `named` workers, then the others by score, `SLOWEST_FEW` at least).
+        `named` workers, then the others by score up to `SLOWEST_FEW` rows
+        in all).
     """
     cells = {w: [(s_busy.get(g)) for g in gathers] for w, (_label, s_busy) in busy.items()}
     cells = {w: row for w, row in cells.items() if any(v is not None for v in row)}
