@@ -148,12 +148,12 @@ def test_the_tab_render_times_are_the_cited_result():
     name = "tab-render-cpu-2core.json"
     section = _section("tensorboard-tab.md", "## How fast")
     _cited(section, name)
-    chief, every = _result(name)["results"]
-    assert chief["runs"] == 1 and chief["workers"] == 256 and every["runs"] == 256
-    for row, (points, cold, warm) in ((chief, re.search(r"\(the chief's run, ([\d,]+) points\).*?drawn ([\d,]+) ms.*?; "
-                                                       r"([\d,]+) ms once", section, re.S).groups()),
-                                      (every, re.search(r"256 runs and ([\d,]+) points, the first read takes ([\d.]+) s.*?"
-                                                        r"then ([\d,]+) ms", section, re.S).groups())):
-        assert int(points.replace(",", "")) == row["points"]
-        assert _agrees(cold, row["drawn_ms"][0], 1e-3 if row is every else 1.0)
+    results = _result(name)["results"]
+    assert [(r["workers"], r["runs"]) for r in results] == [(256, 1), (1024, 1), (256, 256)]
+    rows = re.findall(r"^\| ([\d,]+) workers[^|]*\| (\d+)[^|]*\| ([\d,]+) \| ([\d,.]+) (ms|s) \| ([\d,]+) ms \|$", section, re.M)
+    assert len(rows) == len(results), rows
+    for (workers, runs, points, cold, unit, warm), row in zip(rows, results):
+        assert (int(workers.replace(",", "")), int(runs), int(points.replace(",", ""))) == (
+            row["workers"], row["runs"], row["points"])
+        assert _agrees(cold, row["drawn_ms"][0], 1e-3 if unit == "s" else 1.0)
         assert _agrees(warm, min(row["drawn_ms"][1:]))

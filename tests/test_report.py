@@ -418,3 +418,39 @@ def test_what_the_writer_turns_into_tags_reads_back_into_the_same_records(tmp_pa
     assert cluster.busy == dict(zip(("min", "median", "max"), gather.busy)) == {"min": 0.25, "median": 0.375, "max": 0.5}
     assert cluster.input == {"min": 0.0, "median": 0.0, "max": 0.0}  # the worker that measured no input wait is left out
     assert cluster.sentence.startswith("worker 1 is the straggler")
+
+
+def test_runs_are_in_worker_order_in_the_report_its_json_and_the_tables(tmp_path, capsys):
+    from keras_gpu.cli.main import main
+
+    log_dir = str(tmp_path / "logs")
+    for k in (10, 2, 0, 1, 11, 3):
+        _write(os.path.join(log_dir, "worker_0" if k == 0 else f"worker_{k}", "train"),
+               [{"throughput/samples_per_sec": 100.0 + k, "throughput/steps_per_sec": 1.0}])
+    os.rename(os.path.join(log_dir, "worker_0", "train"), os.path.join(log_dir, "train"))
+    os.rmdir(os.path.join(log_dir, "worker_0"))
+    order = ["chief", "worker 1", "worker 2", "worker 3", "worker 10", "worker 11"]
+    assert [r.label for r in read_report(log_dir).runs] == order
+    assert main(["report", log_dir, "--json"]) == 0
+    assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == order
+    assert main(["report", log_dir]) == 0
+    table = [line.split()[1:3] for line in capsys.readouterr().out.splitlines() if "train" in line]
+    assert [" ".join(cells) if cells[0] == "worker" else cells[0] for cells in table] == order
+
+
+def test_the_cluster_table_gives_each_slowest_worker_as_the_json_does(tmp_path, capsys):
+    from benchmarks.studies.straggler_scale import write_log_dir
+    from keras_gpu.cli.main import main
+
+    log_dir = str(tmp_path / "logs")
+    write_log_dir(log_dir, 12, straggler=7, gathers=4, seed=2)
+    assert main(["report", log_dir, "--json"]) == 0
+    cluster = json.loads(capsys.readouterr().out)["cluster"]
+    assert main(["report", log_dir]) == 0
+    out = capsys.readouterr().out
+    assert "stood out" in out and "listed" in out
+    for s in cluster["slowest_workers"]:
+        mark = " (straggler)" if s["worker"] == cluster["straggler"] else ""
+        cells = [f"worker {s['worker']}{mark}", f"{s['clear_gathers']} of 4", f"{s['listed_gathers']} of 4",
+                 f"{s['score']:.1f}", f"{s['imbalance']:.0%}", s["part"]]
+        assert any(all(c in line for c in cells) for line in out.splitlines()), (cells, out)

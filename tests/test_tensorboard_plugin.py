@@ -120,7 +120,8 @@ def test_the_view_route_holds_the_logged_points(root):
     assert steps["parts"]["compute"] == pytest.approx([w[1] for w in WINDOWS[0]])
     cluster = view["series"]["cluster"]
     assert cluster["steps"] == list(GATHERS) and cluster["slowest_worker"] == [1, 1, 1]
-    assert cluster["named_slowest"] == [{"worker": 1, "gathers": 3}]
+    assert cluster["threshold"] == cluster["straggler"] == [None] * 3  # not logged
+    assert cluster["standing"] is None  # no table of the slowest workers logged
     matrix = cluster["matrix"]
     assert matrix["shown"] == "all" and [r["worker"] for r in matrix["rows"]] == [0, 1]
     for row in matrix["rows"]:  # busy: input + compute + host, the others' waits left out
@@ -131,9 +132,9 @@ def test_the_view_route_holds_the_logged_points(root):
     assert all(r > 1.0 for r in slow["ratio"]) and slow["score"] > 1.0
     assert slow["slowdown"] == pytest.approx((0.001 + 0.061 + 0.004) / (0.001 + 0.058 + 0.004), rel=1e-6)
     assert view["notes"]["cluster"] == []  # every worker's run is there
-    assert view["notes"]["headline"] == [
-        f"{label}: no MFU: keras-gpu knows no peak FLOP/s for this GPU (pass peak_flops= to keras_gpu.callbacks())."
-        for label in ("chief", "worker 1")
+    assert view["notes"]["headline"] == [  # one line for the runs that share a reason
+        "chief and worker 1: no MFU: keras-gpu knows no peak FLOP/s for this GPU (pass peak_flops= to "
+        "keras_gpu.callbacks())."
     ]
 
 
@@ -143,7 +144,9 @@ def test_log_dirs_are_found_where_the_callbacks_and_the_studies_write(tmp_path):
     _write(str(tmp_path / "other" / "validation"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])  # not keras-gpu's shape
     os.makedirs(tmp_path / "study" / "tune")
     (tmp_path / "study" / "tune" / "tune.json").write_text("{}")
-    assert find_log_dirs(str(tmp_path)) == ["a", os.path.join("deep", "b"), "study"]
+    _write(str(tmp_path / "run10" / "train"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])
+    _write(str(tmp_path / "run2" / "train"), [(1, {T.SAMPLES_PER_SEC.name(): 1.0})])
+    assert find_log_dirs(str(tmp_path)) == ["a", os.path.join("deep", "b"), "run2", "run10", "study"]
     assert find_log_dirs(str(tmp_path / "a")) == ["."]  # TensorBoard started on the log dir itself
     assert find_log_dirs(str(tmp_path / "a" / "train")) == ["."]  # ...or on its run
     assert find_log_dirs(str(tmp_path / "nope")) == [] and find_log_dirs("") == []
@@ -216,6 +219,54 @@ def test_the_matrix_keeps_the_slowest_few_of_a_thousand_workers():
     assert [r["worker"] for r in m["rows"][:2]] == [737, 12]
     assert all(len(r["busy"]) == len(gathers) for r in m["rows"])
     assert _series.matrix(gathers, {0: ("chief", dict.fromkeys(gathers, 0.01))}) is None  # one worker: no matrix
+    # The workers the report names are kept, first and in its order, however their busy time ranks them.
+    pinned = _series.matrix(gathers, busy, named=[400, 12, 737])
+    assert [r["worker"] for r in pinned["rows"][:3]] == [400, 12, 737] and len(pinned["rows"]) == _series.SLOWEST_FEW
+    assert len({r["worker"] for r in pinned["rows"]}) == _series.SLOWEST_FEW
+
+
+def test_a_chief_only_log_dir_of_1024_workers_draws_the_reports_slowest_workers(tmp_path):
+    from benchmarks.studies.straggler_scale import write_log_dir
+    from keras_gpu.meters.cluster_view import score_threshold
+    from keras_gpu.tensorboard.tab_data import read_tab
+
+    write_log_dir(str(tmp_path / "job"), 1024, straggler=513, seed=1)  # the chief's run, as the callbacks write it
+    tab = read_tab(str(tmp_path / "job"))
+    report, cluster = tab.report["cluster"], tab.view["series"]["cluster"]
+    assert tab.report == report_json(str(tmp_path / "job")) and tab.view["shown_runs"] == ["train"]
+    assert (report["straggler"], report["gathers"]) == (513, 8) and cluster["matrix"] is None
+    assert cluster["threshold"] == pytest.approx([score_threshold(1024)] * 8)
+    assert cluster["straggler"][-1] == report["straggler_so_far"] == 513
+    assert cluster["slowest_score"][-1] == pytest.approx(report["slowest_score"])
+    # A few rows at 1,024 workers: the report's slowest workers, in its order, at every gather.
+    stand = cluster["standing"]
+    assert stand["workers"] == [s["worker"] for s in report["slowest_workers"]] and len(stand["workers"]) <= 8
+    assert stand["gathers"] == cluster["steps"] and all(len(row) == 8 for row in stand["score"])
+    for k, outs in zip(stand["workers"], stand["out"]):
+        (ranked,) = [s for s in report["slowest_workers"] if s["worker"] == k]
+        assert sum(o is True for o in outs) == ranked["clear_gathers"]
+        assert sum(o is not None for o in outs) == ranked["listed_gathers"]
+    assert stand["workers"][0] == 513 and all(v > score_threshold(1024) for v in stand["score"][0])  # at every gather
+    assert tab.view["notes"]["cluster"][0].startswith("only the chief wrote a run")
+
+
+def test_the_tab_lists_first_the_runs_the_report_lists(tmp_path):
+    from benchmarks.studies.straggler_scale import write_log_dir
+    from keras_gpu.output.reader import read_report
+    from keras_gpu.output.runs_shown import shown_runs
+    from keras_gpu.tensorboard.tab_data import read_tab
+
+    write_log_dir(str(tmp_path / "job"), 20, straggler=13, gathers=4, worker_runs=True, seed=2)
+    tab = read_tab(str(tmp_path / "job"))
+    shown, hidden = shown_runs(read_report(str(tmp_path / "job")))
+    assert hidden > 0 and tab.view["shown_runs"] == [r.run for r in shown]
+    assert tab.view["shown_runs"][0] == "train" and os.path.join("worker_13", "train") in tab.view["shown_runs"]
+    workers = [r["worker"] for r in tab.report["runs"]]
+    assert workers == list(range(20))  # worker 2 before worker 10
+    # Twenty runs, one reason: one line, not twenty.
+    (line,) = tab.view["notes"]["headline"]
+    assert line.startswith("chief, worker 1, worker 2 and 17 more runs: no TFLOP/s nor MFU")
+    assert tab.view["notes"]["cluster"][0].startswith("the workers' runs hold no step-time breakdown")
 
 
 def test_long_series_are_thinned_keeping_their_peaks():

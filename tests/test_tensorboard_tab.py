@@ -1,13 +1,17 @@
 """The keras-gpu tab in a real TensorBoard, drawn by headless Chromium, over real runs of one and of two workers.
 
-A real `tensorboard` on 127.0.0.1 serves a folder holding three keras-gpu log
+A real `tensorboard` on 127.0.0.1 serves a folder holding five keras-gpu log
 dirs: `keras-gpu demo`'s run (one worker, two CPU replicas, traced), a
-two-worker `keras-gpu launch` job whose worker 1 sleeps after every step (the
-straggler), and `studies`: the breakdown of a recorded H200 trace written as
-the callbacks write it, with a scaling and a tuning study beside it.
-Chromium loads TensorBoard's page on the tab and the test reads the drawn
-page: every run, its numbers as `keras-gpu report --json` gives them, the
-charts drawn with their data, the verdict.
+two-worker `keras-gpu launch` job whose worker 1 sleeps 20 ms after every
+step (the straggler), `studies`: the breakdown of a recorded H200 trace
+written as the callbacks write it, with a scaling and a tuning study beside
+it, and two generated jobs (`benchmarks.studies.straggler_scale.write_log_dir`,
+the chief's cluster view as `StepTimeLogger` logs it): `big`, 1,024 workers
+of which only the chief writes a run (the default above 16 workers), and
+`twenty`, 20 workers each writing its own run. Chromium loads TensorBoard's
+page on the tab and the test reads the drawn page: every run, its numbers as
+`keras-gpu report --json` gives them, the charts drawn with their data, the
+verdict and the slowest workers.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ _READY = """(() => { const d = tab(); const state = d && d.body && d.body.datase
   return {ready: state === 'drawn' || state === 'error', state,
           sections: d ? [...d.querySelectorAll('.log-dir')].map((s) => [s.dataset.logDir, s.dataset.state]) : []}; })()"""
 
+# More than four log dirs: the tab opens the first; open the others as a user would, each drawn when opened.
+_OPEN_ALL = "tab().querySelectorAll('details.log-dir').forEach((s) => { s.open = true; }), true"
+_ALL_DRAWN = """(() => { const s = [...tab().querySelectorAll('.log-dir')].map((x) => [x.dataset.logDir, x.dataset.state]);
+  return {ready: s.every(([, state]) => state === 'drawn' || state === 'error'), sections: s}; })()"""
+
 # What the page shows of each log dir, as data (every number is the raw value of the element's data-value).
 _PAGE = """(() => {
   const d = tab();
@@ -64,6 +73,14 @@ _PAGE = """(() => {
     scaleRows: [...s.querySelectorAll('table[data-table=scale] td[data-key=speedup]')].map(num),
     tuneRows: [...s.querySelectorAll('table[data-table=tune] td[data-key=samples_per_sec]')].map(num),
     notes: [...s.querySelectorAll('ul.notes li')].map((li) => li.textContent),
+    facts: [...s.querySelectorAll('table[data-table=verdict] [data-key]')].map((e) => [e.dataset.key, e.dataset.json]),
+    slowest: [...s.querySelectorAll('table[data-table=slowest-workers] tbody tr')].map((tr) =>
+      Object.fromEntries([...tr.querySelectorAll('td[data-key]')].map((td) => [td.dataset.key, td.dataset.json]))),
+    standing: [...s.querySelectorAll('svg[data-chart=cluster-standing] rect.cell')].map((r) =>
+      [Number(r.dataset.worker), Number(r.dataset.gather), r.dataset.out]),
+    scores: [...s.querySelectorAll('svg[data-chart=cluster-score] path.line')].map((p) => [p.dataset.name, Number(p.dataset.points)]),
+    rest: (s.querySelector('section[data-part=headline] details.more summary') || {}).textContent || null,
+    cluster_rows: s.querySelectorAll('section[data-part=cluster] tr, section[data-part=cluster] rect').length,
   }));
 })()"""
 
@@ -96,9 +113,20 @@ def runs(tmp_path_factory):
     cli = [sys.executable, "-m", "keras_gpu.cli"]
     _run([*cli, "demo", "--cpu-replicas", "2", "--epochs", "2", "--samples", "1024", "--profile-every-s", "1",
           "--log-dir", str(root / "single")], timeout=300)
-    _run([*cli, "launch", "-n", "2", WORKER, str(root / "two"), "host", str(out)], timeout=420)
+    _run([*cli, "launch", "-n", "2", WORKER, str(root / "two"), "host-20ms", str(out)], timeout=420)
     _studies(root / "studies")
+    _generated(root)
     return root, chromium
+
+
+def _generated(root) -> None:
+    """`big`: the chief's run of a 1,024-worker fit of 8 gathers, worker 513 slowed +20% in compute (only the
+    chief writes a run above 16 workers); `twenty`: 20 workers, each writing its run, worker 13 slowed."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.studies.straggler_scale import write_log_dir
+
+    write_log_dir(str(root / "big"), 1024, straggler=513, seed=1)
+    write_log_dir(str(root / "twenty"), 20, straggler=13, gathers=4, worker_runs=True, seed=2)
 
 
 def _studies(log_dir) -> None:
@@ -159,7 +187,7 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
     from tools.chromium import Browser
 
     root, chromium = runs
-    reports = {name: _report_json(root / name) for name in ("single", "studies", "two")}
+    reports = {name: _report_json(root / name) for name in ("big", "single", "studies", "twenty", "two")}
     with tensorboard_server(str(root)) as tb:
         entry = tb.wait_for(_listed, timeout=120)
         assert entry["tab_name"] == "keras-gpu" and entry["loading_mechanism"]["type"] == "IFRAME"
@@ -169,13 +197,18 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
             browser.open(f"{tb.base_url}/#keras_gpu", timeout=120)
             state = browser.wait_until(_READY, 180, "the keras-gpu tab", settle=0.0)
             assert state["state"] == "drawn", state
+            browser.evaluate(_OPEN_ALL)
+            browser.wait_until(_ALL_DRAWN, 180, "every log dir of the keras-gpu tab", settle=0.0)
             assert browser.evaluate(
                 "deepAll(document).some((e) => e.children.length === 0 && e.textContent.trim() === 'keras-gpu')"
             ), "TensorBoard's tab bar shows no keras-gpu tab"
             page = {s["name"]: s for s in browser.evaluate(_PAGE)}
-    assert sorted(page) == ["single", "studies", "two"] and all(s["state"] == "drawn" for s in page.values())
-    for name, report in reports.items():
-        _check_numbers(page[name], report)
+    assert sorted(page) == ["big", "single", "studies", "twenty", "two"]
+    assert all(s["state"] == "drawn" for s in page.values())
+    for name in ("single", "studies", "two"):
+        _check_numbers(page[name], reports[name])
+    for name in ("big", "twenty", "two"):
+        _check_cluster(page[name], reports[name])
     single, two = page["single"], page["two"]
     # One worker: its traces drawn per breakdown, no cluster view, and said so.
     assert single["breakdowns"] > 0 and single["verdict"] is None and not single["heatmap"]
@@ -194,6 +227,45 @@ def test_the_tab_draws_every_run_with_the_report_numbers(runs, tmp_path):
     assert studies["scale"] == [["measured speed-up", 3], ["linear", 3]]
     assert studies["scaleRows"] == [r["speedup"] for r in report["scale"]]
     assert studies["tuneRows"] == [r["samples_per_sec"] for r in report["tune"]["rows"]]
+    # 1,024 workers, the chief's run alone: the verdict and the slowest workers as the report gives them, a few
+    # rows drawn from the chief's summary, never a row per worker.
+    big, report = page["big"], reports["big"]
+    assert big["verdict"].startswith("worker 513 is the straggler: its compute is ")
+    assert [row["run"] for row in big["headline"]] == ["train"] and big["rest"] is None
+    assert not big["heatmap"] and big["standing"] and big["cluster_rows"] < 120
+    assert {w for w, _, _ in big["standing"]} == {s["worker"] for s in report["cluster"]["slowest_workers"]}
+    assert [out for w, _, out in big["standing"] if w == 513] == ["true"] * 8  # standing out at every gather
+    assert [name for name, _ in big["scores"]] == ["the slowest worker's score", "worker 513's score (the straggler)",
+                                                  "threshold"]
+    # 20 workers, each writing its run: the headline lists the runs the report lists, in worker order, the others
+    # behind a toggle; worker 2 comes before worker 10 everywhere.
+    twenty, report = page["twenty"], reports["twenty"]
+    from keras_gpu.output.reader import read_report
+    from keras_gpu.output.runs_shown import shown_runs
+
+    listed, hidden = shown_runs(read_report(str(root / "twenty")))
+    assert [row["run"] for row in twenty["headline"]] == [r.run for r in listed] and hidden > 0
+    assert twenty["rest"].startswith(f"the other {hidden} runs")
+    assert [r["worker"] for r in report["runs"]] == list(range(20))
+    worker = {r["run"]: r["worker"] for r in report["runs"]}
+    drawn = [worker[row["run"]] for row in twenty["headline"]]
+    assert drawn == sorted(drawn) and 13 in drawn
+
+
+def _check_cluster(section: dict, report: dict) -> None:
+    """The verdict, its facts and the slowest workers' table, each value as `keras-gpu report --json` gives it."""
+    cluster = report["cluster"]
+    assert section["verdict"] == cluster["sentence"]
+    facts = {key: json.loads(value) for key, value in section["facts"]}
+    assert len(facts) == len(section["facts"])  # each field once
+    for key, value in facts.items():
+        assert value == cluster[key], key
+    always = {"straggler", "gathers", "imbalance", "more_stragglers", "slowed_worker", "cluster_slowdown",
+              "slowest_score", "threshold", "workers_out", "workers_reporting", "straggler_so_far"}
+    named = {"clear_gathers", "part", "part_sec", "part_median_sec"} if cluster["straggler"] is not None else set()
+    assert always | named <= set(facts), sorted(always | named - set(facts))
+    shown = [{key: json.loads(value) for key, value in row.items()} for row in section["slowest"]]
+    assert shown == cluster["slowest_workers"] and shown
 
 
 def _check_numbers(section: dict, report: dict) -> None:

@@ -60,9 +60,11 @@ def _gather_times(seconds: int = HOUR_S) -> list[float]:
 
 
 def _run_values(
-    worker: int, gpus: int, chief: bool, workers: int, seconds: int = HOUR_S
+    worker: int, gpus: int, chief: bool, workers: int, seconds: int = HOUR_S,
+    judged: list[dict[str, Any]] | None = None,
 ) -> list[tuple[float, dict[str, float]]]:
-    """`(seconds into the job, {tag: value})` for one worker's run over `seconds` (one hour)."""
+    """`(seconds into the job, {tag: value})` for one worker's run over `seconds` (one hour); on the chief, each
+    gather's `cluster/*` scalars from `judged` where given (else the same fixed values at every gather)."""
     from keras_gpu.output import tags as T
 
     out: list[tuple[float, dict[str, float]]] = []
@@ -89,14 +91,16 @@ def _run_values(
             T.VALIDATION_SEC.name(): 1.5, T.OTHER_EPOCH_SEC.name(): 0.5,
             T.STEADY_SAMPLES_PER_SEC.name(): 5100.0, T.STEADY_STEPS_PER_SEC.name(): 20.5,
         }))
-    for t in _gather_times(seconds):
+    for i, t in enumerate(_gather_times(seconds)):
         values = {T.STEP_SEC.name(): 0.05, T.STEP_TRACED_STEPS.name(): 20.0, T.STEP_INPUT_SEC.name(): 0.001,
                   T.STEP_COMPUTE_SEC.name(): 0.04, T.STEP_COMMUNICATION_SEC.name(): 0.008, T.STEP_OTHER_SEC.name(): 0.001}
         for g in range(gpus):
             label = f"{worker * gpus + g}_GPU_{g}"
             values[T.REPLICA_COMPUTE_SEC.name(replica=label)] = 0.04
             values[T.REPLICA_COMMUNICATION_SEC.name(replica=label)] = 0.008
-        if chief and workers > 1:
+        if chief and workers > 1 and judged is not None:
+            values.update(judged[i]["scalars"])
+        elif chief and workers > 1:
             values.update({
                 T.CLUSTER_SLOWEST_WORKER.name(): 3.0, T.CLUSTER_IMBALANCE.name(): 0.05,
                 T.CLUSTER_WORKERS_REPORTING.name(): float(workers),
@@ -108,15 +112,34 @@ def _run_values(
     return sorted(out, key=lambda p: p[0])
 
 
-def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool, seconds: int = HOUR_S) -> dict[str, Any]:
-    """Write `seconds` (one hour) of logging for a job of `workers` workers; returns runs, tags and points."""
+def simulate(
+    log_dir: str, workers: int, gpus: int, all_runs: bool, seconds: int = HOUR_S, straggler: int | None = None
+) -> dict[str, Any]:
+    """Write `seconds` (one hour) of logging for a job of `workers` workers; returns runs, tags and points.
+
+    With `straggler`, the chief's gathers are judged from simulated rows with
+    that worker slowed +20% in compute
+    (`benchmarks.studies.straggler_scale.judged_gathers`): the `cluster/*`
+    scalars, each gather's table of the slowest workers and the verdict, as
+    `StepTimeLogger` logs them; without, every gather logs the same fixed
+    `cluster/*` values.
+    """
     from keras_gpu.core.cluster import ClusterInfo
     from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
+    from keras_gpu.output import tags as T
     from keras_gpu.output import writer as _writer
     from keras_gpu.output.layout import write_layout
 
     writing = range(workers) if (all_runs or workers <= PER_WORKER_RUNS_MAX) else range(1)
     steps_per_s = 20
+    judged, sentence = None, None
+    if straggler is not None and workers > 1:
+        from benchmarks.studies.straggler_scale import judged_gathers
+
+        judged, sentence = judged_gathers(workers, straggler, len(_gather_times(seconds)))
+    tables = {} if judged is None else {
+        int(t * steps_per_s): g["table"] for t, g in zip(_gather_times(seconds), judged)
+    }
     runs, tags, points = [], set(), 0
     for worker in writing:
         info = ClusterInfo(
@@ -125,11 +148,16 @@ def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool, seconds: int
         path = _writer.run_dir(log_dir, info)
         writer = _writer.SummaryWriter(path)
         write_layout(writer)
-        for t, values in _run_values(worker, gpus, worker == 0, workers, seconds):
-            writer.scalars(values, int(t * steps_per_s))
+        for t, values in _run_values(worker, gpus, worker == 0, workers, seconds, judged):
+            step = int(t * steps_per_s)
+            writer.scalars(values, step)
+            if worker == 0 and step in tables:
+                writer.text(T.CLUSTER_SLOWEST_WORKERS.name(), tables[step], step)
             if worker == 0 or len(runs) == 0:
                 tags.update(values)
             points += len(values)
+        if worker == 0 and sentence is not None:
+            writer.text(T.CLUSTER_VERDICT.name(), sentence, int(seconds * steps_per_s))
         writer.close()
         runs.append(os.path.relpath(path, log_dir))
     nbytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(log_dir) for f in fs)

@@ -64,7 +64,7 @@ import numpy as np
 from benchmarks import _cli
 from keras_gpu.meters import cluster_view
 
-__all__ = ["NoiseModel", "main", "noise_models", "simulate_fit", "write_log_dir"]
+__all__ = ["NoiseModel", "judged_gathers", "main", "noise_models", "simulate_fit", "write_log_dir"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPU_TRACE = os.path.join(REPO, "tests", "data", "gpu_multi_worker.xplane.pb")
@@ -376,31 +376,49 @@ def time_judge(sizes: tuple[int, ...], repeats: int = 30) -> dict[str, dict[str,
     return out
 
 
-def write_log_dir(log_dir: str, workers: int, straggler: int, gathers: int = GATHERS, worker_runs: bool = False,
-                  seed: int = 0) -> None:
-    """What the chief (and, with `worker_runs`, every worker) of a `workers`-worker fit logs, its gathers simulated.
+def judged_gathers(workers: int, straggler: int, gathers: int = GATHERS, seed: int = 0) -> tuple[list[dict[str, Any]], str]:
+    """The chief's view of each gather of a simulated `workers`-worker fit, as `StepTimeLogger` logs it.
 
-    The `reference` model with a +20% compute straggler on worker `straggler`;
-    the chief's run holds the `cluster/*` tags, the slowest workers' tables and
-    the verdict as `StepTimeLogger` writes them, and each run a throughput series.
+    The `reference` model with a +20% compute straggler on worker `straggler`,
+    judged by `summarize_rows` and `verdict_over` as the chief judges it.
+
+    Returns:
+        Per gather, `{"scalars": its cluster/* scalars, "table": its
+        cluster/slowest_workers Markdown}`; and the fit's verdict sentence.
     """
-    from keras_gpu.output import tags
-    from keras_gpu.output import writer as _writer
     from keras_gpu.output.cluster_text import slowest_markdown
     from keras_gpu.output.step_time_tags import cluster_values
 
     rng = np.random.default_rng(seed)
     fit = simulate_fit(rng, noise_models()[0], workers, gathers, straggler=(straggler, 0.2, "compute", None))
-    chief = _writer.SummaryWriter(os.path.join(log_dir, "train"))
     best: dict[int, float] = {}
-    summaries = []
-    for g, rows in enumerate(fit):
-        step = 100 * (g + 1)
+    summaries, out = [], []
+    for rows in fit:
         summaries.append(cluster_view.summarize_rows(rows, best))
-        chief.scalars({**cluster_values(summaries[-1], cluster_view.verdict_over(summaries)),
-                       tags.SAMPLES_PER_SEC.name(): 6400.0, tags.STEPS_PER_SEC.name(): 50.0}, step)
-        chief.text(tags.CLUSTER_SLOWEST_WORKERS.name(), slowest_markdown(summaries[-1].slowest), step)
-    chief.text(tags.CLUSTER_VERDICT.name(), cluster_view.verdict_over(summaries).sentence, 100 * gathers)
+        out.append({"scalars": cluster_values(summaries[-1], cluster_view.verdict_over(summaries)),
+                    "table": slowest_markdown(summaries[-1].slowest)})
+    return out, cluster_view.verdict_over(summaries).sentence
+
+
+def write_log_dir(log_dir: str, workers: int, straggler: int, gathers: int = GATHERS, worker_runs: bool = False,
+                  seed: int = 0) -> None:
+    """What the chief (and, with `worker_runs`, every worker) of a `workers`-worker fit logs, its gathers simulated.
+
+    The `reference` model with a +20% compute straggler on worker `straggler`
+    (`judged_gathers`); the chief's run holds the `cluster/*` tags, the slowest
+    workers' tables and the verdict as `StepTimeLogger` writes them, and each
+    run a throughput series.
+    """
+    from keras_gpu.output import tags
+    from keras_gpu.output import writer as _writer
+
+    judged, sentence = judged_gathers(workers, straggler, gathers, seed)
+    chief = _writer.SummaryWriter(os.path.join(log_dir, "train"))
+    for g, gather in enumerate(judged):
+        step = 100 * (g + 1)
+        chief.scalars({**gather["scalars"], tags.SAMPLES_PER_SEC.name(): 6400.0, tags.STEPS_PER_SEC.name(): 50.0}, step)
+        chief.text(tags.CLUSTER_SLOWEST_WORKERS.name(), gather["table"], step)
+    chief.text(tags.CLUSTER_VERDICT.name(), sentence, 100 * gathers)
     chief.close()
     if worker_runs:
         for k in range(1, workers):

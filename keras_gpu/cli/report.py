@@ -7,18 +7,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from keras_gpu.cli import UsageError
+from keras_gpu.output.runs_shown import RUNS_SHOWN, SLOWEST_SHOWN
 
 if TYPE_CHECKING:
     from keras_gpu.output.report_records import Report, RunSummary, SeriesStats
 
 __all__ = ["RUNS_SHOWN", "add_parser", "print_report", "render", "run", "shown_runs"]
-
-#: Runs the report's tables list one by one; a log directory with more (a job of many workers, each writing
-#: its own run) shows the chief, the stragglers and the slowest workers of the cluster view, and counts the
-#: rest (`keras-gpu report --json` lists every run).
-RUNS_SHOWN = 16
-#: Workers of the cluster view's ranking the report shows.
-SLOWEST_SHOWN = 5
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -138,23 +132,11 @@ def render(report: Report, console: Any = None) -> None:
 
 
 def shown_runs(report: Report) -> tuple[list[RunSummary], int]:
-    """The runs the tables list, and how many they leave out.
+    """The runs the tables list, and how many they leave out: `keras_gpu.output.runs_shown.shown_runs` with this
+    module's `RUNS_SHOWN` and `SLOWEST_SHOWN`."""
+    from keras_gpu.output.runs_shown import shown_runs as shown
 
-    Every run, up to `RUNS_SHOWN`; above, the chief, the runs of the
-    workers the cluster view names (the straggler, other stragglers, the
-    `SLOWEST_SHOWN` slowest) and runs of no worker, in their order.
-    """
-    runs = report.runs
-    if len(runs) <= RUNS_SHOWN:
-        return runs, 0
-    named = {0}
-    cluster = report.cluster
-    if cluster is not None:
-        verdict = cluster.verdict
-        named |= {k for k in (verdict.straggler, verdict.slowed_worker) if k is not None}
-        named |= set(verdict.more_stragglers) | {s.worker for s in cluster.slowest_workers[:SLOWEST_SHOWN]}
-    shown = [r for r in runs if r.worker is None or r.worker in named]
-    return shown, len(runs) - len(shown)
+    return shown(report, RUNS_SHOWN, SLOWEST_SHOWN)
 
 
 def _cluster_table(report: Report) -> Any:
@@ -166,14 +148,14 @@ def _cluster_table(report: Report) -> Any:
     table = _table(
         f"Cluster view: the slowest workers over {cluster.gathers} gathers (score: excess over the others' median, "
         f"in their spreads{threshold})",
-        ("worker", "stood out", "score", "others wait", "part"),
+        ("worker", "stood out", "listed", "score", "others wait", "part"),
         ("worker", "part"),
     )
     for s in cluster.slowest_workers[:SLOWEST_SHOWN]:
         mark = " (straggler)" if s.worker == cluster.straggler else ""
         table.add_row(
-            f"worker {s.worker}{mark}", f"{s.clear_gathers} of {cluster.gathers}", f"{s.score:.1f}",
-            f"{s.imbalance:.0%}", s.part or "-",
+            f"worker {s.worker}{mark}", f"{s.clear_gathers} of {cluster.gathers}",
+            f"{s.listed_gathers} of {cluster.gathers}", f"{s.score:.1f}", f"{s.imbalance:.0%}", s.part or "-",
         )
     return table
 

@@ -32,6 +32,7 @@ from keras_gpu.output.report_hints import (
     report_hints,
 )
 from keras_gpu.output.report_records import PlacementDigest, Report, RunSummary
+from keras_gpu.output.runs_shown import run_order
 from keras_gpu.output.tag_records import Scalars, Texts, uncounted_allocator
 
 __all__ = [
@@ -58,14 +59,15 @@ Visit = Callable[[str, Scalars, Texts, tuple[str, ...]], None]
 
 
 def find_runs(log_dir: str) -> list[str]:
-    """Run directories (relative to `log_dir`) that hold event files, sorted."""
+    """Run directories (relative to `log_dir`) that hold event files, in
+    `keras_gpu.output.runs_shown.run_order` (`worker_2/train` before `worker_10/train`)."""
     if not os.path.isdir(log_dir):
         raise FileNotFoundError(f"No such log directory: {log_dir!r}. Pass the `log_dir` given to keras_gpu.callbacks().")
     runs = []
     for root, _dirs, files in os.walk(log_dir):
         if any(".tfevents." in f for f in files):
             runs.append(os.path.relpath(root, log_dir))
-    return sorted(runs, key=lambda r: (r.count(os.sep), r))
+    return sorted(runs, key=run_order)
 
 
 def _records(path: str, cut: list[str] | None = None) -> Iterator[bytes]:

@@ -26,6 +26,7 @@ import re
 import threading
 
 from keras_gpu.output.reader import holds_keras_gpu_data
+from keras_gpu.output.runs_shown import natural_key
 from keras_gpu.output.scale_output import ROWS_FILE as SCALE_ROWS
 from keras_gpu.output.scale_output import SCALE_RUN
 from keras_gpu.output.tune_output import ROWS_FILE as TUNE_ROWS
@@ -77,7 +78,8 @@ class KerasGpuFiles:
 
 
 def find_log_dirs(root: str, files: KerasGpuFiles | None = None) -> list[str]:
-    """The keras-gpu log directories under `root`, relative to it (`"."`: `root` itself), sorted.
+    """The keras-gpu log directories under `root`, relative to it (`"."`: `root` itself), in
+    `keras_gpu.output.runs_shown.natural_key` order (`run2` before `run10`).
 
     Args:
         root: TensorBoard's `--logdir` (a local directory; any other holds none).
@@ -101,7 +103,7 @@ def find_log_dirs(root: str, files: KerasGpuFiles | None = None) -> list[str]:
             ".tfevents." in n and files.holds(os.path.join(path, n)) for n in sorted(names)
         ):
             found.add(owner)
-    return sorted(os.path.join(*parts) if parts else "." for parts in found)
+    return sorted((os.path.join(*parts) if parts else "." for parts in found), key=natural_key)
 
 
 def signature(log_dir: str) -> tuple[tuple[str, int, int], ...]:

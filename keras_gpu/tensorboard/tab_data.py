@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from keras_gpu.output.log_dir import json_safe, read_log_dir
+from keras_gpu.output.runs_shown import shown_runs
 from keras_gpu.tensorboard.log_dirs import signature
 from keras_gpu.tensorboard.notes import notes
-from keras_gpu.tensorboard.series import TabSeries
+from keras_gpu.tensorboard.series import TabSeries, named_workers
 
 __all__ = ["Tab", "TabCache", "read_tab", "version_of"]
 
@@ -29,9 +30,11 @@ class Tab:
 
     Attributes:
         report: What `keras-gpu report --json` prints for it.
-        view: `{"series", "notes"}`: the charts' points and the sentences
-            saying what is missing (plain data, `None` for what was not
-            measured).
+        view: `{"series", "notes", "shown_runs"}`: the charts' points, the
+            sentences saying what is missing (plain data, `None` for what
+            was not measured), and the runs `keras-gpu report`'s tables list
+            (`keras_gpu.output.runs_shown.shown_runs`), which the tab lists
+            first.
         version: A digest of the files it was read from.
     """
 
@@ -58,7 +61,10 @@ def read_tab(log_dir: str, version: str | None = None) -> Tab:
     version = version or version_of(signature(log_dir))
     series = TabSeries()
     data = read_log_dir(log_dir, visit=series)
-    view = json_safe({"series": series.as_dict(), "notes": notes(data, series)})
+    report = data.report if data.shows_report else None
+    shown = [] if report is None else [r.run for r in shown_runs(report)[0]]
+    named = named_workers(None if report is None else report.cluster)
+    view = json_safe({"series": series.as_dict(named), "notes": notes(data, series), "shown_runs": shown})
     return Tab(report=data.as_dict(), view=view, version=version)
 
 

@@ -6,7 +6,8 @@ MODE:
 - `balanced`: every worker does the same work;
 - `compute`: worker 1's model runs eight extra 384x384 matmuls per step (no
   extra variables, so the collectives still match);
-- `host`: a callback on worker 1 sleeps 15 ms after every step;
+- `host`: a callback on worker 1 sleeps 15 ms after every step (`host-<ms>ms`:
+  that many milliseconds, `host-20ms` for the keras-gpu tab's browser test);
 - `rotate`: in epoch e, worker e (mod the number of workers) sleeps 15 ms after
   every step, so each epoch-end gather has another straggler;
 - `custom`: as `compute`, in a model whose class overrides `train_step`;
@@ -146,8 +147,8 @@ def main() -> None:
     model = build()
     callbacks = keras_gpu.callbacks(log_dir)
     (cb,) = [c for c in callbacks if isinstance(c, step_time.StepTimeLogger)]
-    if mode == "host" and rank == 1:
-        callbacks.append(Sleep(0.015))
+    if (mode == "host" or mode.startswith("host-")) and rank == 1:
+        callbacks.append(Sleep(0.015 if mode == "host" else float(mode.removeprefix("host-").removesuffix("ms")) / 1e3))
     epochs = {"soak": 4, "measure": 6}.get(mode, EPOCHS)
     if mode == "rotate":
         workers = strategy.num_replicas_in_sync

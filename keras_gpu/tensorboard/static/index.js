@@ -12,15 +12,17 @@ const EPOCH_PARTS = [
   ["validation", (t) => t.validation_sec],
   ["other", (t) => t.other_sec],
 ];
-const HEADLINE_ROWS = 32; // runs shown at once in the headline table; the rest behind a toggle
 const WIDTH = 760;
 const POLL_MS = 30000;
 
 // ------------------------------------------------------------------ formatting
 
 const finite = (v) => typeof v === "number" && Number.isFinite(v);
-const fmt = (v, digits = 1) =>
-  finite(v) ? v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits }) : "-";
+const fmt = (v, digits = 1) => {
+  if (!finite(v)) return "-";
+  const shown = Number(v.toFixed(digits)) || 0; // no "-0.0" for a small negative number
+  return shown.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+};
 function ms(sec) {
   if (!finite(sec)) return "-";
   const v = 1e3 * sec;
@@ -204,27 +206,31 @@ function headlineRow(r) {
   return row;
 }
 
-function headline(report, notes) {
+// The runs `keras-gpu report`'s tables list (view.shown_runs: every run up to 16, else the chief, the stragglers
+// and the slowest workers), in the report's order; the others behind a toggle.
+function headline(report, view, notes) {
   const box = section("Headline", "headline", notes);
   const head = el("tr", {}, ...["worker", "samples/s", "steady samples/s", "TFLOP/s", "MFU", "allocator peak",
     "host RSS peak", "last step"].map((h) => el("th", { text: h })));
   const table = el("table", { class: "numbers", "data-table": "headline" }, el("thead", {}, head));
   const body = el("tbody");
-  report.runs.slice(0, HEADLINE_ROWS).forEach((r) => body.append(headlineRow(r)));
+  const shown = new Set(view.shown_runs || report.runs.map((r) => r.run));
+  report.runs.filter((r) => shown.has(r.run)).forEach((r) => body.append(headlineRow(r)));
   table.append(body);
   box.append(table);
-  const rest = report.runs.slice(HEADLINE_ROWS);
+  const rest = report.runs.filter((r) => !shown.has(r.run));
   if (rest.length) {
-    const more = el("details", { class: "more" }, el("summary", { text: `the other ${rest.length} runs` }));
+    const more = el("details", { class: "more" }, el("summary", { text: `the other ${rest.length.toLocaleString("en-US")} `
+      + "runs (listed above: the chief, the stragglers and the slowest workers, as keras-gpu report lists them)" }));
     more.addEventListener("toggle", () => {
       if (!more.open || more.dataset.drawn) return;
       more.dataset.drawn = "1";
-      const t = el("table", { class: "numbers" }, el("thead", {}, head.cloneNode(true)));
+      const t = el("table", { class: "numbers", "data-table": "headline-rest" }, el("thead", {}, head.cloneNode(true)));
       const b = el("tbody");
       rest.forEach((r) => b.append(headlineRow(r)));
       t.append(b);
       more.append(t);
-    }, { once: false });
+    });
     box.append(more);
   }
   return box;
@@ -305,6 +311,18 @@ function runPicker(runs, draw) {
 // ------------------------------------------------------------------ the cluster
 // The one place that reads the report's cluster part and the chief's gathers: what the job-wide view shows.
 
+const PART_PHRASE = { compute: "compute", input: "input wait", host: "host time between steps" };
+
+function workerList(ks) {
+  if (!ks.length) return "none";
+  if (ks.length === 1) return `worker ${ks[0]}`;
+  return `workers ${ks.slice(0, -1).join(", ")} and ${ks[ks.length - 1]}`;
+}
+
+// A part of a sentence carrying one field of the report's `cluster`: its key, and its value as JSON.
+const said = (key, value, text) => el("span", { class: "fact", "data-key": key, "data-json": JSON.stringify(value ?? null), text });
+const spreads = (v) => (finite(v) ? fmt(v, 2) : "-");
+
 function clusterSection(report, view, notes) {
   const box = section("The cluster", "cluster", notes);
   const verdict = report.cluster;
@@ -313,11 +331,30 @@ function clusterSection(report, view, notes) {
   if (verdict) {
     box.append(el("p", { class: `verdict${verdict.straggler === null ? "" : " straggler"}`, "data-verdict": verdict.sentence,
       text: `${verdict.sentence} (from ${verdict.gathers} gather(s))` }));
+    box.append(verdictFacts(verdict, gathers ? gathers.slowdown_named : null));
+    if (verdict.slowest_workers.length) box.append(...slowestTable(verdict));
   }
   if (!gathers) return box;
+  const scoreLines = [{ name: "the slowest worker's score", points: gathers.steps.map((s, i) => [s, gathers.slowest_score[i]]) }];
+  const st = gathers.standing;
+  if (st) { // the worker the report ranks first over the fit (the straggler, where one is named)
+    const first = st.workers[0];
+    const who = verdict && first === verdict.straggler ? "the straggler" : "the first of the slowest workers";
+    scoreLines.push({ name: `worker ${first}'s score (${who})`, points: st.gathers.map((g, i) => [g, st.score[0][i]]) });
+  }
+  scoreLines.push({ name: "threshold", points: gathers.steps.map((s, i) => [s, gathers.threshold[i]]), dashed: true });
+  const drawn = scoreLines.filter((l) => l.points.some((p) => finite(p[1])));
+  if (drawn.length > 1 || (drawn.length && !drawn[0].dashed)) {
+    box.append(el("h4", { text: "scores at each gather against the rule's threshold (spreads: the excess over the others' "
+      + "median, in their spread)" }));
+    box.append(legend(drawn.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
+    box.append(lineChart("cluster-score", drawn, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "spreads", height: 160 }));
+  }
+  if (gathers.standing) box.append(...standingGrid(gathers.standing, verdict));
   const m = gathers.matrix;
   if (m) {
-    const what = m.shown === "all" ? `all ${m.workers} workers` : `the ${m.rows.length} slowest of ${m.workers} workers`;
+    const what = m.shown === "all" ? `all ${m.workers} workers`
+      : `the ${m.rows.length} workers the report names or ranks slowest, of ${m.workers.toLocaleString("en-US")}`;
     box.append(el("h4", { text: `busy time per step, workers x gathers: ${what}` }));
     box.append(el("p", { class: "note", text: "each cell: the worker's input, compute and host time per step (its waits for the "
       + "others left out), coloured against the gather's median: blue below, orange to red from 1.1x to 1.3x and above." }));
@@ -328,20 +365,121 @@ function clusterSection(report, view, notes) {
     const b = gathers.spreads.busy;
     const line = (stat) => ({ name: `busy ${stat}`, points: gathers.steps.map((s, i) => [s, finite(b[stat][i]) ? 1e3 * b[stat][i] : null]),
       dashed: stat !== "median" });
-    box.append(lineChart("cluster-busy", ["min", "median", "max"].map(line), { format: (v) => `${+v.toPrecision(3)}`, yLabel: "ms/step", xLabel: "step" }));
+    const lines = ["min", "median", "max"].map(line);
+    box.append(legend(lines.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
+    box.append(lineChart("cluster-busy", lines, { format: (v) => `${+v.toPrecision(3)}`, yLabel: "ms/step", xLabel: "step",
+      height: 180 }));
   }
-  if (gathers.named_slowest.length) {
-    const text = gathers.named_slowest.map((n) => `worker ${n.worker} (${n.gathers} of ${gathers.steps.length})`).join(", ");
-    box.append(el("p", { class: "slowest", "data-slowest": gathers.named_slowest.map((n) => n.worker).join(","),
-      text: `named slowest at a gather: ${text}` }));
-  }
-  const slow = gathers.steps.map((s, i) => [s, gathers.slowdown[i]]).filter((p) => finite(p[1]));
+  const slow = [
+    { name: "the most slowed worker", points: gathers.steps.map((s, i) => [s, gathers.slowdown[i]]) },
+    { name: "median over the workers (the cluster as a whole)", points: gathers.steps.map((s, i) => [s, gathers.slowdown_median[i]]), dashed: true },
+  ].filter((l) => l.points.some((p) => finite(p[1])));
   if (slow.length) {
-    box.append(el("h4", { text: "the largest slowdown of a worker against its own best window" }));
-    box.append(lineChart("cluster-slowdown", [{ name: "slowdown (x)", points: slow }],
-      { format: (v) => `${+v.toPrecision(3)}x`, marks: [{ y: gathers.slowdown_named, name: `named from ${gathers.slowdown_named}x` }] }));
+    box.append(el("h4", { text: "slowdown against the workers' own best window" }));
+    box.append(legend(slow.map((l, i) => [l.name, `c${i % 8}`, l.dashed])));
+    box.append(lineChart("cluster-slowdown", slow, { format: (v) => `${+v.toPrecision(3)}x`, height: 160,
+      marks: [{ y: gathers.slowdown_named, name: `named from ${gathers.slowdown_named}x` }] }));
   }
   return box;
+}
+
+// The verdict's facts, each as the report's `cluster` gives it.
+function verdictFacts(c, named) {
+  const rows = [];
+  const row = (label, ...parts) => rows.push(el("tr", {}, el("th", { text: label }), el("td", {}, ...parts)));
+  const t = (text) => document.createTextNode(text);
+  if (c.straggler !== null) {
+    row("straggler", said("straggler", c.straggler, `worker ${c.straggler}`), t(", standing out in "),
+      said("clear_gathers", c.clear_gathers, `${c.clear_gathers}`), t(" of "), said("gathers", c.gathers, `${c.gathers}`), t(" gathers"));
+    if (c.part !== null) {
+      row("its part", said("part", c.part, PART_PHRASE[c.part] || c.part), t(": "), said("part_sec", c.part_sec, ms(c.part_sec)),
+        t(" per step against the others' median of "), said("part_median_sec", c.part_median_sec, ms(c.part_median_sec)));
+    }
+    row("the others wait for it", said("imbalance", c.imbalance, pct(c.imbalance)), t(" of each step"));
+  } else {
+    row("straggler", said("straggler", null, "none named"), t(" (no worker stood out in more than half of the "),
+      said("gathers", c.gathers, `${c.gathers}`), t(" gathers)"));
+    row("imbalance", said("imbalance", c.imbalance, pct(c.imbalance)), t(" of each step (the gathers' slowest workers, median)"));
+  }
+  row("also standing out in most gathers", said("more_stragglers", c.more_stragglers, workerList(c.more_stragglers)));
+  if (c.slowed_worker !== null) {
+    row("slowed against its own best", said("slowed_worker", c.slowed_worker, `worker ${c.slowed_worker}`), t(", "),
+      said("slowdown", c.slowdown, `${fmt(c.slowdown, 2)}x`), t(" its best window"));
+  } else {
+    row("slowed against its own best", said("slowed_worker", null, "no worker"),
+      t(named ? ` (none reached ${named}x its own best in two gathers)` : ""));
+  }
+  row("the cluster as a whole", c.cluster_slowdown === null
+    ? said("cluster_slowdown", null, named ? `not slowed (the workers' median ratio to their own best reached ${named}x in `
+      + "fewer than two gathers)" : "not slowed")
+    : said("cluster_slowdown", c.cluster_slowdown, `slowed ${fmt(c.cluster_slowdown, 2)}x against the workers' own best windows (median)`));
+  const soFar = c.straggler_so_far === null ? "not logged" : c.straggler_so_far < 0 ? "none" : `worker ${c.straggler_so_far}`;
+  row("at the last gather", t("the slowest worker's score "), said("slowest_score", c.slowest_score, spreads(c.slowest_score)),
+    t(" against the threshold "), said("threshold", c.threshold, spreads(c.threshold)), t(" spreads; "),
+    said("workers_out", c.workers_out, finite(c.workers_out) ? fmt(c.workers_out, 0) : "-"), t(" standing out of "),
+    said("workers_reporting", c.workers_reporting, finite(c.workers_reporting) ? fmt(c.workers_reporting, 0) : "-"),
+    t(" reporting; the straggler so far: "), said("straggler_so_far", c.straggler_so_far, soFar));
+  return el("table", { class: "facts", "data-table": "verdict" }, el("tbody", {}, ...rows));
+}
+
+// The report's slowest workers over the fit's gathers, every field as `keras-gpu report --json` gives it.
+function slowestTable(c) {
+  const head = el("tr", {}, ...["worker", "stood out", "listed", "score (spreads)", "others wait", "part"].map((h) => el("th", { text: h })));
+  const body = el("tbody");
+  for (const s of c.slowest_workers) {
+    const jcell = (key, text) => el("td", { "data-key": key, "data-json": JSON.stringify(s[key] ?? null), text });
+    body.append(el("tr", { "data-worker": s.worker, class: s.worker === c.straggler ? "straggler" : null },
+      jcell("worker", `worker ${s.worker}${s.worker === c.straggler ? " (straggler)" : ""}`),
+      jcell("clear_gathers", `${s.clear_gathers} of ${c.gathers}`),
+      jcell("listed_gathers", `${s.listed_gathers} of ${c.gathers}`),
+      jcell("score", finite(s.score) ? fmt(s.score, 1) : "-"),
+      jcell("imbalance", pct(s.imbalance)),
+      jcell("part", s.part || "-")));
+  }
+  return [
+    el("h4", { text: `the slowest workers over the ${c.gathers} gathers: stood out (past the threshold, the others waiting for it `
+      + "over 5% of each step), listed among a gather's highest scores" }),
+    el("table", { class: "numbers", "data-table": "slowest-workers" }, el("thead", {}, head), body),
+  ];
+}
+
+function standingColor(score, out, threshold) {
+  if (out === null) return "#f2f2f2"; // not among the gather's highest scores
+  if (out) return "#e65100";
+  if (!finite(score) || score <= 0) return "#e3f2fd";
+  const t = Math.min(1, score / (finite(threshold) && threshold > 0 ? threshold : 4));
+  return `hsl(35, ${50 + 40 * t}%, ${94 - 26 * t}%)`;
+}
+
+// The report's slowest workers at each gather, from the chief's tables: a few rows at any number of workers.
+function standingGrid(st, c) {
+  const left = 110, top = 4, rowH = 18;
+  const cellW = Math.max(1, (WIDTH - left - 8) / st.gathers.length);
+  const height = top + st.workers.length * rowH + 22;
+  const threshold = c && finite(c.threshold) ? c.threshold : null;
+  const root = svg("svg", { class: "chart heatmap", "data-chart": "cluster-standing", "data-rows": st.workers.length,
+    "data-gathers": st.gathers.length, width: WIDTH, height, viewBox: `0 0 ${WIDTH} ${height}` });
+  st.workers.forEach((k, r) => {
+    const y = top + r * rowH;
+    root.append(svg("text", { class: "label", x: left - 6, y: y + rowH / 2 + 4, "text-anchor": "end" }, document.createTextNode(`worker ${k}`)));
+    st.gathers.forEach((g, i) => {
+      const score = st.score[r][i], out = st.out[r][i];
+      const what = out === null ? "not among the gather's highest scores"
+        : `score ${finite(score) ? fmt(score, 1) : "-"} spreads${out ? ", stands out" : ""}${st.part[r][i] ? `, ${st.part[r][i]}` : ""}`;
+      root.append(svg("rect", { class: "cell", x: left + i * cellW, y, width: Math.max(cellW - 0.5, 0.5), height: rowH - 1,
+        fill: standingColor(score, out, threshold), "data-worker": k, "data-gather": g, "data-out": out === null ? "" : `${out}`,
+        "data-value": finite(score) ? score : "" }, tip(`worker ${k}, step ${g}: ${what}`)));
+    });
+  });
+  root.append(svg("text", { class: "tick", x: left, y: height - 6 }, document.createTextNode(`step ${st.gathers[0]}`)));
+  root.append(svg("text", { class: "tick", x: WIDTH - 8, y: height - 6, "text-anchor": "end" },
+    document.createTextNode(`step ${st.gathers[st.gathers.length - 1]}`)));
+  return [
+    el("h4", { text: "the slowest workers at each gather, from the chief's tables" }),
+    legend([["stood out", "st-out"], ["listed: the darker, the nearer the threshold", "st-listed"],
+      ["listed, below the others' median", "st-below"], ["not listed", "st-none"]]),
+    root,
+  ];
 }
 
 function heatColor(ratio) {
@@ -487,7 +625,7 @@ async function drawLogDir(box, name) {
   const runNotes = notesList(n.runs, "notes runs");
   if (runNotes) body.append(runNotes);
   if (report.runs && report.runs.length) {
-    body.append(headline(report, n.headline));
+    body.append(headline(report, view, n.headline));
     body.append(...timeSection(report, view, n.time, n.kernels));
     body.append(clusterSection(report, view, n.cluster));
     body.append(memorySection(report, view, n.memory));
