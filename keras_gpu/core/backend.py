@@ -49,6 +49,7 @@ __all__ = [
     "AllocatorReading",
     "allocator_memory",
     "allocator_pool",
+    "allocator_unavailable",
     "allocators",
     "batch_ends_in_order",
     "compute_dtype",
@@ -483,6 +484,24 @@ def allocator_memory(allocator: Allocator) -> AllocatorReading | None:
         current = int(stats.get("allocated_bytes.all.current", 0))
         return AllocatorReading(current, int(stats.get("allocated_bytes.all.peak", current)))
     return None
+
+
+def allocator_unavailable(device: str) -> str:
+    """Why the backend gives no allocator statistics for `device` (a `Allocator.device` such as `"CPU:0"`), in words.
+
+    Said once per process by `MemoryLogger` in place of the backend's own
+    error (`ValueError: Allocator stats not available for device 'CPU:0'` on
+    TensorFlow), which it keeps at DEBUG.
+    """
+    backend = name()
+    if not device.upper().startswith("CPU"):
+        return f"the {backend} backend gave none for this device during the fit"
+    if backend == "tensorflow":
+        return (
+            "TensorFlow keeps them on CPU only with its oneDNN ops on, by default only on CPUs with AVX-512 "
+            "(TF_ENABLE_ONEDNN_OPTS=1 turns them on)"
+        )
+    return f"the {backend} backend keeps none on CPU"
 
 
 def reset_allocator_peak(allocator: Allocator) -> None:
