@@ -111,7 +111,6 @@ def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str,
     from keras_gpu.core.cluster import ClusterInfo
     from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
     from keras_gpu.output import writer as _writer
-    from keras_gpu.output.layout import write_layout
 
     writing = range(workers) if (all_runs or workers <= PER_WORKER_RUNS_MAX) else range(1)
     steps_per_s = 20
@@ -122,7 +121,6 @@ def simulate(log_dir: str, workers: int, gpus: int, all_runs: bool) -> dict[str,
         )
         path = _writer.run_dir(log_dir, info)
         writer = _writer.SummaryWriter(path)
-        write_layout(writer)
         for t, values in _run_values(worker, gpus, worker == 0, workers):
             writer.scalars(values, int(t * steps_per_s))
             if worker == 0 or len(runs) == 0:

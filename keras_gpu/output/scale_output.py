@@ -2,14 +2,14 @@
 
 Layout of `--log-dir DIR`:
 
-* `DIR/scale`: the custom-scalars layout (speed-up against ideal), the table
-  as the text summary `scale/table`, and `scale.json` (the rows as
+* `DIR/scale`: the table as the text summary `scale/table`, and `scale.json` (the rows as
   `keras-gpu scale --json` prints them, which `keras-gpu report` shows);
 * `DIR/scale/workers_<w>`: `scale/samples_per_sec`, `scale/speedup`,
   `scale/ideal_speedup` and `scale/efficiency` of the rows with `w` workers,
   at the step of the row's total replica count (one line per worker count;
   the `--cpu` row, which has no replica count of its own, is in the table
-  only).
+  only), each run with the custom-scalars charts of its tags (speed-up
+  against ideal).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 
 from keras_gpu.meters.scale_table import ROW_KEYS, ScaleRow
 from keras_gpu.output import tags as _tags
-from keras_gpu.output.layout import write_layout
 from keras_gpu.output.writer import acquire, release
 
 __all__ = [
@@ -107,7 +106,6 @@ def write_log_dir(
     dicts = [dict(r.as_dict(), devices=label) for r, label in zip(rows, labels)]
     main = acquire(run)
     try:
-        write_layout(main)
         main.text(_tags.SCALE_TABLE.name(), markdown_table(dicts), step=0)
     finally:
         release(main)

@@ -2,10 +2,11 @@
 
 Layout of `--log-dir DIR`:
 
-* `DIR/tune`: the custom-scalars layout, `tune/samples_per_sec` and
+* `DIR/tune`: `tune/samples_per_sec` and
   `tune/speedup` of each measured row at the step of its number in the
   table, the table, skipped changes and verdict as the text summary
-  `tune/table`, and `tune.json` (what `keras-gpu tune --json` prints).
+  `tune/table`, `tune.json` (what `keras-gpu tune --json` prints), and the
+  custom-scalars charts of the two tags.
 
 Examples:
     >>> format_cell("speedup", 2.345, {})
@@ -27,7 +28,6 @@ from typing import Any
 from keras_gpu.core.units import format_bytes
 from keras_gpu.meters.tune_table import ROW_KEYS
 from keras_gpu.output import tags as _tags
-from keras_gpu.output.layout import write_layout
 from keras_gpu.output.writer import acquire, release
 
 __all__ = ["ROWS_FILE", "TUNE_RUN", "columns", "format_cell", "markdown", "read_study", "write_log_dir"]
@@ -97,7 +97,6 @@ def write_log_dir(log_dir: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
     os.makedirs(run, exist_ok=True)
     writer = acquire(run)
     try:
-        write_layout(writer)
         writer.text(_tags.TUNE_TABLE.name(), markdown(rows, skips, verdict), step=0)
         for i, row in enumerate(rows, 1):
             if row.get("status") == "measured":
