@@ -71,8 +71,8 @@ __all__ = [
     "writing_alone",
 ]
 
-INSTALL_HINT = 'pip install "keras-gpu[cpu]" (CPU) or pip install "keras-gpu[cuda]" (NVIDIA GPUs)'
-"""How to install keras-gpu together with a TensorFlow build."""
+INSTALL_HINT = 'pip install "tensorflow-cpu>=2.16,<2.22" (CPU) or pip install "tensorflow[and-cuda]>=2.16,<2.22" (NVIDIA GPUs)'
+"""How to add a TensorFlow build keras-gpu supports (its `cpu` and `cuda` extras) to the environment."""
 
 
 # --------------------------------------------------------------------------- which backend
@@ -144,8 +144,8 @@ def require_tensorflow(feature: str, *, also_on_jax: bool = False) -> None:
         )
     jax_too = " (or set KERAS_BACKEND=jax, where it works without TensorFlow)" if also_on_jax else ""
     raise ImportError(
-        f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
-        f"build: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
+        f"{feature} needs TensorFlow, which is not installed. Install a TensorFlow build beside "
+        f"keras-gpu: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
         "ThroughputLogger, MemoryLogger, StepTimeLogger, ModelCheckpoint, BackupAndRestore, Heartbeat) works "
         "on the JAX and PyTorch backends, and make_strategy(), configure_devices() and keras-gpu launch work on JAX."
     )
