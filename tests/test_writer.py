@@ -174,6 +174,14 @@ def test_index_charts_are_margin_charts_which_tensorboard_does_not_smooth(tmp_pa
     writer.scalars(values, step=1)
     _writer.release(writer)
     (layout,) = _layouts(path)
+    # TensorBoard draws a category's margin charts after the others, last first: they have a category of their own,
+    # first, listed last first.
+    assert _titles(layout) == [
+        ("keras-gpu: cluster: which worker", "slowdown against each worker's own best window"),
+        ("keras-gpu: cluster: which worker", "slowest worker's part (0 compute, 1 input, 2 host)"),
+        ("keras-gpu: cluster: which worker", "slowest worker (index)"),
+        ("keras-gpu: cluster", "imbalance (slowest busy - median busy) / step"),
+    ]
     charts = {chart.title: chart for cat in layout.category for chart in cat.chart}
     margin = {
         title: [(s.value, s.lower, s.upper) for s in chart.margin.series]

@@ -246,8 +246,7 @@ class MemoryLogger(LoggingCallback):
             log_once(
                 logging.INFO,
                 "memory:no-gpu",
-                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs allocator "
-                "and host memory only.",
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs no gpu/ metrics.",
             )
         return physical
 

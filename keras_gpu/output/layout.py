@@ -11,7 +11,9 @@ the runs of a log directory.
 Charts whose values are indices (the slowest worker, its part, the worker
 that slowed) are *margin* charts, which TensorBoard draws without its
 smoothing (0.6 by default): smoothed, an index becomes a fraction between
-two workers. Every other chart is a multi-line chart of one tag regex.
+two workers. They have a category of their own (`keras-gpu: cluster: which
+worker`), shown first. Every other chart is a multi-line chart of one tag
+regex.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from keras_gpu.output import tags as _tags
 
-__all__ = ["CHARTS", "UNSMOOTHED", "charts_of", "layout_summary"]
+__all__ = ["CHARTS", "INDEX_SUFFIX", "UNSMOOTHED", "charts_of", "layout_summary"]
 
 # (category, chart title, tag regex), derived from the tag table: regexes match
 # every replica, device and GPU, so one layout serves any cluster shape.
@@ -32,6 +34,9 @@ UNSMOOTHED: frozenset[_tags.Tag] = frozenset(
     {_tags.CLUSTER_SLOWEST_WORKER, _tags.CLUSTER_PART, _tags.CLUSTER_SLOWDOWN_WORKER}
 )
 """Tags whose values are indices: their charts are drawn unsmoothed (margin charts)."""
+
+INDEX_SUFFIX = ": which worker"
+"""Added to a category's title for the category of its index charts, shown before it."""
 
 _COMPILED = tuple(re.compile(regex) for _, _, regex in CHARTS)
 
@@ -50,6 +55,22 @@ def _margin_series() -> dict[int, tuple[str, ...]]:
 
 
 _MARGIN = _margin_series()
+
+
+def _ordered(indices: Iterable[int]) -> list[int]:
+    """The charts `indices`, category by category in `CHARTS`' order, each category's index charts first.
+
+    TensorBoard (2.21) draws a category's margin charts after its other
+    charts, and last first: the index charts go to a category of their own
+    (`INDEX_SUFFIX`), before the one they come from, listed last first so
+    that they show in `CHARTS`' order.
+    """
+    chosen = set(indices)
+    out: list[int] = []
+    for category in dict.fromkeys(c for c, _, _ in CHARTS):
+        members = [i for i, chart in enumerate(CHARTS) if i in chosen and chart[0] == category]
+        out += sorted((i for i in members if i in _MARGIN), reverse=True) + [i for i in members if i not in _MARGIN]
+    return out
 
 
 def charts_of(names: Iterable[str]) -> frozenset[int]:
@@ -81,8 +102,9 @@ def layout_summary(indices: Iterable[int]) -> Any:
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
     categories: dict[str, list[Any]] = {}
-    for index in sorted(set(indices)):
-        categories.setdefault(CHARTS[index][0], []).append(_chart(index))
+    for index in _ordered(indices):
+        category = CHARTS[index][0] + (INDEX_SUFFIX if index in _MARGIN else "")
+        categories.setdefault(category, []).append(_chart(index))
     layout = layout_pb2.Layout(category=[layout_pb2.Category(title=t, chart=c) for t, c in categories.items()])
     tensor = tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING,
