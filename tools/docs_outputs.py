@@ -407,7 +407,10 @@ def readme_timing(facts: dict) -> str:
     """The README's words for a scenario's first timing: how long, on what, and how much of it was `fit`."""
     t = facts["timings"][0]
     fit = f", {t['fit_seconds']:.1f} s of it in `fit`" if t["fit_seconds"] is not None else ""
-    return f"{t['seconds']:.0f} s from the command to its last line on a {facts['machine']['cores']}-core CPU{fit}"
+    return (
+        f"{t['seconds']:.0f} s from the command to its last line on a {facts['machine']['cores']}-core CPU at load "
+        f"average {t['load']:.1f}{fit}"
+    )
 
 
 def _write_readme(name: str, facts: dict) -> Path:

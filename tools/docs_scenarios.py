@@ -28,6 +28,9 @@ Select = Callable[[list[str]], list[str]]
 
 # The part of a line that follows the machine's load: a StepTimeLogger or report hint.
 HINT = r" Hint: .*$"
+# The slowest input stage, and the explanation of the first executions' share: both follow the machine's load.
+STAGE = r"(?<=the slowest input stage is )\S+(?: \([^)]*\))?"
+FIRST_EXECUTIONS = r"(?<=of the training time \(time/first_step_sec\)).*$"
 # The cluster view's verdict: a balanced job on a busy machine can have a worker slowed by the machine's other work.
 VERDICT = r"(?:no straggler \(imbalance [^)]*\)|worker \d+ is the straggler: .*?\(the others wait for it [^)]*\))(?:; .*?slowed [^.;(]*)?"
 
@@ -88,20 +91,25 @@ def table(title: str) -> Select:
 
 
 def report_hints(lines: list[str]) -> list[str]:
-    """`keras-gpu report`'s slowest-input-stage lines and its hints, each hint on one line (the report wraps them)."""
+    """`keras-gpu report`'s slowest-input-stage lines and its hints, each on one line.
+
+    The report wraps long lines at its width, continuing them at the start of
+    the next line: a line that starts with a word, and is neither a section
+    title (a table's, or `Hints`) nor the end of the report, continues the
+    line before it.
+    """
     out: list[str] = []
-    in_hints = False
-    for line in lines:
-        if re.match(r"^  \S+: the slowest input stage is ", line):
+    taking = False
+    for i, line in enumerate(lines):
+        next_line = lines[i + 1] if i + 1 < len(lines) else ""
+        title = line == "Hints" or next_line.startswith("┏")
+        if re.match(r"^  \S+: the slowest input stage is ", line) or (line.startswith("  - ") and taking):
             out.append(line)
-        elif line == "Hints":
-            in_hints = True
-        elif in_hints and line.startswith("  - "):
-            out.append(line)
-        elif in_hints and line.strip() and out:
+            taking = True
+        elif taking and line[:1] not in ("", " ") and not title and line[:1] not in "┏┃┡│└":
             out[-1] += " " + line.strip()
-        elif in_hints:
-            in_hints = False
+        else:
+            taking = line == "Hints"
     return out
 
 
@@ -156,7 +164,7 @@ TUTORIAL_1 = Scenario(
             "keras-gpu report runs/add_callbacks",
             outputs=(
                 Output("report", select=table("Throughput, wall clock")),
-                Output("hints", select=report_hints),
+                Output("hints", select=report_hints, volatile=(STAGE, FIRST_EXECUTIONS)),
             ),
         ),
     ),
