@@ -449,7 +449,7 @@ def _pythons(pairs: Sequence[str]) -> dict[str, str]:
         backend, sep, path = pair.partition("=")
         if not sep or backend not in BACKENDS or not path:
             raise SystemExit(f"--python takes BACKEND=PATH with BACKEND one of {', '.join(BACKENDS)}. Received: {pair!r}")
-        out[backend] = path
+        out[backend] = os.path.abspath(path)  # not resolved: a venv's python is a link out of the venv
     return out
 
 
