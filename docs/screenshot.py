@@ -77,6 +77,8 @@ const deepAll = (root) => {
   return out;
 };
 const drawn = (p) => (p.getAttribute('d') || '').length > 20;
+// keras-gpu's layout has multi-line charts, and margin charts for the indices (drawn unsmoothed).
+const CHART_CARDS = ['tf-custom-scalar-multi-line-chart-card', 'tf-custom-scalar-margin-chart-card'];
 """
 
 _JS_TIMESERIES_READY = """
@@ -93,7 +95,7 @@ _JS_TIMESERIES_READY = """
 _JS_CUSTOM_SCALARS_READY = """
 (() => {
   const wanted = %(wanted)s;  // chart title -> number of series with data
-  const charts = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-custom-scalar-multi-line-chart-card');
+  const charts = deepAll(document).filter((e) => CHART_CARDS.includes(e.tagName.toLowerCase()));
   const lines = {};
   for (const c of charts) {
     const paths = deepAll(c.shadowRoot || c).filter((e) => e.tagName.toLowerCase() === 'path' && (e.getAttribute('class') || '').includes('line'));
@@ -111,7 +113,7 @@ _JS_HIDE_EMPTY = """
 (() => {
   const wanted = %(wanted)s;
   const shown = %(shown)s;
-  const charts = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-custom-scalar-multi-line-chart-card');
+  const charts = deepAll(document).filter((e) => CHART_CARDS.includes(e.tagName.toLowerCase()));
   const hidden = [];
   for (const c of charts) {
     if (!(c.title in wanted)) { c.style.display = 'none'; if (shown.includes(c.title)) hidden.push(c.title); }
@@ -123,11 +125,11 @@ _JS_HIDE_EMPTY = """
 
 _JS_OPEN_CATEGORY = """
 (() => {
-  const title = %(title)s;
+  const titles = %(titles)s;
   const panes = deepAll(document).filter((e) => e.tagName.toLowerCase() === 'tf-category-paginated-view');
   for (const pane of panes) {
-    if (pane.category && pane.category.name === title) { pane.opened = true; }
-    else if (pane.category) { pane.opened = false; }  // keep the shot to this category
+    if (pane.category && titles.includes(pane.category.name)) { pane.opened = true; }
+    else if (pane.category) { pane.opened = false; }  // keep the shot to these categories
   }
   return true;
 })()
@@ -157,6 +159,10 @@ _JS_TEXT_READY = """
 
 # ----------------------------------------------------------------- the demo
 
+# As the pages' outputs are made (tools/docs_outputs.py): a CPU, TensorFlow's oneDNN ops off (their default on CPUs
+# without AVX-512, where TensorFlow keeps no CPU allocator statistics), TensorFlow's log lines off.
+_PINNED = {"CUDA_VISIBLE_DEVICES": "", "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
 
 def _run_demo(log_dir: str, epochs: int, samples: int, spread: tuple[str, str] = ("--cpu-replicas", "2")) -> None:
     cmd = [
@@ -164,7 +170,7 @@ def _run_demo(log_dir: str, epochs: int, samples: int, spread: tuple[str, str] =
         "--epochs", str(epochs), "--samples", str(samples), "--log-dir", log_dir,
     ]
     print(f"running: {' '.join(cmd)}", flush=True)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, **_PINNED}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"keras-gpu demo failed with exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -244,31 +250,37 @@ def _scalar_tags(base: str) -> set[str]:
 
 
 def _shoot_custom_scalars(browser: Browser, base: str, out: str, timeout: float, word: str = "throughput") -> None:
+    """The categories whose title holds `word` (the cluster's two: its index charts, then the others), from the top."""
     layout = _get_json(f"{base}/data/plugin/custom_scalars/layout")
     tags = _scalar_tags(base)
-    category = next(c for c in layout["category"] if word in c["title"])
+    categories = [c for c in layout["category"] if word in c["title"]]
     wanted = {}
-    for chart in category["chart"]:
-        patterns = chart["multiline"]["tag"]
+    for chart in (chart for category in categories for chart in category["chart"]):
+        if "multiline" in chart:
+            patterns = chart["multiline"]["tag"]
+        else:  # a margin chart names each series' tag
+            patterns = ["^" + re.escape(series["value"]) + "$" for series in chart["margin"]["series"]]
         n = sum(1 for t in tags if any(re.search(p, t) for p in patterns))
         if n:
             wanted[chart["title"]] = n
     if not wanted:
         raise RuntimeError(f"no {word} chart of the layout matches a logged tag: {sorted(tags)}")
     browser.open(f"{base}/?forceSVG=true#custom_scalars&_smoothingWeight=0", timeout)
-    if category is not layout["category"][0]:  # later categories start collapsed: open this one
-        browser.evaluate(_JS_OPEN_CATEGORY % {"title": json.dumps(category["title"])})
+    # Later categories start collapsed: open these, close the others.
+    browser.evaluate(_JS_OPEN_CATEGORY % {"titles": json.dumps([c["title"] for c in categories])})
     browser.wait_until(_JS_CUSTOM_SCALARS_READY % {"wanted": json.dumps(wanted)}, timeout, "Custom Scalars")
-    titles = [chart["title"] for chart in category["chart"]]
+    titles = [chart["title"] for category in categories for chart in category["chart"]]
     hidden = browser.evaluate(_JS_HIDE_EMPTY % {"wanted": json.dumps(wanted), "shown": json.dumps(titles)})
     if hidden:
         print(f"left out of {os.path.basename(out)}, no data: {', '.join(hidden)}", flush=True)
     time.sleep(1.0)  # the layout settles without the hidden charts
-    box = browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(category["title"])})
+    boxes = [browser.evaluate(_JS_CATEGORY_BOX % {"title": json.dumps(c["title"])}) for c in categories]
+    boxes = [b for b in boxes if b]
     clip = None
-    if box:
-        top = max(0, int(box["top"]) - 8)
-        clip = {"x": 0, "y": top, "width": _WIDTH, "height": min(_MAX_HEIGHT, int(box["bottom"]) + 16 - top)}
+    if boxes:
+        top = max(0, int(min(b["top"] for b in boxes)) - 8)
+        bottom = int(max(b["bottom"] for b in boxes)) + 16
+        clip = {"x": 0, "y": top, "width": _WIDTH, "height": min(_MAX_HEIGHT, bottom - top)}
     browser.screenshot(out, clip)
 
 
@@ -353,7 +365,7 @@ pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu 
 
 def _shoot_report(browser: Browser, log_dir: str, out: str, timeout: float) -> None:
     """`keras-gpu report LOG_DIR` as a terminal shows it: its real output, drawn in a monospace page."""
-    env = {**os.environ, "COLUMNS": "110", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, **_PINNED, "COLUMNS": "110"}
     # Run beside the log dir, so that the command and the report name it as a user would see it.
     parent, name = os.path.split(os.path.abspath(log_dir))
     proc = subprocess.run(

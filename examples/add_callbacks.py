@@ -39,7 +39,7 @@ def main() -> None:
         batch_size=64,
         epochs=args.epochs,
         validation_split=0.1,
-        callbacks=keras_gpu.callbacks(args.log_dir),  # keras-gpu
+        callbacks=keras_gpu.callbacks(args.log_dir, profile_every_s=300),  # keras-gpu
         verbose=2,
     )
     print(f"final loss {history.history['loss'][-1]:.4f}")

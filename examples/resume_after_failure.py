@@ -1,6 +1,6 @@
 """Resume a training run after a failure with keras_gpu.BackupAndRestore.
 
-    python examples/resume_after_failure.py --backup-dir /tmp/backup
+    python examples/resume_after_failure.py --backup-dir runs/backup
 
 The first `fit` fails during epoch 3 (a stand-in for a lost worker or a
 preempted node); the second, the same call again, resumes from the backup

@@ -353,6 +353,32 @@ def test_without_nvml_logs_allocator_and_host_only(tmp_path, model, data, monkey
     assert len([r for r in caplog.records if "NVML is not available" in r.getMessage()]) == 1
 
 
+def test_an_allocator_tensorflow_keeps_no_statistics_for_is_said_plainly_once(tmp_path, model, data, monkeypatch, caplog):
+    # TensorFlow 2.21 on a CPU without oneDNN's ops raises on every read of the CPU allocator.
+    from keras_gpu.core import backend
+    from keras_gpu.core import log as _log
+
+    def no_statistics(allocator):
+        raise ValueError(f"Allocator stats not available for device '{allocator.device}'")
+
+    monkeypatch.setattr(backend, "allocator_memory", no_statistics)
+    monkeypatch.setattr(_log, "_process", _log.Once())
+    caplog.set_level(logging.DEBUG, logger="keras_gpu")
+    for _ in range(2):  # two fits: still one line
+        _fit(model, data, [MemoryLogger(tmp_path, every_s=0.2, sample_interval_s=0.05, nvml=False)], epochs=1)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "allocator" in r.getMessage()]
+    assert info == [
+        "keras-gpu: MemoryLogger: no allocator statistics for CPU:0: TensorFlow keeps them on CPU only with its "
+        "oneDNN ops on, by default only on CPUs with AVX-512 (TF_ENABLE_ONEDNN_OPTS=1 turns them on). The host's "
+        "memory (memory/host/*) is logged."
+    ]
+    # The backend's own words stay at DEBUG.
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("Allocator stats not available for device 'CPU:0'" in m for m in debug)
+    s = _read_scalars(str(tmp_path / "train"))
+    assert "memory/host/rss_bytes" in s and not any(t.startswith("memory/allocator/") for t in s)
+
+
 def test_cpu_only_default_does_not_touch_nvml(tmp_path, model, data, monkeypatch):
     fake = FakePynvml(_fake_gpus())
     monkeypatch.setitem(sys.modules, "pynvml", fake)

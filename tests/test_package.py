@@ -63,7 +63,7 @@ def test_import_works_without_tensorflow_and_tf_only_parts_name_the_install_line
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: keras_gpu.make_strategy() needs TensorFlow, which is not installed.")
-    assert 'pip install "keras-gpu[cpu]"' in last and 'pip install "keras-gpu[cuda]"' in last
+    assert 'pip install "tensorflow-cpu>=2.16,<2.22"' in last and 'pip install "tensorflow[and-cuda]>=2.16,<2.22"' in last
 
 
 def test_version_is_exposed():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from keras_gpu.output import tags as tags_registry
 from tests._tensorboard import tensorboard_server
 from tests._util import run_python
 
@@ -71,8 +74,15 @@ def test_real_tensorboard_serves_throughput_memory_and_placement(trained_run):
 
         layout = tb.get("/data/plugin/custom_scalars/layout")
         titles = [c["title"] for c in layout["category"]]
-        assert "keras-gpu: throughput" in titles and "keras-gpu: memory" in titles
-        assert "keras-gpu: where the time goes" in titles
+        assert titles == ["keras-gpu: throughput", "keras-gpu: where the time goes", "keras-gpu: memory",
+                          "keras-gpu: placement"]
+        # Only the charts this run fills: every chart shows a tag of the run, every charted tag of the run is shown.
+        regexes = [c["multiline"]["tag"][0] for cat in layout["category"] for c in cat["chart"]]
+        assert all(any(re.match(r, tag) for tag in tags) for r in regexes), regexes
+        charted = [tag for tag in tags if tags_registry.match(tag)[0].chart is not None]
+        assert charted and all(any(re.match(r, tag) for r in regexes) for tag in charted), sorted(tags)
+        chart_titles = [c["title"] for cat in layout["category"] for c in cat["chart"]]
+        assert "MFU (0..1)" not in chart_titles and "tokens/s, all replicas" not in chart_titles
 
         graph_runs = tb.get("/data/plugin/graphs/info")
         assert graph_runs.get(run, {}).get("run_graph"), graph_runs

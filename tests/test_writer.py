@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
 import pytest
 
@@ -113,23 +112,86 @@ def test_a_storage_failure_turns_logging_off_with_one_error(tmp_path, caplog, mo
     assert writer.closed
 
 
-def test_custom_scalars_layout_is_written_once_per_writer(tmp_path):
+def _layouts(path):
+    """Every custom-scalars layout written to the run at `path`, in order."""
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-    from keras_gpu.output.layout import CHARTS, write_layout
+    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    if metadata.CONFIG_SUMMARY_TAG not in acc.Tags()["tensors"]:
+        return []
+    out = []
+    for event in acc.Tensors(metadata.CONFIG_SUMMARY_TAG):
+        layout = layout_pb2.Layout()
+        layout.ParseFromString(event.tensor_proto.string_val[0])
+        out.append(layout)
+    return out
+
+
+def _titles(layout):
+    return [(cat.title, chart.title) for cat in layout.category for chart in cat.chart]
+
+
+def test_the_layout_holds_the_charts_of_the_tags_written_and_grows_with_them(tmp_path):
+    from keras_gpu.output.layout import CHARTS
 
     path = str(tmp_path / "train")
     writer = _writer.acquire(path)
-    assert write_layout(writer) and write_layout(writer)
+    writer.text("placement/strategy", "text is not charted", step=0)
+    writer.flush()
+    assert _layouts(path) == []
+    writer.scalars({"throughput/samples_per_sec": 1.0, "memory/host/rss_bytes": 2.0}, step=1)
+    writer.scalars({"throughput/samples_per_sec": 3.0, "memory/host/rss_bytes": 4.0}, step=2)  # nothing new
+    writer.scalars({"gpu/0/power_watts": 5.0, "gpu/1/power_watts_max": 6.0}, step=2)
     _writer.release(writer)
-    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
-    events = acc.Tensors(metadata.CONFIG_SUMMARY_TAG)
-    assert len(events) == 1
-    layout = layout_pb2.Layout()
-    layout.ParseFromString(events[0].tensor_proto.string_val[0])
-    regexes = [tag for cat in layout.category for chart in cat.chart for tag in chart.multiline.tag]
-    assert regexes == [regex for _, _, regex in CHARTS]
-    assert any(re.match(r, "throughput/samples_per_sec") for r in regexes)
-    assert any(re.match(r, "gpu/0/power_watts_max") for r in regexes)
+    layouts = _layouts(path)
+    assert len(layouts) == 2  # written again only where a chart was added
+    first, last = (_titles(layout) for layout in layouts)
+    assert first == [
+        ("keras-gpu: throughput", "samples/s, all replicas: wall clock, and steady state per epoch"),
+        ("keras-gpu: memory", "host RSS (bytes)"),
+    ]
+    assert last == [*first, ("keras-gpu: GPU", "power (W), per GPU")]
+    # The charts keep the order of the tag table, and each chart's regex is the one of CHARTS.
+    regexes = [chart.multiline.tag[0] for cat in layouts[-1].category for chart in cat.chart]
+    assert regexes == [regex for category, title, regex in CHARTS if (category, title) in last]
+    # A second writer of the same run in this process (the next `fit`) adds to the same layout.
+    writer = _writer.acquire(path)
+    writer.scalars({"memory/host/rss_bytes": 1.0}, step=3)
+    writer.scalars({"time/epoch_sec": 1.0}, step=3)
+    _writer.release(writer)
+    layouts = _layouts(path)
+    assert len(layouts) == 3
+    assert set(_titles(layouts[-1])) == {*last, ("keras-gpu: where the time goes", "epoch time and its parts (s)")}
+
+
+def test_index_charts_are_margin_charts_which_tensorboard_does_not_smooth(tmp_path):
+    path = str(tmp_path / "train")
+    writer = _writer.acquire(path)
+    values = {"cluster/slowest_worker": 1.0, "cluster/imbalance": 0.2, "cluster/slowdown": 1.1,
+              "cluster/slowdown_worker": 0.0, "cluster/straggler_part": 2.0}
+    writer.scalars(values, step=1)
+    _writer.release(writer)
+    (layout,) = _layouts(path)
+    # TensorBoard draws a category's margin charts after the others, last first: they have a category of their own,
+    # first, listed last first.
+    assert _titles(layout) == [
+        ("keras-gpu: cluster: which worker", "slowdown against each worker's own best window"),
+        ("keras-gpu: cluster: which worker", "slowest worker's part (0 compute, 1 input, 2 host)"),
+        ("keras-gpu: cluster: which worker", "slowest worker (index)"),
+        ("keras-gpu: cluster", "imbalance (slowest busy - median busy) / step"),
+    ]
+    charts = {chart.title: chart for cat in layout.category for chart in cat.chart}
+    margin = {
+        title: [(s.value, s.lower, s.upper) for s in chart.margin.series]
+        for title, chart in charts.items()
+        if chart.HasField("margin")
+    }
+    assert margin == {
+        "slowest worker (index)": [("cluster/slowest_worker",) * 3],
+        "slowest worker's part (0 compute, 1 input, 2 host)": [("cluster/straggler_part",) * 3],
+        "slowdown against each worker's own best window": [("cluster/slowdown",) * 3, ("cluster/slowdown_worker",) * 3],
+    }
+    assert charts["imbalance (slowest busy - median busy) / step"].HasField("multiline")
+

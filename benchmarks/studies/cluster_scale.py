@@ -128,7 +128,6 @@ def simulate(
     from keras_gpu.hooks._base import PER_WORKER_RUNS_MAX
     from keras_gpu.output import tags as T
     from keras_gpu.output import writer as _writer
-    from keras_gpu.output.layout import write_layout
 
     writing = range(workers) if (all_runs or workers <= PER_WORKER_RUNS_MAX) else range(1)
     steps_per_s = 20
@@ -147,7 +146,6 @@ def simulate(
         )
         path = _writer.run_dir(log_dir, info)
         writer = _writer.SummaryWriter(path)
-        write_layout(writer)
         for t, values in _run_values(worker, gpus, worker == 0, workers, seconds, judged):
             step = int(t * steps_per_s)
             writer.scalars(values, step)

@@ -324,7 +324,7 @@ def _diagnose(report: dict[str, Any]) -> list[str]:
         if not tf_info.get("is_cuda_build"):
             found.append(
                 f"NVML reports {len(gpus)} NVIDIA GPU(s), but this TensorFlow build has no CUDA support: install "
-                "`tensorflow[and-cuda]` (for example `pip install 'keras-gpu[cuda]'`)."
+                "`tensorflow[and-cuda]` (for example `pip install 'tensorflow[and-cuda]>=2.16,<2.22'`)."
             )
         elif not tf_gpus:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -49,6 +49,7 @@ __all__ = [
     "AllocatorReading",
     "allocator_memory",
     "allocator_pool",
+    "allocator_unavailable",
     "allocators",
     "batch_ends_in_order",
     "compute_dtype",
@@ -70,8 +71,8 @@ __all__ = [
     "writing_alone",
 ]
 
-INSTALL_HINT = 'pip install "keras-gpu[cpu]" (CPU) or pip install "keras-gpu[cuda]" (NVIDIA GPUs)'
-"""How to install keras-gpu together with a TensorFlow build."""
+INSTALL_HINT = 'pip install "tensorflow-cpu>=2.16,<2.22" (CPU) or pip install "tensorflow[and-cuda]>=2.16,<2.22" (NVIDIA GPUs)'
+"""How to add a TensorFlow build keras-gpu supports (its `cpu` and `cuda` extras) to the environment."""
 
 
 # --------------------------------------------------------------------------- which backend
@@ -143,8 +144,8 @@ def require_tensorflow(feature: str, *, also_on_jax: bool = False) -> None:
         )
     jax_too = " (or set KERAS_BACKEND=jax, where it works without TensorFlow)" if also_on_jax else ""
     raise ImportError(
-        f"{feature} needs TensorFlow, which is not installed. Install keras-gpu with a TensorFlow "
-        f"build: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
+        f"{feature} needs TensorFlow, which is not installed. Install a TensorFlow build beside "
+        f"keras-gpu: {INSTALL_HINT}{jax_too}. Without it, every callback but PlacementLogger (keras_gpu.callbacks(), "
         "ThroughputLogger, MemoryLogger, StepTimeLogger, ModelCheckpoint, BackupAndRestore, Heartbeat) works "
         "on the JAX and PyTorch backends, and make_strategy(), configure_devices() and keras-gpu launch work on JAX."
     )
@@ -483,6 +484,24 @@ def allocator_memory(allocator: Allocator) -> AllocatorReading | None:
         current = int(stats.get("allocated_bytes.all.current", 0))
         return AllocatorReading(current, int(stats.get("allocated_bytes.all.peak", current)))
     return None
+
+
+def allocator_unavailable(device: str) -> str:
+    """Why the backend gives no allocator statistics for `device` (a `Allocator.device` such as `"CPU:0"`), in words.
+
+    Said once per process by `MemoryLogger` in place of the backend's own
+    error (`ValueError: Allocator stats not available for device 'CPU:0'` on
+    TensorFlow), which it keeps at DEBUG.
+    """
+    backend = name()
+    if not device.upper().startswith("CPU"):
+        return f"the {backend} backend gave none for this device during the fit"
+    if backend == "tensorflow":
+        return (
+            "TensorFlow keeps them on CPU only with its oneDNN ops on, by default only on CPUs with AVX-512 "
+            "(TF_ENABLE_ONEDNN_OPTS=1 turns them on)"
+        )
+    return f"the {backend} backend keeps none on CPU"
 
 
 def reset_allocator_peak(allocator: Allocator) -> None:

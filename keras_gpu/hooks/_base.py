@@ -17,7 +17,6 @@ from keras_gpu.core.checks import check_bool, check_log_dir
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import log_once, logger
 from keras_gpu.output import writer as _writer
-from keras_gpu.output.layout import write_layout
 
 __all__ = ["PER_WORKER_RUNS_MAX", "LoggingCallback", "RunOptions", "read_step"]
 
@@ -178,7 +177,6 @@ class LoggingCallback(keras.callbacks.Callback):
             return None
         _writer.check_writable(self.run_dir, received=self.log_dir)
         self._writer = _writer.acquire(self.run_dir)
-        write_layout(self._writer)
         return self._writer
 
     def _writes_run(self, task: ClusterInfo) -> bool:

@@ -92,9 +92,12 @@ class MemoryLogger(LoggingCallback):
 
     JAX and PyTorch keep no allocator statistics on CPU: there, the host
     readings are the process's memory, and the allocator is left out after
-    one INFO line. On CPU, TensorFlow's allocator statistics leave small
-    allocations out (a 40 KB tensor is not counted, a 400 KB one is), so a
-    tiny model may show 0 there.
+    one INFO line. TensorFlow (2.21) keeps them on CPU only with its oneDNN
+    ops on, which it turns on by default only on CPUs with AVX-512
+    (`TF_ENABLE_ONEDNN_OPTS=1` turns them on elsewhere); without them
+    `get_memory_info` raises, and the allocator is left out after the same
+    INFO line. With them, small allocations are left out (a 40 KB tensor
+    is not counted, a 400 KB one is), so a tiny model may show 0 there.
 
     The host's memory comes from one read of `/proc/self/status` (`VmRSS`,
     `VmHWM`); without it, from `/proc/self/statm` and `resource.getrusage`.
@@ -243,8 +246,7 @@ class MemoryLogger(LoggingCallback):
             log_once(
                 logging.INFO,
                 "memory:no-gpu",
-                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs allocator "
-                "and host memory only.",
+                "keras-gpu: MemoryLogger found no GPU in use by this process; it logs no gpu/ metrics.",
             )
         return physical
 
@@ -306,8 +308,7 @@ class _Run:
                 self._unread[allocator.device] = f"{type(exc).__name__}: {exc}"
             else:
                 if reading is None:  # definitive: the backend keeps no statistics for this device
-                    self._say_no_allocator(allocator.device, "the backend keeps none on this device; the host "
-                                           "metrics are this process's memory")
+                    self._say_no_allocator(allocator.device, backend.allocator_unavailable(allocator.device))
                     continue
             usable.append(allocator)
             self.windows_of[allocator.tag] = WindowPeak(counter)
@@ -392,8 +393,10 @@ class _Run:
         # A window already written at this step (the last epoch's) is not repeated.
         self.write_window()
         self.writer.flush()
-        for device, why in sorted(self._unread.items()):
-            self._say_no_allocator(device, why)
+        for device, error in sorted(self._unread.items()):
+            # The backend's own words stay at DEBUG: the INFO line says what it means.
+            logger.debug("keras-gpu: MemoryLogger: reading the %s allocator failed: %s", device, error)
+            self._say_no_allocator(device, backend.allocator_unavailable(device))
         if abandoned:
             # Nobody will call on_train_end: close the run's event file now. The
             # other callbacks' writes become no-ops, and the next `fit` opens a
@@ -496,9 +499,8 @@ class _Run:
         log_once(
             logging.INFO,
             f"memory:no-allocator:{backend.name()}:{device}",
-            "keras-gpu: no allocator statistics for %s on the %s backend (%s); they are not logged.",
+            "keras-gpu: MemoryLogger: no allocator statistics for %s: %s. The host's memory (memory/host/*) is logged.",
             device,
-            backend.name(),
             why,
         )
 

@@ -3,14 +3,14 @@
 Layout of `--log-dir DIR` (written and read by `keras_gpu.output.study_output`,
 as `keras-gpu tune`'s):
 
-* `DIR/scale`: the custom-scalars layout (speed-up against ideal), the table
-  as the text summary `scale/table`, and `scale.json` (the rows as
+* `DIR/scale`: the table as the text summary `scale/table`, and `scale.json` (the rows as
   `keras-gpu scale --json` prints them, which `keras-gpu report` shows);
 * `DIR/scale/workers_<w>`: `scale/samples_per_sec`, `scale/speedup`,
   `scale/ideal_speedup` and `scale/efficiency` of the rows with `w` workers,
   at the step of the row's total replica count (one line per worker count;
   the `--cpu` row, which has no replica count of its own, is in the table
-  only).
+  only), each run with the custom-scalars charts of its tags (speed-up
+  against ideal).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from keras_gpu.output.layout import write_layout
 from keras_gpu.output.writer import acquire, release
 
 __all__ = ["read_study", "study_file", "write_study"]
@@ -59,7 +58,6 @@ def write_study(
     os.makedirs(run, exist_ok=True)
     main = acquire(run)  # one event file for the study's run: its table and its own scalars
     try:
-        write_layout(main)
         main.text(table_tag, table, step=0)
         for name, step, values in scalars:
             if not name:

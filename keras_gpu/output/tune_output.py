@@ -3,10 +3,11 @@
 Layout of `--log-dir DIR` (written and read by `keras_gpu.output.study_output`,
 as `keras-gpu scale`'s):
 
-* `DIR/tune`: the custom-scalars layout, `tune/samples_per_sec` and
+* `DIR/tune`: `tune/samples_per_sec` and
   `tune/speedup` of each measured row at the step of its number in the
   table, the table, skipped changes and verdict as the text summary
-  `tune/table`, and `tune.json` (what `keras-gpu tune --json` prints).
+  `tune/table`, `tune.json` (what `keras-gpu tune --json` prints), and the
+  custom-scalars charts of the two tags.
 
 Examples:
     >>> format_cell("speedup", 2.345, {})

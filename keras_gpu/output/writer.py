@@ -42,6 +42,7 @@ from typing import Any
 
 from keras_gpu.core.cluster import ClusterInfo
 from keras_gpu.core.log import logger
+from keras_gpu.output import layout as _layout
 
 __all__ = ["FLUSH_SECS", "SummaryWriter", "acquire", "check_writable", "release", "run_dir"]
 
@@ -119,6 +120,8 @@ class _EventFile:
         # A per-file tag in the name, so the file can be found again (see `present`).
         self.suffix = f".{uuid.uuid4().hex[:8]}.v2"
         self.writer = EventFileWriter(path, max_queue_size=_MAX_QUEUE, flush_secs=FLUSH_SECS, filename_suffix=self.suffix)
+        # The custom-scalars charts of the layout last written to this file (indices into layout.CHARTS).
+        self.charts: frozenset[int] = frozenset()
 
     def present(self) -> bool:
         """False once the file was deleted under us (say, `rm -rf logs` between two `fit` calls)."""
@@ -213,14 +216,17 @@ class SummaryWriter:
         self._lock = threading.RLock()
         self._closed = False
         self.disabled = False
-        self.layout_written = False  # the custom-scalars layout is in this run (output.layout.write_layout)
         self._templates: dict[tuple[str, ...], Any] = {}  # tag set -> its Summary, refilled on each write
+        self._charted: set[tuple[str, ...]] = set()  # tag sets whose charts are in the run's layout
 
     def _get(self) -> Any:
         """The `EventFileWriter` to add events to."""
+        return self._event_file().writer
+
+    def _event_file(self) -> _EventFile:
         if self._file is None:
             self._file = _open_file(self.path)
-        return self._file.writer
+        return self._file
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> bool:
         with self._lock:
@@ -272,10 +278,38 @@ class SummaryWriter:
         wall_time = time.time()
 
         def write() -> None:  # under self._lock: the template is filled and serialized by one thread at a time
+            key = tuple(values)
+            if key not in self._charted:  # a tag set's first write (a few per fit): chart its tags
+                self._add_charts(key)
+                if len(self._charted) < _MAX_TEMPLATES:
+                    self._charted.add(key)
             summary = self._scalars_template(values)
             self._get().add_event(event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary))
 
         return self._guard(write)
+
+    def chart(self, names: Iterable[str]) -> bool:
+        """Add the custom-scalars charts that show the tag `names` to the run's layout (see `keras_gpu.output.layout`).
+
+        `scalars` charts the tags it writes by itself. The layout is written
+        again, at step 0, only where it gained a chart, so that TensorBoard
+        (which shows a run's last layout) never shows a chart the run leaves
+        empty. Returns False if logging is off.
+        """
+        names = tuple(names)
+        return self._guard(lambda: self._add_charts(names))
+
+    def _add_charts(self, names: Iterable[str]) -> None:
+        """Under `_guard`: write the layout again where `names` bring a chart it lacks."""
+        event_file = self._event_file()
+        charts = event_file.charts | _layout.charts_of(names)
+        if charts == event_file.charts:
+            return
+        from tensorboard.compat.proto import event_pb2
+
+        summary = _layout.layout_summary(charts)
+        event_file.writer.add_event(event_pb2.Event(wall_time=time.time(), step=0, summary=summary))
+        event_file.charts = charts
 
     def _scalars_template(self, values: Mapping[str, float]) -> Any:
         key = tuple(values)

@@ -198,7 +198,7 @@ def test_tensorflow_only_parts_raise_one_clear_import_error(backend):
     lines = run_python(code, env={"KERAS_BACKEND": backend}).stdout.strip().splitlines()
     assert len(lines) == len(calls) + 1
     for line, name in zip(lines, calls):
-        assert 'pip install "keras-gpu[cpu]"' in line and 'pip install "keras-gpu[cuda]"' in line
+        assert 'pip install "tensorflow-cpu>=2.16,<2.22"' in line and 'pip install "tensorflow[and-cuda]>=2.16,<2.22"' in line
         if name in TF_ONLY_ON_TORCH:  # it works on JAX too: the fix is a backend, as make_strategy's error says
             assert line.startswith(f"IMPORTERROR {name} | {name} works on Keras' TensorFlow and JAX backends, not on 'torch': set KERAS_BACKEND=jax"), line
             continue
