@@ -44,3 +44,21 @@ class TrainedSamples(keras.metrics.Metric):
 
     def result(self):
         return keras.ops.convert_to_tensor(self.total)
+
+
+class StopsSettled(keras.callbacks.Callback):
+    """At each epoch's end, wait until no profiler stop of `StepTimeLogger` is under way (an epoch end that long).
+
+    `StepTimeLogger` never makes training wait for its last trace's stop: a trace
+    that comes due while one is stopping is put off, and where the epoch has no
+    room left for it, to a later epoch. Placed after it, this makes the test's
+    epoch ends outlast every stop, so that which epochs get traced does not
+    depend on how fast the machine stops the profiler.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        from keras_gpu.hooks import step_time_trace
+
+        deadline = time.monotonic() + 120
+        while step_time_trace._STOPS.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)

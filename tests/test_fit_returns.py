@@ -163,7 +163,6 @@ def test_end_of_fit_line_counts_the_end_of_every_keras_gpu_callback(tmp_path, ca
 class _HeldStops:
     """The backend's profiler, with each stop held until the training thread has run `hold` more batches.
 
-    A trace that comes due while the last one is still stopping waits for that stop: that wait lets it go too.
     Records the thread of every stop, and whether a start came while a stop was still under way.
     """
 
@@ -175,8 +174,6 @@ class _HeldStops:
         self.stop_threads, self.starts_while_stopping, self.stops_held = [], 0, 0
         self.stopping = self.fit_over = False
         real = step_time_trace.backend_profiler()
-        stops = step_time_trace._STOPS
-        real_wait = stops.wait
 
         def start(d):
             self.starts_while_stopping += self.stopping
@@ -192,11 +189,6 @@ class _HeldStops:
             real.stop()
             self.stopping = False
 
-        def wait(timeout):
-            self.released.set()
-            return real_wait(timeout)
-
-        monkeypatch.setattr(stops, "wait", wait)
         wrapped = step_time_trace.Profiler(start, stop, real.mark)
         monkeypatch.setattr(step_time_logger, "backend_profiler", lambda: wrapped)
 
@@ -240,20 +232,44 @@ def test_a_stop_that_never_ends_turns_tracing_off_with_one_warning(tmp_path, mon
     from keras_gpu.hooks import step_time_trace
 
     # The first trace's stop never ends (as a profiler stop once hung in a multi-worker process); the next
-    # trace's start waits STOP_WAIT_S for it, then tracing is off for the fit and training goes on.
+    # trace is put off, never waited for, and after STOP_WAIT_S tracing is off for the fit and training goes on.
     never = threading.Event()
     real = step_time_trace.backend_profiler()
     stuck = step_time_trace.Profiler(real.start, lambda: (never.wait(), real.stop()), real.mark)
     monkeypatch.setattr(step_time_logger, "backend_profiler", lambda: stuck)
-    monkeypatch.setattr(step_time_trace, "STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(step_time_trace, "STOP_WAIT_S", 0.0)
     caplog.set_level(logging.INFO, logger="keras_gpu")
     cb = StepTimeLogger(tmp_path, profile_steps=2, warmup_steps=2, profile_every_s=1e-3)
     x, y = _arrays(16 * 20)
     history = _model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
     assert len(history.history["loss"]) == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "last stop has not ended after 0.5 s" in warnings[0]
+    assert len(warnings) == 1 and "last stop has not ended after 0 s" in warnings[0]
     assert not cb.wait(timeout=0)  # the stuck stop still holds the fit's output
     never.set()  # the stop ends; its trace is read, and no other trace was started
+    assert cb.wait()
+    assert [t.steps for t in cb.traces] == [2]
+
+
+def test_a_trace_due_while_the_last_one_stops_is_put_off_never_waited_for(tmp_path, monkeypatch):
+    from keras_gpu.hooks import step_time_trace
+
+    # The first trace's stop does not end during the fit, and a trace is due every batch end after it: the
+    # training thread must not wait for that stop (it would wait here for as long as STOP_WAIT_S allows).
+    release = threading.Event()
+    real = step_time_trace.backend_profiler()
+    starts = []
+    slow = step_time_trace.Profiler(
+        lambda d: (starts.append(d), real.start(d)), lambda: (release.wait(), real.stop()), real.mark
+    )
+    monkeypatch.setattr(step_time_logger, "backend_profiler", lambda: slow)
+    monkeypatch.setattr(step_time_trace, "STOP_WAIT_S", 1e6)
+    cb = StepTimeLogger(tmp_path, profile_steps=2, warmup_steps=2, profile_every_s=1e-3)
+    x, y = _arrays(16 * 20)
+    history = _model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    assert len(history.history["loss"]) == 2
+    assert step_time_trace._STOPS.busy()  # the fit ended with the first stop still under way
+    assert len(starts) == 1  # no trace started while it stopped
+    release.set()
     assert cb.wait()
     assert [t.steps for t in cb.traces] == [2]

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from tests._callbacks import StopsSettled
 from tests._util import run_python
 
 tf = pytest.importorskip("tensorflow")
@@ -115,7 +116,7 @@ def test_unknown_length_steps_line_up_with_throughput(tmp_path):
     model = _model()
     steps = StepTimeLogger(tmp_path, profile_steps=40, warmup_steps=5, profile_every_s=0.001)
     rates = ThroughputLogger(tmp_path, every_n_steps=10, batch_size=16)
-    model.fit(_unknown_length(30), epochs=3, verbose=0, callbacks=[rates, steps])
+    model.fit(_unknown_length(30), epochs=3, verbose=0, callbacks=[rates, steps, StopsSettled()])
     assert steps.wait()  # fit does not wait for its last trace to be parsed and written
     assert int(model.optimizer.iterations.numpy()) == 93
     scalars = read_scalars(str(tmp_path / "train"))
@@ -134,7 +135,7 @@ def test_traces_hold_profile_steps_and_never_pass_the_epoch(tmp_path):
     # epoch waits for the next epoch's first batch end, so every trace is whole.
     x, y = _arrays(16 * 30)
     cb = StepTimeLogger(tmp_path / "full", profile_steps=20, warmup_steps=15, profile_every_s=0.001)
-    _model().fit(x, y, batch_size=16, epochs=4, verbose=0, callbacks=[cb])
+    _model().fit(x, y, batch_size=16, epochs=4, verbose=0, callbacks=[cb, StopsSettled()])
     assert cb.wait()
     ends = [s for s, _ in read_scalars(str(tmp_path / "full" / "train"))["step_time/step_sec"]]
     assert ends[:3] == [51, 81, 111] and [t.steps for t in cb.traces[:3]] == [20, 20, 20]

@@ -191,7 +191,9 @@ def test_index_charts_are_margin_charts_which_tensorboard_does_not_smooth(tmp_pa
     assert margin == {
         "slowest worker (index)": [("cluster/slowest_worker",) * 3],
         "slowest worker's part (0 compute, 1 input, 2 host)": [("cluster/straggler_part",) * 3],
-        "slowdown against each worker's own best window": [("cluster/slowdown",) * 3, ("cluster/slowdown_worker",) * 3],
+        "slowdown against each worker's own best window": [
+            ("cluster/slowdown",) * 3, ("cluster/slowdown_median",) * 3, ("cluster/slowdown_worker",) * 3
+        ],
     }
     assert charts["imbalance (slowest busy - median busy) / step"].HasField("multiline")
 

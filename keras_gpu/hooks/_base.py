@@ -177,6 +177,7 @@ class LoggingCallback(keras.callbacks.Callback):
             return None
         _writer.check_writable(self.run_dir, received=self.log_dir)
         self._writer = _writer.acquire(self.run_dir)
+        self._writer.open()  # before the fit ends: a trace read after it may write while the interpreter exits
         return self._writer
 
     def _writes_run(self, task: ClusterInfo) -> bool:

@@ -30,6 +30,7 @@ from keras_gpu.hooks.step_time_cluster import (
 )
 from keras_gpu.hooks.step_time_trace import (
     PROFILE_SUBDIR,
+    RETRY_S,
     TraceJob,
     TraceParser,
     TraceSchedule,
@@ -419,6 +420,9 @@ class StepTimeLogger(LoggingCallback):
                 keep=self._writer is not None,
                 stop_inline=workers > 1 and tensorflow,
                 gate=gate,
+                # A batch end looked at while a trace is put off: free on TensorFlow; a wait for the last step where
+                # the schedule runs at batch begins (`_wait_for_end`), so there only now and then.
+                retry_s=RETRY_S if self._by_begins else 0.0,
             )
             self._last_fit, self._cost_key = self._fit, (gate.backend, gate.kind)
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not stop training

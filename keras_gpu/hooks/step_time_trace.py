@@ -32,6 +32,7 @@ from keras_gpu.meters import step_time as steptime
 
 __all__ = [
     "PROFILE_SUBDIR",
+    "RETRY_S",
     "STOP_WAIT_S",
     "Profiler",
     "TraceJob",
@@ -64,15 +65,18 @@ class _Stops:
             self._pending -= 1
             self._idle.notify_all()
 
-    def wait(self, timeout: float) -> bool:
-        """Until no stop is under way, for `timeout` seconds at most; whether none is."""
+    def busy(self) -> bool:
+        """Whether a stop is under way (never waits for it)."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+            return self._pending > 0
 
 
 _STOPS = _Stops()
-#: How long a trace's start waits for the last trace's stop; past it, tracing is off for the fit (one warning).
+#: How long a trace that comes due while the last trace is still stopping is put off at most; past it, tracing is
+#: off for the fit (one warning). The training thread never waits for a stop.
 STOP_WAIT_S = 30.0
+#: While a stop is under way, a trace that is due is tried again after about this many seconds of steps.
+RETRY_S = 0.25
 
 
 class Profiler:
@@ -160,6 +164,9 @@ class TraceSchedule:
         gate: Whether a trace may start (`keras_gpu.hooks.trace_cost.TraceGate`);
             `None`: every trace may (a forced gate, which still records the
             profiler's measured cost).
+        retry_s: Seconds of steps after which a trace put off by a stop
+            still under way is tried again; 0: at the next batch end (where
+            looking at a batch end costs nothing, on TensorFlow).
     """
 
     def __init__(
@@ -179,6 +186,7 @@ class TraceSchedule:
         keep: bool = False,
         stop_inline: bool = False,
         gate: TraceGate | None = None,
+        retry_s: float = RETRY_S,
     ) -> None:
         self.profiler = profiler
         if gate is None:
@@ -188,6 +196,8 @@ class TraceSchedule:
         self.traces = 0  # traces started in this fit
         self.start_sec = 0.0  # the last start's measured seconds
         self.stop_loss: StopLoss | None = None  # what the last stop, on its own thread, costs the steps meanwhile
+        self.put_off_since: float | None = None  # since when a due trace waits for the last stop (`_put_off`)
+        self.retry_s = retry_s
         self.stop_inline = stop_inline
         self.profiler_ok = True
         self.replicas = replicas
@@ -311,7 +321,9 @@ class TraceSchedule:
             else:
                 self.begin_mark(self.first_step + step)
         elif self.start_at is not None and step >= self.start_at:
-            if not self.fits(batch):
+            if self._put_off(step):
+                pass
+            elif not self.fits(batch):
                 self.start_at = self.base + self.epoch_steps + 1  # the next epoch's first batch end holds it
             else:
                 allowed = self.may_trace(step)
@@ -321,6 +333,36 @@ class TraceSchedule:
                     self.start_at = _INF if allowed is None else None
         self.schedule()
         return job
+
+    def _put_off(self, step: int) -> bool:
+        """Whether the trace due now waits for the last trace's stop, still under way (it is tried again later).
+
+        The profiler is one per process, so a trace cannot start before the
+        last one stopped; the training thread never waits for that: the
+        trace is tried again about `retry_s` of steps later, and after
+        `STOP_WAIT_S` of that, tracing is off for the fit (one warning).
+        """
+        if not _STOPS.busy():
+            self.put_off_since = None
+            return False
+        now = time.perf_counter()
+        if self.put_off_since is None:
+            self.put_off_since = now
+        elif now - self.put_off_since > STOP_WAIT_S:
+            self.start_at = None
+            if self.profiler_ok:
+                self.profiler_ok = False
+                self.once.log(
+                    logging.WARNING,
+                    "stop-pending",
+                    "keras-gpu: StepTimeLogger: the profiler's last stop has not ended after %g s, so no trace "
+                    "starts again in this fit; training goes on.",
+                    STOP_WAIT_S,
+                )
+            return True
+        pace = (now - self.t0) / step if step > 0 and now > self.t0 else 0.0
+        self.start_at = step + (max(1, round(self.retry_s / pace)) if pace > 0 and self.retry_s > 0 else 1)
+        return True
 
     def may_trace(self, step: int) -> bool | None:
         """The one place that says whether this fit may start a trace now, `step` steps in (`None`: not yet).
@@ -352,10 +394,6 @@ class TraceSchedule:
         try:
             if not self.profiler_ok:
                 raise RuntimeError("the profiler failed earlier in this fit")
-            # Only where traces come faster than a stop takes (a short `profile_every_s`, or a fit that traces
-            # right after one whose last trace is still stopping): the profiler is one per process.
-            if not _STOPS.wait(STOP_WAIT_S):
-                raise RuntimeError(f"the profiler's last stop has not ended after {STOP_WAIT_S:g} s")
             t = time.perf_counter()
             self.profiler.start(self.staging)
             self.start_sec = time.perf_counter() - t
@@ -385,8 +423,8 @@ class TraceSchedule:
         steps it runs meanwhile fall outside the trace's step marks, and only
         marked steps count. A mark opened at the last batch end for a step
         that never came (the epoch ended) is closed after the profiler
-        stopped, so the trace never records it. The next trace's start waits
-        for the stop (only where traces come faster than a stop takes).
+        stopped, so the trace never records it. A trace that comes due while
+        the stop is under way is put off until it ended (`_put_off`).
         Returns the trace for the parser thread; `None` where the profiler
         did not run (or, stopped inline, could not stop).
         """

@@ -352,6 +352,17 @@ class SummaryWriter:
 
         return self._guard(write)
 
+    def open(self) -> bool:
+        """Open the run's event file now, if it is not open yet; False if logging is off.
+
+        A callback opens it when `fit` starts, so that the file, the writer's
+        thread and the modules they need exist before anything is written:
+        a trace read after `fit` may write its points while the interpreter
+        exits, when no new module that registers an exit hook can be
+        imported.
+        """
+        return self._guard(self._get)
+
     def flush(self) -> bool:
         """Write every queued event to disk (waits for the writer thread)."""
         if self._file is None:

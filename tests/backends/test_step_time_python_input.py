@@ -44,6 +44,15 @@ class SlowEpochEnd(keras.callbacks.Callback):
         time.sleep(0.2)
 
 
+class StopsSettled(keras.callbacks.Callback):  # the epoch's end outlasts the profiler's stop (tests/_callbacks.py)
+    def on_epoch_end(self, epoch, logs=None):
+        from keras_gpu.hooks import step_time_trace
+
+        deadline = time.monotonic() + 120
+        while step_time_trace._STOPS.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
 model.compile("sgd", "mse")
 out = {}
@@ -51,7 +60,7 @@ for name, sleep, workers in (("fast", 0.0, 2), ("slow", 0.02, 1)):
     records.clear()
     # Longer traces than an epoch: each ends at its epoch's end, where the workers stop.
     cb = StepTimeLogger(LOG_DIR + "/" + name, profile_steps=20, profile_every_s=0.001)
-    model.fit(Batches(sleep, workers=workers), epochs=3, verbose=0, callbacks=[SlowEpochEnd(), cb])
+    model.fit(Batches(sleep, workers=workers), epochs=3, verbose=0, callbacks=[SlowEpochEnd(), cb, StopsSettled()])
     out[name] = dict(traces=[t.as_dict() for t in cb.traces], lines=[m for m in records if "StepTimeLogger:" in m])
 print("RESULT", json.dumps(out))
 """
