@@ -319,7 +319,7 @@ def _scale(backend: str, prefix: str = "") -> Scenario:
         backend=backend,
         steps=(
             Step(
-                f"{prefix}keras-gpu scale --replicas 1,2 --workers 1,2 benchmarks/scale_mlp.py --steps 300",
+                f"{prefix}keras-gpu scale --replicas 1,2 --workers 1,2 \\\n    benchmarks/scale_mlp.py --steps 300",
                 outputs=(
                     Output(
                         "table",
