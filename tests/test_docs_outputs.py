@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -129,7 +130,20 @@ def test_a_shown_output_that_no_longer_matches_fails_the_check():
     assert "+  communication      0.035 ms    0%" in problem
 
 
+def test_an_output_of_the_core_count_is_compared_only_on_as_many_cores(monkeypatch):
+    scale = next(s for s in SCENARIOS if s.name == "scale-tensorflow")
+    trace = next(s for s in SCENARIOS if s.name == "read-a-gpu-trace")
+    written = json.loads((docs_outputs.GENERATED / "scale-tensorflow.json").read_text(encoding="utf-8"))
+    monkeypatch.setattr(docs_outputs.os, "cpu_count", lambda: written["machine"]["cores"])
+    assert docs_outputs.unlike_here(scale) is None
+    monkeypatch.setattr(docs_outputs.os, "cpu_count", lambda: written["machine"]["cores"] + 2)
+    assert "depends on the number of CPU cores" in docs_outputs.unlike_here(scale)
+    assert docs_outputs.unlike_here(trace) is None
+
+
 def _fresh(scenario) -> list[str]:
+    if reason := docs_outputs.unlike_here(scenario):
+        pytest.skip(reason)
     return docs_outputs.check(scenario, docs_outputs.run(scenario))
 
 

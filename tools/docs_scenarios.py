@@ -331,6 +331,7 @@ def _scale(backend: str, prefix: str = "") -> Scenario:
                 fit_seconds=r"(?!)",  # a study of several runs: the time is the whole command's
             ),
         ),
+        per_core_count=True,  # 2 workers x 2 replicas runs where there are 4 cores or more
     )
 
 
