@@ -50,7 +50,8 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: tools/
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)  # the repository: tools/
 from tools.chromium import Browser, find_chromium
 
 _WIDTH, _HEIGHT = 800, 1100  # CSS pixels: the viewport, and the tallest shot
@@ -164,14 +165,24 @@ _JS_TEXT_READY = """
 _PINNED = {"CUDA_VISIBLE_DEVICES": "", "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def _environment(**extra: str) -> dict[str, str]:
+    """The environment of every command the script starts: this repository's keras_gpu first on `PYTHONPATH`.
+
+    The demos, `keras-gpu report` and TensorBoard (whose keras-gpu tab is the
+    package's plugin) then run the code of the checkout the script is in,
+    wherever it is started from and whichever keras-gpu is installed.
+    """
+    path = os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **_PINNED, "PYTHONPATH": path, **extra}
+
+
 def _run_demo(log_dir: str, epochs: int, samples: int, spread: tuple[str, str] = ("--cpu-replicas", "2")) -> None:
     cmd = [
         sys.executable, "-m", "keras_gpu.cli", "demo", *spread, "--profile-every-s", "2",
         "--epochs", str(epochs), "--samples", str(samples), "--log-dir", log_dir,
     ]
     print(f"running: {' '.join(cmd)}", flush=True)
-    env = {**os.environ, **_PINNED}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(cmd, env=_environment(), capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"keras-gpu demo failed with exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
@@ -200,7 +211,7 @@ def _tensorboard(log_dir: str, timeout: float) -> Iterator[str]:
     ]
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_environment())
         try:
             deadline = time.monotonic() + timeout
             while not _serves_keras_gpu_data(base):
@@ -365,7 +376,7 @@ pre {{ margin: 0; padding: 12px 14px; color: #e6e6e6; font: 12.5px/1.35 "DejaVu 
 
 def _shoot_report(browser: Browser, log_dir: str, out: str, timeout: float) -> None:
     """`keras-gpu report LOG_DIR` as a terminal shows it: its real output, drawn in a monospace page."""
-    env = {**os.environ, **_PINNED, "COLUMNS": "110"}
+    env = _environment(COLUMNS="110")
     # Run beside the log dir, so that the command and the report name it as a user would see it.
     parent, name = os.path.split(os.path.abspath(log_dir))
     proc = subprocess.run(

@@ -243,7 +243,7 @@ def test_installed_cli_never_imports_the_benchmark_and_says_how_to_run_it(tmp_pa
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUDIES = (
     "ride_cost", "sample_count_cost", "step_time_cost", "straggler_rule", "profiler_crash_rate", "fit_return",
-    "cluster_scale", "scale_time", "straggler_scale", "straggler_jobs", "spread_rule", "shown_output",
+    "cluster_scale", "scale_time", "straggler_scale", "straggler_jobs", "spread_rule",
 )
 
 

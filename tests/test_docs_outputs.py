@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import docs_outputs
-from docs_scenarios import HINT, SCENARIOS
+from docs_scenarios import BYSTANDERS, CAUSES, HINT, SCENARIOS, SLOWED
 
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 _INCLUDE = re.compile(r'^--8<-- "(docs/_generated/[^"]+)"$', re.M)
@@ -98,6 +99,25 @@ def test_the_shape_keeps_the_words_and_fields_and_nothing_else():
     assert shape("other 84%. Hint: host-bound: 73%", [HINT]) == shape("other 84%.", [HINT])
 
 
+def test_the_volatile_clauses_leave_out_what_follows_the_load_and_nothing_else():
+    shape = docs_outputs.shape
+    causes = "1. baseline (run-to-run spread 38.7%)\n2. input: the host pipeline grows\n(0.5 -> 2.3 ms)\n3. {}\n"
+    within = causes.format("within run-to-run spread (38.7%): the step did not\ngrow")
+    comm = causes.format("communication: the all-reduce takes 4.56 ms")
+    assert shape(within, [CAUSES]) == shape(comm, [CAUSES])
+    assert shape(within, [CAUSES]) != shape(within.replace("baseline", "base"), [CAUSES])  # the baseline's line stays
+    assert shape(within, [CAUSES]) != shape(within.replace("3. ", "3 "), [CAUSES])
+    row = "│ worker 1 (straggler) │ 4 of 4 │ 33.1 │ 64% │ host │\n│ worker 0             │ 0 of 4 │ -7.7 │ -66% │ {} │\n"
+    assert shape(row.format("compute"), [BYSTANDERS]) == shape(row.format("input"), [BYSTANDERS])
+    assert shape(row.format("compute"), [BYSTANDERS]) != shape(row.replace("host", "input").format("compute"), [BYSTANDERS])
+    named = "worker 1 is the straggler: its host time is 23.8 ms (the others wait for it 64% of each step)"
+    assert shape(named + "; worker 0 slowed 1.6x against its own best window.", [SLOWED]) == shape(named + ".", [SLOWED])
+    assert shape(named + "; the workers slowed 1.5x against their own best windows (median).", [SLOWED]) == shape(
+        named + ".", [SLOWED]
+    )
+    assert shape(named, [SLOWED]) != shape(named.replace("worker 1 is the straggler", "no straggler"), [SLOWED])
+
+
 def test_a_shown_output_that_no_longer_matches_fails_the_check():
     trace = next(s for s in SCENARIOS if s.name == "read-a-gpu-trace")
     (output,) = trace.outputs
@@ -110,7 +130,20 @@ def test_a_shown_output_that_no_longer_matches_fails_the_check():
     assert "+  communication      0.035 ms    0%" in problem
 
 
+def test_an_output_of_the_core_count_is_compared_only_on_as_many_cores(monkeypatch):
+    scale = next(s for s in SCENARIOS if s.name == "scale-tensorflow")
+    trace = next(s for s in SCENARIOS if s.name == "read-a-gpu-trace")
+    written = json.loads((docs_outputs.GENERATED / "scale-tensorflow.json").read_text(encoding="utf-8"))
+    monkeypatch.setattr(docs_outputs.os, "cpu_count", lambda: written["machine"]["cores"])
+    assert docs_outputs.unlike_here(scale) is None
+    monkeypatch.setattr(docs_outputs.os, "cpu_count", lambda: written["machine"]["cores"] + 2)
+    assert "depends on the number of CPU cores" in docs_outputs.unlike_here(scale)
+    assert docs_outputs.unlike_here(trace) is None
+
+
 def _fresh(scenario) -> list[str]:
+    if reason := docs_outputs.unlike_here(scenario):
+        pytest.skip(reason)
     return docs_outputs.check(scenario, docs_outputs.run(scenario))
 
 

@@ -11,6 +11,7 @@ to check that `make_strategy()` would build the intended multi-worker job.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -472,3 +473,16 @@ def test_screenshot_script_rejects_an_unknown_shot(tmp_path):
     )
     assert proc.returncode == 2, _explain(proc)
     assert "--only takes the shots' names (" in proc.stderr and "Received: nope.png" in proc.stderr
+
+
+def test_screenshot_script_runs_this_checkout_in_every_command_it_starts(monkeypatch, tmp_path):
+    # The demos, `keras-gpu report` and TensorBoard's keras-gpu tab must be this repository's code, whichever
+    # keras-gpu is installed and wherever the script is started from.
+    spec = importlib.util.spec_from_file_location("docs_screenshot", DOCS / "screenshot.py")
+    screenshot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshot)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    env = screenshot._environment(COLUMNS="110")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO), str(tmp_path)]
+    assert env["COLUMNS"] == "110" and env["CUDA_VISIBLE_DEVICES"] == ""

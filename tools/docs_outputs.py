@@ -68,6 +68,7 @@ __all__ = [
     "compare",
     "run",
     "shape",
+    "unlike_here",
     "write",
 ]
 
@@ -133,6 +134,11 @@ class Scenario:
             timing has nothing to compare).
         readme: Whether its first timing also goes into the README, between
             `<!-- docs-outputs:<name> -->` and `<!-- /docs-outputs:<name> -->`.
+        per_core_count: Whether what it prints depends on the machine's
+            number of CPU cores (`keras-gpu scale` leaves out the
+            configurations that need more CPU devices than there are cores):
+            it is then compared only on a machine with the cores it was
+            written on (`unlike_here`).
     """
 
     name: str
@@ -142,6 +148,7 @@ class Scenario:
     slow: bool = True
     checked: bool = True
     readme: bool = False
+    per_core_count: bool = False
 
     @property
     def outputs(self) -> list[Output]:
@@ -423,6 +430,25 @@ def _write_readme(name: str, facts: dict) -> Path:
     return path
 
 
+def unlike_here(scenario: Scenario) -> str | None:
+    """Why a fresh run here cannot be compared with `scenario`'s files, or `None` where it can.
+
+    A scenario whose output depends on the number of CPU cores
+    (`per_core_count`) is compared only on a machine with the cores its files
+    were written on (`docs/_generated/<scenario>.json`).
+    """
+    facts = GENERATED / f"{scenario.name}.json"
+    if not scenario.per_core_count or not facts.exists():
+        return None
+    cores = json.loads(facts.read_text(encoding="utf-8"))["machine"]["cores"]
+    if cores == os.cpu_count():
+        return None
+    return (
+        f"{scenario.name}'s output depends on the number of CPU cores: it was written on {cores} cores, "
+        f"this machine has {os.cpu_count()}"
+    )
+
+
 def check(scenario: Scenario, result: Result) -> list[str]:
     """What differs between `scenario`'s files and a fresh run's `result`: one report per output, with a diff."""
     problems = []
@@ -482,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for scenario in chosen:
         if args.check and not scenario.checked:
+            continue
+        if args.check and (reason := unlike_here(scenario)):
+            print(f"{scenario.name}: not compared: {reason}", file=sys.stderr)
             continue
         python = pythons.get(scenario.backend or "", sys.executable)
         print(f"{scenario.name}: running with {python}", file=sys.stderr, flush=True)

@@ -33,6 +33,13 @@ STAGE = r"(?<=the slowest input stage is )\S+(?: \([^)]*\))?"
 FIRST_EXECUTIONS = r"(?<=of the training time \(time/first_step_sec\)).*$"
 # The cluster view's verdict: a balanced job on a busy machine can have a worker slowed by the machine's other work.
 VERDICT = r"(?:no straggler \(imbalance [^)]*\)|worker \d+ is the straggler: .*?\(the others wait for it [^)]*\))(?:; .*?slowed [^.;(]*)?"
+# A worker, or the cluster as a whole, slowed against its own best window: follows the machine's load.
+SLOWED = r"; (?:worker \d+|the workers) slowed [\d.]+x against (?:its|their) own best windows?(?: \(median\))?"
+# The cluster view table's rows of the workers that are not the straggler: their part follows the machine's load.
+BYSTANDERS = r"^│ worker \d+ +│.*$"
+# `keras-gpu scale`'s causes after the baseline's (their numbers stay): which part grew beyond the run-to-run
+# spread follows the load.
+CAUSES = r"(?:(?<=^\d\. )|(?<=^\d\d\. ))(?!baseline).*(?:\n(?!\d+\. ).*)*"
 
 
 def matching(*patterns: str) -> Select:
@@ -113,6 +120,16 @@ def report_hints(lines: list[str]) -> list[str]:
     return out
 
 
+def from_first(pattern: str) -> Select:
+    """The lines from the first that matches `pattern` to the end (a command's report, printed last)."""
+    return lambda lines: block(pattern, r"(?!)")(lines)
+
+
+def both(*selects: Select) -> Select:
+    """The lines each of `selects` picks, one after the other."""
+    return lambda lines: [line for select in selects for line in select(lines)]
+
+
 def page_block(page: str, title: str) -> str:
     """The code block of `page` whose title is `title` (```python title="train.py"): a file the page defines."""
     text = (DOCS / page).read_text(encoding="utf-8")
@@ -172,7 +189,7 @@ TUTORIAL_1 = Scenario(
 
 TUTORIAL_2 = Scenario(
     "one-device-to-a-cluster",
-    pages=("tutorials/one-device-to-a-cluster.md",),
+    pages=("tutorials/one-device-to-a-cluster.md", "how-to/find-the-straggler.md"),
     steps=(
         Step(
             "python examples/multiworker_fit.py --out runs/single",
@@ -263,6 +280,64 @@ ON_PYTORCH = Scenario(
     ),
 )
 
+STRAGGLER = Scenario(
+    "find-the-straggler",
+    pages=("how-to/find-the-straggler.md",),
+    steps=(
+        Step(
+            "keras-gpu launch -n 2 train.py",
+            files=(("train.py", lambda: page_block("how-to/find-the-straggler.md", "train.py")),),
+            outputs=(Output("launch", select=matching(r"^\[worker 0\] keras-gpu: cluster view"), volatile=(SLOWED,)),),
+            timed=True,
+        ),
+        Step(
+            "keras-gpu report runs/straggler",
+            outputs=(
+                Output(
+                    "report",
+                    select=both(
+                        table("Cluster view"), lambda lines: [ln for ln in report_hints(lines) if "cluster:" in ln]
+                    ),
+                    volatile=(SLOWED, BYSTANDERS),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+def _scale(backend: str, prefix: str = "") -> Scenario:
+    """`keras-gpu scale` over 1 and 2 replicas and workers of the repository's small MLP, as the scale pages show it.
+
+    Shown: the configuration left out (standard error) and the tables and causes
+    (standard output), compared by shape; each cause after the baseline's
+    follows the machine's load.
+    """
+    return Scenario(
+        f"scale-{backend}",
+        pages=("scale.md", "how-to/measure-my-speed-up.md") if backend == "tensorflow" else ("scale.md",),
+        backend=backend,
+        steps=(
+            Step(
+                f"{prefix}keras-gpu scale --replicas 1,2 --workers 1,2 \\\n    benchmarks/scale_mlp.py --steps 300",
+                outputs=(
+                    Output(
+                        "table",
+                        select=both(matching(r"^keras-gpu scale: leaving out "), from_first(r"^keras-gpu scale\s*$")),
+                        volatile=(CAUSES,),
+                    ),
+                ),
+                timed=True,
+                fit_seconds=r"(?!)",  # a study of several runs: the time is the whole command's
+            ),
+        ),
+        per_core_count=True,  # 2 workers x 2 replicas runs where there are 4 cores or more
+    )
+
+
+SCALE_TF = _scale("tensorflow")
+SCALE_JAX = _scale("jax", prefix="KERAS_BACKEND=jax ")
+
 LOG_THE_NUMBERS = Scenario(
     "log-the-numbers",
     pages=("how-to/log-the-numbers.md",),
@@ -338,6 +413,7 @@ README_DEMO = Scenario(
 )
 
 SCENARIOS: tuple[Scenario, ...] = (
-    TUTORIAL_1, TUTORIAL_2, ON_JAX, ON_PYTORCH, LOG_THE_NUMBERS, RESUME, TRACE, SLURM, KUBERNETES, CLI, README_DEMO,
+    TUTORIAL_1, TUTORIAL_2, STRAGGLER, ON_JAX, ON_PYTORCH, SCALE_TF, SCALE_JAX, LOG_THE_NUMBERS, RESUME, TRACE, SLURM,
+    KUBERNETES, CLI, README_DEMO,
 )
 """Every scenario, in the order `--write` runs them."""

@@ -178,7 +178,9 @@ class StopLoss:
     Examples:
         >>> from keras_gpu.hooks.trace_cost import StopLoss
         >>> times = iter([0.3, 0.35, 0.4, 0.45, 0.5, 0.55])
-        >>> loss = StopLoss("example-loss", "cpu", 0.01, t0=0.0, step0=10, clock=lambda: next(times))
+        >>> loss = StopLoss(
+        ...     "example-loss", "cpu", 0.01, t0=0.0, step0=10, clock=lambda: next(times)
+        ... )
         >>> loss.stopped(0.25)  # the stop took 0.25 s on its thread
         >>> [loss.step(n) for n in range(12, 18)]  # 2 steps in 0.3 s, then 5 at 0.05 s
         [True, True, True, True, True, False]

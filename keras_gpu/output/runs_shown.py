@@ -9,7 +9,8 @@ chief, the stragglers and the slowest workers); the tab lists the same
 runs first.
 
 Examples:
-    >>> sorted(["worker_10/train", "train", "worker_2/train", "worker_1/train"], key=run_order)
+    >>> runs = ["worker_10/train", "train", "worker_2/train", "worker_1/train"]
+    >>> sorted(runs, key=run_order)
     ['train', 'worker_1/train', 'worker_2/train', 'worker_10/train']
 """
 
