@@ -148,14 +148,14 @@ def _cluster_table(report: Report) -> Any:
     table = _table(
         f"Cluster view: the slowest workers over {cluster.gathers} gathers (score: excess over the others' median, "
         f"in their spreads{threshold})",
-        ("worker", "stood out", "listed", "score", "others wait", "part"),
+        ("worker", "stood out", "listed", "score", "busy over the others' median", "part"),
         ("worker", "part"),
     )
     for s in cluster.slowest_workers[:SLOWEST_SHOWN]:
         mark = " (straggler)" if s.worker == cluster.straggler else ""
         table.add_row(
             f"worker {s.worker}{mark}", f"{s.clear_gathers} of {cluster.gathers}",
-            f"{s.listed_gathers} of {cluster.gathers}", f"{s.score:.1f}", f"{s.imbalance:.0%}", s.part or "-",
+            f"{s.listed_gathers} of {cluster.gathers}", f"{s.score:.1f}", f"{s.imbalance:+.0%}", s.part or "-",
         )
     return table
 

@@ -219,7 +219,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], spread: float | None) -> str:
         parts.append("Keeps the results: nothing helps beyond the run-to-run spread.")
     if changes is not None:
         parts.append(f"Changes the training: {_said(changes, rows)}; {changes['caveat'] or 'check the losses'}.")
-    return " ".join(parts) + f" ({spread_text}.)"
+    return " ".join(parts) + f" {spread_text[0].upper()}{spread_text[1:]}."
 
 
 def _winner(rows: Sequence[Mapping[str, Any]], spread: float | None) -> Mapping[str, Any] | None:

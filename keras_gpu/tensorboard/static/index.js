@@ -29,6 +29,8 @@ function ms(sec) {
   return `${Math.abs(v) >= 100 ? Math.round(v).toLocaleString("en-US") : String(+v.toPrecision(3))} ms`;
 }
 const pct = (v) => (finite(v) ? `${(100 * v).toFixed(1)}%` : "-");
+// Signed: a worker under the others' median is negative (the others never wait for it).
+const signedPct = (v) => (finite(v) ? `${v > 0 ? "+" : ""}${(100 * v).toFixed(1)}%` : "-");
 
 function bytes(n) {
   if (!finite(n)) return "-";
@@ -424,7 +426,7 @@ function verdictFacts(c, named) {
 
 // The report's slowest workers over the fit's gathers, every field as `keras-gpu report --json` gives it.
 function slowestTable(c) {
-  const head = el("tr", {}, ...["worker", "stood out", "listed", "score (spreads)", "others wait", "part"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ...["worker", "stood out", "listed", "score (spreads)", "busy over the others' median", "part"].map((h) => el("th", { text: h })));
   const body = el("tbody");
   for (const s of c.slowest_workers) {
     const jcell = (key, text) => el("td", { "data-key": key, "data-json": JSON.stringify(s[key] ?? null), text });
@@ -433,7 +435,7 @@ function slowestTable(c) {
       jcell("clear_gathers", `${s.clear_gathers} of ${c.gathers}`),
       jcell("listed_gathers", `${s.listed_gathers} of ${c.gathers}`),
       jcell("score", finite(s.score) ? fmt(s.score, 1) : "-"),
-      jcell("imbalance", pct(s.imbalance)),
+      jcell("imbalance", signedPct(s.imbalance)),
       jcell("part", s.part || "-")));
   }
   return [
