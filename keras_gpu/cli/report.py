@@ -148,7 +148,7 @@ def _cluster_table(report: Report) -> Any:
     table = _table(
         f"Cluster view: the slowest workers over {cluster.gathers} gathers (score: excess over the others' median, "
         f"in their spreads{threshold})",
-        ("worker", "stood out", "listed", "score", "busy over the others' median", "part"),
+        ("worker", "stood out", "listed", "score", "over median", "part"),
         ("worker", "part"),
     )
     for s in cluster.slowest_workers[:SLOWEST_SHOWN]:

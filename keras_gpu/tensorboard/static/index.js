@@ -426,7 +426,7 @@ function verdictFacts(c, named) {
 
 // The report's slowest workers over the fit's gathers, every field as `keras-gpu report --json` gives it.
 function slowestTable(c) {
-  const head = el("tr", {}, ...["worker", "stood out", "listed", "score (spreads)", "busy over the others' median", "part"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ...["worker", "stood out", "listed", "score (spreads)", "over median", "part"].map((h) => el("th", { text: h })));
   const body = el("tbody");
   for (const s of c.slowest_workers) {
     const jcell = (key, text) => el("td", { "data-key": key, "data-json": JSON.stringify(s[key] ?? null), text });
